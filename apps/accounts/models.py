@@ -1,0 +1,78 @@
+"""Teams, projects, roles, API tokens and the audit log. Everything else in the studio is scoped to a Project."""
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+slug_validator = RegexValidator(
+    SLUG_PATTERN,
+    "Use 1-63 lowercase letters, digits and hyphens, starting with a letter or digit (no '/', '.', spaces).",
+)
+
+
+class Role(models.TextChoices):
+    # Ordered from least to most privileged; `Role.rank` compares them.
+    VIEWER = "viewer"
+    REVIEWER = "reviewer"
+    EDITOR = "editor"
+    OWNER = "owner"
+
+    @classmethod
+    def rank(cls, role: str) -> int:
+        return [cls.VIEWER, cls.REVIEWER, cls.EDITOR, cls.OWNER].index(role)
+
+
+class Team(models.Model):
+    slug = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Project(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="projects")
+    slug = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="one_role_per_project")]
+
+
+class ApiToken(models.Model):
+    """A bearer token `pts_<prefix>_<secret>`; only its SHA-256 digest is stored, the plaintext is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, unique=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+
+class AuditEvent(models.Model):
+    """One row for every write, in the same transaction as the write."""
+
+    project = models.ForeignKey(Project, null=True, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=64)  # a verb: "version.publish", "alias.move", ...
+    target = models.CharField(max_length=255)  # what it acted on: "verifier/code-tests@3"
+    details = models.JSONField(default=dict)
+    via = models.CharField(max_length=16, default="web")  # web | api | cli
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "-created_at"])]

@@ -1,0 +1,49 @@
+"""Reads for accounts: who may see and do what in which project."""
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from .models import ApiToken, Membership, Project, Role
+from .services import token_digest
+
+
+def project_list_for_user(*, user) -> QuerySet[Project]:
+    if not user.is_authenticated:
+        return Project.objects.none()
+    return Project.objects.filter(memberships__user=user).order_by("slug")
+
+
+def role_of(*, user, project: Project) -> str | None:
+    if not user.is_authenticated:
+        return None
+    return Membership.objects.filter(project=project, user=user).values_list("role", flat=True).first()
+
+
+def project_for_user(*, user, slug: str, min_role: str = Role.VIEWER) -> Project:
+    """The project if `user` holds at least `min_role` in it.
+
+    A non-member gets 404, not 403: the existence of another team's project is itself private.
+    """
+    project = Project.objects.filter(slug=slug).first()
+    role = role_of(user=user, project=project) if project else None
+    if role is None:
+        raise Http404(f"No project {slug!r}.")
+    if Role.rank(role) < Role.rank(min_role):
+        raise PermissionDenied(f"Your role in {slug!r} is {role}; this needs {min_role} or above.")
+    return project
+
+
+def user_for_token(*, plaintext: str):
+    if not plaintext.startswith("pts_"):
+        return None
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=token_digest(plaintext), revoked_at__isnull=True)
+        .first()
+    )
+    if token is None or not token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token.user

@@ -1,0 +1,79 @@
+"""Reads for the registry. Every selector takes the project, so nothing leaks across projects."""
+
+from django.db.models import Count, Max, QuerySet
+
+from apps.accounts.models import Project
+
+from .errors import VersionNotFound
+from .models import Alias, Definition, InstanceSetMember, Version
+from .refs import LATEST, Ref
+
+
+def definition_list(*, project: Project, kind: str | None = None) -> QuerySet[Definition]:
+    qs = Definition.objects.filter(project=project).annotate(
+        version_count=Count("versions"), head_number=Max("versions__number")
+    )
+    return qs.filter(kind=kind) if kind else qs
+
+
+def definition_get(*, project: Project, kind: str, slug: str) -> Definition:
+    definition = Definition.objects.filter(project=project, kind=kind, slug=slug).first()
+    if definition is None:
+        raise VersionNotFound(f"No {kind} named {slug!r} in project {project.slug!r}.")
+    return definition
+
+
+def version_head(*, definition: Definition) -> Version | None:
+    return Version.objects.filter(definition=definition).order_by("-number").first()
+
+
+def version_list(*, definition: Definition) -> QuerySet[Version]:
+    return Version.objects.filter(definition=definition).select_related("author", "parent").order_by("-number")
+
+
+def version_resolve(*, project: Project, ref: Ref) -> Version:
+    """The exact version a reference names. `@latest` (or no selector) is the newest version."""
+    definition = definition_get(project=project, kind=ref.kind, slug=ref.slug)
+    versions = Version.objects.filter(definition=definition).select_related("definition")
+    if ref.selector in (None, LATEST):
+        version = versions.order_by("-number").first()
+    elif ref.number is not None:
+        version = versions.filter(number=ref.number).first()
+    else:
+        alias = Alias.objects.filter(definition=definition, name=ref.selector).select_related("version").first()
+        version = alias.version if alias else None
+        if alias is None:
+            names = ", ".join(Alias.objects.filter(definition=definition).values_list("name", flat=True)) or "none"
+            raise VersionNotFound(f"{ref.kind}/{ref.slug} has no alias {ref.selector!r} (aliases: {names}).")
+    if version is None:
+        head = versions.order_by("-number").first()
+        raise VersionNotFound(
+            f"{ref} does not exist; {ref.kind}/{ref.slug} has versions 1..{head.number}." if head
+            else f"{ref.kind}/{ref.slug} has no versions yet."
+        )
+    return version
+
+
+def alias_list(*, definition: Definition) -> QuerySet[Alias]:
+    return Alias.objects.filter(definition=definition).select_related("version")
+
+
+def instance_page(*, version: Version, after_key: str = "", limit: int = 100) -> list[InstanceSetMember]:
+    """Keyset pagination by key: page N costs the same as page 1, at any number of instances."""
+    if version.instance_set_id is None:
+        return []
+    qs = InstanceSetMember.objects.filter(instance_set_id=version.instance_set_id)
+    if after_key:
+        qs = qs.filter(key__gt=after_key)
+    return list(qs.select_related("instance").order_by("key")[:limit])
+
+
+def instance_iter(*, version: Version, chunk: int = 2000):
+    """Every instance of a version in key order, a chunk at a time (for export and the workers)."""
+    after = ""
+    while True:
+        page = instance_page(version=version, after_key=after, limit=chunk)
+        if not page:
+            return
+        yield from (member.instance for member in page)
+        after = page[-1].key

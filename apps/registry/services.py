@@ -1,0 +1,188 @@
+"""Writes for the registry. Each is one transaction with an audit row; callers check the actor's role."""
+
+import re
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from apps.accounts.models import Project
+from apps.accounts.services import audit_record
+
+from .canonical import canonical_json, instance_hash, instance_set_digest, version_content_hash
+from .closure import check_references, resolve_bundle
+from .errors import FieldError, PublishConflict, SpecError
+from .models import Alias, Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
+from .refs import LATEST
+from .specs import MAX_SPEC_BYTES, SLUG_RE, SPEC_SCHEMA_VERSION, prompt_placeholders, validate_spec
+
+INSTANCE_KEY_MAX = 200
+BULK = 2000
+
+
+@dataclass(frozen=True)
+class Published:
+    version: Version
+    created: bool  # False when the spec was identical to the newest version, which is returned instead
+
+
+def version_publish(
+    *,
+    project: Project,
+    kind: str,
+    slug: str,
+    spec: dict,
+    author,
+    message: str = "",
+    description: str | None = None,
+    instances: list[dict] | None = None,
+    expected_head: int | None = None,
+    via: str = "web",
+) -> Published:
+    """Publish `spec` as the next version of kind/slug, creating the definition on its first version.
+
+    instances: for task templates, the full list of {key, inputs, hidden}; None keeps the previous version's.
+    expected_head: the version number an edit started from; if another version was published since, the
+    publish is refused with PublishConflict rather than silently overwriting that work.
+    """
+    if not re.fullmatch(SLUG_RE, slug or ""):
+        raise SpecError([FieldError("slug", f"{slug!r}: use 1-63 lowercase letters, digits and hyphens, starting "
+                                            "with a letter or digit (no '/', '.', spaces)")])
+    normalised = validate_spec(kind, spec)
+    size = len(canonical_json(normalised).encode())
+    if size > MAX_SPEC_BYTES:
+        raise SpecError([FieldError("spec", f"is {size / 1e6:.1f} MB; the limit is {MAX_SPEC_BYTES / 1e6:.0f} MB "
+                                            "(put task data in task instances, not in the spec)")])
+    if kind == "bundle":
+        normalised = resolve_bundle(project=project, slug=slug, spec=normalised)
+    else:
+        check_references(project=project, kind=kind, spec=normalised)
+    if instances is not None and kind != "task_template":
+        raise SpecError([FieldError("instances", f"only task templates have task instances, not a {kind}")])
+
+    with transaction.atomic():
+        definition = _definition_for_publish(project=project, kind=kind, slug=slug, description=description,
+                                             actor=author, via=via)
+        head = Version.objects.filter(definition=definition).order_by("-number").first()
+        if expected_head is not None and (head.number if head else 0) != expected_head:
+            raise PublishConflict(
+                f"{kind}/{slug} is at @{head.number if head else 0} now, but your edit started from @{expected_head}. "
+                "Open the newest version, compare, and publish again."
+            )
+        instance_set = None
+        if kind == "task_template":
+            if instances is None:
+                instance_set = head.instance_set if head else _instance_set_store(definition=definition, instances=[])
+            else:
+                _instances_check(normalised, instances)
+                instance_set = _instance_set_store(definition=definition, instances=instances)
+        content = version_content_hash(normalised, instance_set.digest if instance_set else None)
+        if head is not None and head.content_hash == content:
+            return Published(head, created=False)
+        version = Version.objects.create(
+            definition=definition,
+            number=(head.number + 1) if head else 1,
+            spec=normalised,
+            schema_version=SPEC_SCHEMA_VERSION,
+            content_hash=content,
+            instance_set=instance_set,
+            parent=head,
+            message=message,
+            author=author if getattr(author, "is_authenticated", False) else None,
+        )
+        audit_record(project=project, actor=author, action="version.publish", target=version.ref, via=via,
+                     details={"content_hash": content, "parent": head.number if head else None, "message": message})
+        return Published(version, created=True)
+
+
+def _definition_for_publish(*, project, kind, slug, description, actor, via) -> Definition:
+    definition, created = Definition.objects.get_or_create(
+        project=project, kind=kind, slug=slug, defaults={"description": description or ""}
+    )
+    if created:
+        audit_record(project=project, actor=actor, action="definition.create", target=str(definition), via=via)
+    elif description is not None and description != definition.description:
+        Definition.objects.filter(pk=definition.pk).update(description=description)
+        audit_record(project=project, actor=actor, action="definition.describe", target=str(definition), via=via,
+                     details={"description": description})
+    # Serialises publishes of one definition: the next number is read and written under this row lock.
+    return Definition.objects.select_for_update().get(pk=definition.pk)
+
+
+def _instances_check(spec: dict, instances: list[dict]) -> None:
+    needed = prompt_placeholders(spec["prompt_template"])
+    errors, seen = [], set()
+    for i, item in enumerate(instances):
+        where = f"instances[{i}]"
+        if not isinstance(item, dict):
+            errors.append(FieldError(where, "must be a mapping with key, inputs and hidden"))
+            continue
+        unknown = sorted(set(item) - {"key", "inputs", "hidden"})
+        if unknown:
+            errors.append(FieldError(where, f"unknown field(s) {', '.join(unknown)}; allowed: key, inputs, hidden"))
+        key, inputs, hidden = item.get("key"), item.get("inputs"), item.get("hidden", {})
+        if not isinstance(key, str) or not key or len(key) > INSTANCE_KEY_MAX or key != key.strip():
+            errors.append(FieldError(f"{where}.key", f"must be a non-empty string of at most {INSTANCE_KEY_MAX} "
+                                                     "characters without surrounding spaces"))
+        elif key in seen:
+            errors.append(FieldError(f"{where}.key", f"{key!r} appears twice"))
+        seen.add(key)
+        if not isinstance(inputs, dict):
+            errors.append(FieldError(f"{where}.inputs", "must be a mapping of input names to values"))
+        elif missing := sorted(needed - set(inputs)):
+            errors.append(FieldError(f"{where}.inputs", f"missing {', '.join(missing)} (used by prompt_template)"))
+        if not isinstance(hidden, dict):
+            errors.append(FieldError(f"{where}.hidden", "must be a mapping (references, tests)"))
+        if len(errors) >= 50:
+            errors.append(FieldError("instances", "stopped after 50 errors"))
+            break
+    if errors:
+        raise SpecError(errors)
+
+
+def _instance_set_store(*, definition: Definition, instances: list[dict]) -> InstanceSet:
+    """Store instances once per definition (content-addressed) and the set that lists them; returns the set."""
+    rows = {}
+    for item in instances:
+        inputs, hidden = item["inputs"], item.get("hidden", {})
+        rows[item["key"]] = (instance_hash(item["key"], inputs, hidden), inputs, hidden)
+    digest = instance_set_digest({key: row[0] for key, row in rows.items()})
+    existing = InstanceSet.objects.filter(definition=definition, digest=digest).first()
+    if existing:
+        return existing
+    TaskInstance.objects.bulk_create(
+        [TaskInstance(definition=definition, key=key, content_hash=h, inputs=inputs, hidden=hidden)
+         for key, (h, inputs, hidden) in rows.items()],
+        batch_size=BULK, ignore_conflicts=True,
+    )
+    ids = {}
+    hashes = [row[0] for row in rows.values()]
+    for start in range(0, len(hashes), BULK):
+        ids.update(TaskInstance.objects.filter(definition=definition, content_hash__in=hashes[start:start + BULK])
+                   .values_list("content_hash", "id"))
+    instance_set = InstanceSet.objects.create(definition=definition, digest=digest, count=len(rows))
+    InstanceSetMember.objects.bulk_create(
+        [InstanceSetMember(instance_set=instance_set, key=key, instance_id=ids[row[0]]) for key, row in rows.items()],
+        batch_size=BULK,
+    )
+    return instance_set
+
+
+def alias_move(*, version: Version, name: str, actor, via: str = "web") -> Alias:
+    if name == LATEST:
+        raise SpecError([FieldError("name", "'latest' always means the newest version and cannot be moved")])
+    if not name[:1].isalpha() or not all(c.isalnum() or c == "-" for c in name) or name != name.lower():
+        raise SpecError([FieldError("name", f"{name!r}: an alias is lowercase letters, digits and hyphens, "
+                                            "starting with a letter")])
+    with transaction.atomic():
+        alias = Alias.objects.select_for_update().filter(definition=version.definition, name=name).first()
+        previous = alias.version.number if alias else None
+        if alias is None:
+            alias = Alias.objects.create(definition=version.definition, name=name, version=version)
+        elif alias.version_id != version.pk:
+            alias.version = version
+            alias.save(update_fields=["version", "updated_at"])
+        else:
+            return alias
+        audit_record(project=version.definition.project, actor=actor, action="alias.move",
+                     target=f"{version.definition}@{name}", details={"from": previous, "to": version.number}, via=via)
+        return alias

@@ -1,0 +1,459 @@
+"""Typed schemas for definition specs, one per kind. Pure pydantic, no Django: the workers read them too.
+
+`validate_spec(kind, data)` returns the normalised spec (defaults filled in, so the content hash does not
+depend on whether an author omitted a default) or raises SpecError listing every problem with its field.
+"""
+
+import string
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SPEC_SCHEMA_VERSION = 1
+MAX_SPEC_BYTES = 1_000_000  # task data belongs in task instances, not in a spec
+
+KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle")
+SLUG_RE = r"[a-z0-9][a-z0-9-]{0,62}"
+# slug, slug@3, slug@prod: a reference to a definition of a known kind, floating or pinned.
+REF_RE = rf"^{SLUG_RE}(@([1-9][0-9]*|[a-z][a-z0-9-]{{0,62}}))?$"
+# kind/slug@N: an exact version (what bundles pin once published; aliases are resolved on publish).
+VERSION_REF_RE = rf"^({'|'.join(KINDS)})/{SLUG_RE}@([1-9][0-9]*|[a-z][a-z0-9-]{{0,62}})$"
+
+Ref = Annotated[str, Field(pattern=REF_RE, description="slug, slug@N or slug@alias")]
+VersionRef = Annotated[str, Field(pattern=VERSION_REF_RE, description="kind/slug@N or kind/slug@alias")]
+Weight = Annotated[float, Field(ge=0, le=1000)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}" if self.field else self.problem
+
+
+class SpecError(ValueError):
+    """Every problem found in one spec, each naming its field."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+class Spec(BaseModel):
+    # Unknown fields are errors: a typo in a spec must not silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+# --- domain -----------------------------------------------------------------------------------------------
+
+
+class TemplateDraw(Spec):
+    template: Ref
+    weight: Weight = 1.0
+
+
+class DomainSpec(Spec):
+    sampling_weight: Weight = 1.0
+    templates: list[TemplateDraw] = Field(min_length=1)
+
+    @field_validator("templates")
+    @classmethod
+    def templates_distinct(cls, draws: list[TemplateDraw]) -> list[TemplateDraw]:
+        seen = [d.template.split("@")[0] for d in draws]
+        duplicates = sorted({s for s in seen if seen.count(s) > 1})
+        if duplicates:
+            raise ValueError(f"template listed twice: {', '.join(duplicates)}")
+        return draws
+
+
+# --- task template ----------------------------------------------------------------------------------------
+
+
+class ToolSpec(Spec):
+    name: str = Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class Limits(Spec):
+    max_turns: int = Field(default=1, ge=1, le=1000)
+    max_tokens: int = Field(default=1024, ge=1, le=10_000_000)
+    max_seconds: float = Field(default=60, gt=0, le=86_400)
+
+
+class TaskTemplateSpec(Spec):
+    system_prompt: str = ""
+    prompt_template: str = Field(min_length=1, description="Python format string over the instance inputs")
+    tools: list[ToolSpec] = Field(default_factory=list)
+    sandbox_image: Ref
+    verifier: Ref
+    limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("prompt_template")
+    @classmethod
+    def prompt_parses(cls, template: str) -> str:
+        prompt_placeholders(template)
+        return template
+
+    @field_validator("tools")
+    @classmethod
+    def tool_names_distinct(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
+        names = [t.name for t in tools]
+        if len(names) != len(set(names)):
+            raise ValueError("two tools share a name")
+        return tools
+
+
+def prompt_placeholders(template: str) -> set[str]:
+    """The input names a prompt template uses; raises ValueError on a malformed template."""
+    names = set()
+    try:
+        for _, field_name, _, _ in string.Formatter().parse(template):
+            if field_name is None:
+                continue
+            if not field_name.isidentifier():
+                raise ValueError(f"placeholder {{{field_name}}} must be a plain input name")
+            names.add(field_name)
+    except ValueError as exc:
+        raise ValueError(f"prompt_template is not a valid format string: {exc} (write {{{{ and }}}} for braces)")
+    return names
+
+
+# --- sandbox image ----------------------------------------------------------------------------------------
+
+
+class BaseLayer(Spec):
+    type: Literal["base"]
+    image: str = Field(min_length=1, description="a base rootfs name, e.g. python-3.11-slim")
+
+
+class SystemPackagesLayer(Spec):
+    type: Literal["system_packages"]
+    packages: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+:~-]+)?$")]] = Field(min_length=1)
+
+
+class PythonPackagesLayer(Spec):
+    type: Literal["python_packages"]
+    packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?(==[A-Za-z0-9.+!*-]+)?$")]] = Field(
+        min_length=1, description="pinned requirements, e.g. numpy==2.1.3"
+    )
+
+
+class FilesLayer(Spec):
+    type: Literal["files"]
+    files: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]+$")], str] = Field(
+        min_length=1, description="relative path inside the sandbox -> content"
+    )
+
+    @field_validator("files")
+    @classmethod
+    def paths_stay_inside(cls, files: dict[str, str]) -> dict[str, str]:
+        escaping = sorted(p for p in files if p.startswith("/") or ".." in p.split("/"))
+        if escaping:
+            raise ValueError(f"paths must be relative and stay inside the sandbox: {', '.join(escaping)}")
+        return files
+
+
+class SetupScriptLayer(Spec):
+    type: Literal["setup_script"]
+    script: str = Field(min_length=1)
+
+
+Layer = Annotated[
+    Union[BaseLayer, SystemPackagesLayer, PythonPackagesLayer, FilesLayer, SetupScriptLayer],
+    Field(discriminator="type"),
+]
+
+
+class ResourceLimits(Spec):
+    cpus: float = Field(default=1, gt=0, le=64)
+    cpu_seconds: float = Field(default=30, gt=0, le=86_400)
+    memory_mb: int = Field(default=512, ge=16, le=1_048_576)
+    wall_seconds: float = Field(default=60, gt=0, le=86_400)
+    max_processes: int = Field(default=64, ge=1, le=65_536)
+    disk_mb: int = Field(default=256, ge=1, le=1_048_576)
+    network: bool = False
+
+
+class SandboxImageSpec(Spec):
+    layers: list[Layer] = Field(min_length=1)
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    warm_pool_size: int = Field(default=2, ge=0, le=256)
+
+    @field_validator("layers")
+    @classmethod
+    def starts_with_one_base(cls, layers: list) -> list:
+        if layers[0].type != "base":
+            raise ValueError("the first layer must be the base layer (type: base)")
+        if any(layer.type == "base" for layer in layers[1:]):
+            raise ValueError("only the first layer may be a base layer")
+        return layers
+
+
+# --- verifier ---------------------------------------------------------------------------------------------
+
+
+class Check(Spec):
+    name: str = Field(default="", max_length=100)
+    weight: Weight = Field(default=1.0, description="0 means log only")
+
+
+class StringCheck(Check):
+    type: Literal["string_check"]
+    operation: Literal["eq", "ne", "like", "ilike"] = "eq"
+    reference: str = Field(default="{answer}", description="format string over the instance's hidden fields")
+
+
+class TextSimilarity(Check):
+    type: Literal["text_similarity"]
+    metric: Literal["fuzzy_match", "bleu", "rouge_l", "cosine"] = "fuzzy_match"
+    reference: str = "{answer}"
+    pass_threshold: Fraction = 0.8
+
+
+class NumericMatch(Check):
+    type: Literal["numeric"]
+    reference: str = "{answer}"
+    abs_tolerance: float = Field(default=0, ge=0)
+    rel_tolerance: float = Field(default=1e-9, ge=0)
+    parse_scale: bool = True  # "1.2 million", "15%"
+
+
+class MathMatch(Check):
+    type: Literal["math"]
+    reference: str = "{answer}"
+    timeout_seconds: float = Field(default=5, gt=0, le=60)
+
+
+class RegexMatch(Check):
+    type: Literal["regex"]
+    pattern: str = Field(min_length=1)
+
+    @field_validator("pattern")
+    @classmethod
+    def compiles(cls, pattern: str) -> str:
+        import re
+
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}")
+        return pattern
+
+
+class JsonSchemaCheck(Check):
+    type: Literal["json_schema"]
+    json_schema: dict[str, Any]
+
+
+class UnitTests(Check):
+    type: Literal["unit_tests"]
+    framework: Literal["pytest", "unittest"] = "unittest"
+    timeout_seconds: float = Field(default=30, gt=0, le=3600)
+
+
+class PythonGrader(Check):
+    type: Literal["python_grader"]
+    source: str = Field(min_length=1, description="defines grade(sample, item) -> float")
+    timeout_seconds: float = Field(default=10, gt=0, le=600)
+
+    @field_validator("source")
+    @classmethod
+    def defines_grade(cls, source: str) -> str:
+        import ast
+
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as exc:
+            raise ValueError(f"Python syntax error on line {exc.lineno}: {exc.msg}")
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "grade" for n in tree.body):
+            raise ValueError("must define a top-level function grade(sample, item)")
+        return source
+
+
+class LogRule(Spec):
+    pattern: str = Field(min_length=1)
+    effect: Literal["fail", "pass"] = "fail"
+
+
+class LogRules(Check):
+    type: Literal["log_rules"]
+    rules: list[LogRule] = Field(min_length=1)
+
+
+class MeshGeometry(Check):
+    type: Literal["mesh_geometry"]
+    require_watertight: bool = True
+    volume_rel_tolerance: float = Field(default=0.02, ge=0, le=1)
+    bbox_abs_tolerance: float = Field(default=0.01, ge=0)
+    iou_threshold: Fraction = 0.9
+    render_views: list[Literal["front", "side", "top", "iso"]] = Field(default_factory=lambda: ["iso"])
+
+
+class Citations(Check):
+    type: Literal["citations"]
+    fuzzy_threshold: Fraction = 0.9
+    check_numbers: bool = True
+
+
+class ScoreModel(Check):
+    type: Literal["score_model"]
+    model: str = Field(min_length=1)
+    rubric: str = Field(min_length=1)
+    score_range: tuple[float, float] = (0.0, 1.0)
+    pairwise: bool = False
+
+
+class LabelModel(Check):
+    type: Literal["label_model"]
+    model: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    labels: list[str] = Field(min_length=2)
+    passing_labels: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def passing_are_labels(self):
+        unknown = sorted(set(self.passing_labels) - set(self.labels))
+        if unknown:
+            raise ValueError(f"passing_labels {unknown} are not among labels {self.labels}")
+        return self
+
+
+CHECKS_BY_LAYER = {
+    "exact": {"string_check", "text_similarity", "numeric", "math", "regex", "json_schema", "unit_tests",
+              "python_grader"},
+    "environment": {"log_rules", "mesh_geometry", "citations", "python_grader"},
+    "judge": {"score_model", "label_model"},
+}
+
+CheckSpec = Annotated[
+    Union[StringCheck, TextSimilarity, NumericMatch, MathMatch, RegexMatch, JsonSchemaCheck, UnitTests, PythonGrader,
+          LogRules, MeshGeometry, Citations, ScoreModel, LabelModel],
+    Field(discriminator="type"),
+]
+
+
+class Escalation(Spec):
+    """A layer score inside [low, high) is uncertain and goes on to the next layer; outside it decides."""
+
+    uncertain_low: Fraction
+    uncertain_high: Fraction
+
+    @model_validator(mode="after")
+    def ordered(self):
+        if self.uncertain_low > self.uncertain_high:
+            raise ValueError("uncertain_low must not exceed uncertain_high")
+        return self
+
+
+class VerifierLayer(Spec):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,40}$")
+    kind: Literal["exact", "environment", "judge"]
+    checks: list[CheckSpec] = Field(min_length=1)
+    escalate: Escalation | None = None
+
+    @model_validator(mode="after")
+    def checks_fit_layer(self):
+        allowed = CHECKS_BY_LAYER[self.kind]
+        wrong = [c.type for c in self.checks if c.type not in allowed]
+        if wrong:
+            raise ValueError(f"a {self.kind} layer cannot hold {', '.join(wrong)}; it takes {', '.join(sorted(allowed))}")
+        if all(c.weight == 0 for c in self.checks):
+            raise ValueError("at least one check needs a weight above 0")
+        return self
+
+
+class VerifierSpec(Spec):
+    layers: list[VerifierLayer] = Field(min_length=1)
+    pass_threshold: Fraction = 1.0
+
+    @model_validator(mode="after")
+    def escalation_has_somewhere_to_go(self):
+        if self.layers[-1].escalate is not None:
+            raise ValueError(f"the last layer ({self.layers[-1].name}) cannot escalate: no layer follows it")
+        names = [layer.name for layer in self.layers]
+        if len(names) != len(set(names)):
+            raise ValueError("two layers share a name")
+        order = ["exact", "environment", "judge"]
+        ranks = [order.index(layer.kind) for layer in self.layers]
+        if ranks != sorted(ranks):
+            raise ValueError("layers run cheapest first: exact, then environment, then judge")
+        return self
+
+
+# --- bundle -----------------------------------------------------------------------------------------------
+
+
+class ResolvedMember(Spec):
+    ref: VersionRef
+    content_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class BundleSpec(Spec):
+    members: list[VersionRef] = Field(min_length=1)
+    # Filled on publish: the full closure (templates of domains, images and verifiers of templates, members of
+    # included bundles) with each content hash, so a bundle pins everything a run needs.
+    resolved: list[ResolvedMember] = Field(default_factory=list)
+
+
+SPEC_MODELS: dict[str, type[Spec]] = {
+    "domain": DomainSpec,
+    "task_template": TaskTemplateSpec,
+    "sandbox_image": SandboxImageSpec,
+    "verifier": VerifierSpec,
+    "bundle": BundleSpec,
+}
+
+
+def _field_path(loc: tuple, data: Any) -> str:
+    """pydantic's loc mixes real fields with union tags and validator names; keep what is in the data,
+    plus a last item naming a field that is missing."""
+    parts: list[str] = []
+    node = data
+    for position, item in enumerate(loc):
+        if isinstance(node, dict) and node.get("type") == item and position < len(loc) - 1:
+            continue  # the discriminator tag of a union member, not a field
+        if isinstance(item, int) and isinstance(node, list) and item < len(node):
+            parts.append(f"[{item}]")
+            node = node[item]
+        elif isinstance(node, dict) and item in node:
+            parts.append(("." if parts else "") + str(item))
+            node = node[item]
+        elif position == len(loc) - 1 and isinstance(item, str):
+            parts.append(("." if parts else "") + item)
+    return "".join(parts)
+
+
+PATTERN_HINTS = {
+    REF_RE: "expected slug, slug@N or slug@alias (lowercase letters, digits, hyphens)",
+    VERSION_REF_RE: f"expected kind/slug@N or kind/slug@alias, kind one of {', '.join(KINDS)}",
+}
+
+
+def _problem(error: dict) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "union_tag_invalid":
+        return f"unknown type {error['input'].get('type')!r}; expected one of {error['ctx']['expected_tags']}"
+    if kind == "union_tag_not_found":
+        return "missing 'type'"
+    if kind == "string_pattern_mismatch" and error["ctx"]["pattern"] in PATTERN_HINTS:
+        return f"{error['input']!r} is not valid: {PATTERN_HINTS[error['ctx']['pattern']]}"
+    return error["msg"].removeprefix("Value error, ")
+
+
+def validate_spec(kind: str, data: Any) -> dict:
+    if kind not in SPEC_MODELS:
+        raise SpecError([FieldError("kind", f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")])
+    if not isinstance(data, dict):
+        raise SpecError([FieldError("spec", f"must be a mapping of fields, not {type(data).__name__}")])
+    try:
+        model = SPEC_MODELS[kind].model_validate(data)
+    except ValidationError as exc:
+        raise SpecError([FieldError(_field_path(e["loc"], data), _problem(e)) for e in exc.errors()]) from None
+    return model.model_dump(mode="json")

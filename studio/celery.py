@@ -1,0 +1,11 @@
+"""The Celery app. Queues: gpu (trainer), rollout, verify. Tasks live in workers/tasks.py."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+
+app = Celery("studio")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["workers"], related_name="tasks")
