@@ -57,3 +57,41 @@ def outsider(make_user):
 
 
 __all__ = ["Role"]
+
+
+# --- a small but complete registry: image, verifier, task template with instances, domain, bundle ----------
+
+IMAGE_SPEC = {"layers": [{"type": "base", "image": "python-3.11"},
+                         {"type": "python_packages", "packages": ["numpy==2.1.3"]}],
+              "limits": {"memory_mb": 256}, "warm_pool_size": 2}
+VERIFIER_SPEC = {"layers": [
+    {"name": "exact", "kind": "exact", "checks": [{"type": "numeric", "reference": "{answer}"}],
+     "escalate": {"uncertain_low": 0.2, "uncertain_high": 0.8}},
+    {"name": "judge", "kind": "judge", "checks": [{"type": "score_model", "model": "judge-small",
+                                                     "rubric": "Is the arithmetic right?"}]},
+]}
+TEMPLATE_SPEC = {"prompt_template": "What is {a} + {b}?", "sandbox_image": "py-basic", "verifier": "numeric",
+                 "limits": {"max_turns": 1, "max_tokens": 16, "max_seconds": 10}}
+DOMAIN_SPEC = {"sampling_weight": 2.0, "templates": [{"template": "add-two", "weight": 1.0}]}
+
+
+def addition_instances(n: int = 20) -> list[dict]:
+    return [{"key": f"add-{i:05d}", "inputs": {"a": i, "b": i % 7}, "hidden": {"answer": i + i % 7}}
+            for i in range(n)]
+
+
+@pytest.fixture
+def registry(project, owner):
+    """Publishes one definition of each kind in `project`; returns their versions by kind."""
+    from apps.registry.services import version_publish
+
+    def publish(kind, slug, spec, **extra):
+        return version_publish(project=project, kind=kind, slug=slug, spec=spec, author=owner, **extra).version
+
+    return {
+        "sandbox_image": publish("sandbox_image", "py-basic", IMAGE_SPEC),
+        "verifier": publish("verifier", "numeric", VERIFIER_SPEC),
+        "task_template": publish("task_template", "add-two", TEMPLATE_SPEC, instances=addition_instances()),
+        "domain": publish("domain", "arithmetic", DOMAIN_SPEC, description="Exact-answer arithmetic"),
+        "bundle": publish("bundle", "arith-bundle", {"members": ["domain/arithmetic@latest"]}),
+    }
