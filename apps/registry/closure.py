@@ -2,13 +2,17 @@
 
 A bundle pins its whole closure on publish (domains -> task templates -> sandbox images and verifiers, and the
 members of included bundles), so a run that pins the bundle needs nothing else to be reproducible.
+
+`members` work like requirements and `resolved` like a lock file: a floating reference (`slug`, `@latest`) that
+the lock already pins keeps its pinned version, so re-publishing or importing a bundle never drifts to newer
+versions by itself. Delete an entry from `resolved` to move it to the newest version.
 """
 
 from apps.accounts.models import Project
 
 from .errors import FieldError, SpecError, VersionNotFound
 from .models import Version
-from .refs import Ref, parse_ref, split_slug_ref
+from .refs import LATEST, Ref, parse_ref, split_slug_ref
 from .selectors import version_resolve
 
 
@@ -43,13 +47,13 @@ def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:
     that needs two versions of one definition.
     """
     check_references(project=project, kind="bundle", spec=spec)
+    locks, errors = _locks(project=project, resolved=spec.get("resolved", []))
     pinned: dict[tuple[str, str], Version] = {}
-    errors: list[FieldError] = []
     members = []
     for field, ref in spec_references("bundle", spec):
-        version = version_resolve(project=project, ref=ref)
+        version = version_resolve(project=project, ref=_locked(ref, locks))
         members.append(version.ref)
-        for path, member in _closure(project=project, version=version, path=(version.ref,)):
+        for path, member in _closure(project=project, version=version, path=(version.ref,), locks=locks):
             key = (member.definition.kind, member.definition.slug)
             if key == ("bundle", slug):
                 errors.append(FieldError(field, f"bundle cycle: {slug} -> {' -> '.join(path)}"))
@@ -66,7 +70,31 @@ def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:
     return {**spec, "members": members, "resolved": resolved}
 
 
-def _closure(*, project: Project, version: Version, path: tuple[str, ...]):
+def _locks(*, project: Project, resolved: list[dict]) -> tuple[dict[tuple[str, str], int], list[FieldError]]:
+    locks, errors = {}, []
+    for index, entry in enumerate(resolved):
+        ref = parse_ref(entry["ref"])
+        try:
+            version = version_resolve(project=project, ref=ref)
+        except VersionNotFound as exc:
+            errors.append(FieldError(f"resolved[{index}].ref", str(exc)))
+            continue
+        if version.content_hash != entry["content_hash"]:
+            errors.append(FieldError(f"resolved[{index}].content_hash",
+                                     f"{version.ref} hashes to {version.content_hash[:12]} in this registry, not "
+                                     f"{entry['content_hash'][:12]}; remove the entry to pin the newest version"))
+        locks[(ref.kind, ref.slug)] = version.number
+    return locks, errors
+
+
+def _locked(ref: Ref, locks: dict[tuple[str, str], int]) -> Ref:
+    """A floating reference pinned by the lock; explicit numbers and aliases are left as written."""
+    if ref.selector in (None, LATEST) and (ref.kind, ref.slug) in locks:
+        return Ref(ref.kind, ref.slug, str(locks[(ref.kind, ref.slug)]))
+    return ref
+
+
+def _closure(*, project: Project, version: Version, path: tuple[str, ...], locks: dict):
     """Yields (path, version) for the version and everything it references, depth first."""
     yield path, version
     if version.definition.kind == "bundle":
@@ -74,5 +102,5 @@ def _closure(*, project: Project, version: Version, path: tuple[str, ...]):
             yield path + (member["ref"],), version_resolve(project=project, ref=parse_ref(member["ref"]))
         return
     for _, ref in spec_references(version.definition.kind, version.spec):
-        child = version_resolve(project=project, ref=ref)
-        yield from _closure(project=project, version=child, path=path + (child.ref,))
+        child = version_resolve(project=project, ref=_locked(ref, locks))
+        yield from _closure(project=project, version=child, path=path + (child.ref,), locks=locks)

@@ -1,0 +1,400 @@
+"""Environments as code: every definition as a readable YAML file, and back.
+
+Layout of an export directory:
+
+    project.yaml                          the project's slug and name
+    <kind>/<slug>.yaml                    one file per definition (see FILE_HEADER)
+    task_template/<slug>.instances.jsonl  the newest version's task instances, one JSON object per line
+    task_template/<slug>.instances/<digest>.jsonl
+                                          older instance sets that differ from the newest one
+
+`history` carries every version (number, message, content hash, spec) so an empty registry rebuilds the same
+numbers, and bundles that pin `@N` still resolve. Authors and times stay in the registry: the files are the
+environment, and a round trip export -> import -> export gives byte-identical files.
+
+Import is all-or-nothing: every file is parsed and checked, every error is collected with its file and field,
+and only when there are none is anything published, in one transaction.
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from django.db import transaction
+
+from apps.accounts.models import Project, Team
+
+from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
+from .models import Alias, Definition, Version
+from .refs import parse_ref
+from .selectors import instance_iter
+from .services import alias_move, version_publish
+from .specs import KINDS, SLUG_RE, validate_spec
+
+FILE_HEADER = (
+    "# Posttrain Studio definition. Edit `spec` or `description` (task instances: the .instances.jsonl file),\n"
+    "# then run `manage.py registry import DIR`: what changed becomes a new version. `history` is read-only.\n"
+)
+FILE_KEYS = {"kind", "slug", "description", "spec", "instances", "aliases", "history"}
+HISTORY_KEYS = {"number", "message", "content_hash", "instances", "spec"}
+PUBLISH_ORDER = ["sandbox_image", "verifier", "task_template", "domain", "bundle"]
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (prompts, test code, scripts) as literal blocks, so the files read like code; no
+    anchors: a reader should never have to chase `*id001` back to where it was defined."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+# libyaml's C loader when present: a 10 MB file parses in a fraction of the pure-Python time.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _str_representer(dumper, value: str):
+    style = "|" if "\n" in value and all(line == line.rstrip() for line in value.split("\n")) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def dump_yaml(data) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110, default_flow_style=False)
+
+
+def _jsonl(rows) -> str:
+    return "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in rows)
+
+
+# --- export -----------------------------------------------------------------------------------------------
+
+
+def export_project(*, project: Project, directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = [directory / "project.yaml"]
+    written[0].write_text(dump_yaml({"slug": project.slug, "name": project.name, "team": project.team.slug}))
+    for definition in Definition.objects.filter(project=project).order_by("kind", "slug"):
+        written += _export_definition(definition, directory / definition.kind)
+    return written
+
+
+def _instances_rows(instance_set_id):
+    version = Version(instance_set_id=instance_set_id)
+    return ({"key": i.key, "inputs": i.inputs, "hidden": i.hidden} for i in instance_iter(version=version))
+
+
+def _export_definition(definition: Definition, folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    versions = list(Version.objects.filter(definition=definition).select_related("instance_set").order_by("number"))
+    head = versions[-1]
+    written = []
+    doc = {"kind": definition.kind, "slug": definition.slug, "description": definition.description,
+           "spec": head.spec}
+    history = []
+    if definition.kind == "task_template":
+        head_file = f"{definition.slug}.instances.jsonl"
+        doc["instances"] = head_file
+        path = folder / head_file
+        path.write_text(_jsonl(_instances_rows(head.instance_set_id)))
+        written.append(path)
+    for version in versions:
+        entry = {"number": version.number, "message": version.message, "content_hash": version.content_hash}
+        if version.instance_set_id is not None:
+            if version.instance_set_id == head.instance_set_id:
+                entry["instances"] = f"{definition.slug}.instances.jsonl"
+            else:
+                entry["instances"] = f"{definition.slug}.instances/{version.instance_set.digest}.jsonl"
+                path = folder / entry["instances"]
+                if not path.exists():
+                    path.parent.mkdir(exist_ok=True)
+                    path.write_text(_jsonl(_instances_rows(version.instance_set_id)))
+                    written.append(path)
+        entry["spec"] = version.spec
+        history.append(entry)
+    doc["aliases"] = {a.name: a.version.number for a in Alias.objects.filter(definition=definition)
+                      .select_related("version").order_by("name")}
+    doc["history"] = history
+    path = folder / f"{definition.slug}.yaml"
+    path.write_text(FILE_HEADER + dump_yaml(doc))
+    return [path] + written
+
+
+# --- import -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FileError:
+    file: str
+    field: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field + ': ' if self.field else ''}{self.problem}"
+
+
+class ImportFailed(Exception):
+    def __init__(self, errors: list[FileError]):
+        self.errors = errors
+        super().__init__(f"{len(errors)} error(s); nothing was imported")
+
+
+@dataclass
+class DefinitionFile:
+    path: Path
+    name: str  # relative path, for messages
+    kind: str
+    slug: str
+    description: str
+    spec: dict
+    instances: list[dict] | None
+    aliases: dict[str, int]
+    history: list[dict]
+    history_instances: dict[int, list[dict]] = field(default_factory=dict)
+
+
+@dataclass
+class ImportReport:
+    published: list[str] = field(default_factory=list)  # refs of new versions
+    unchanged: list[str] = field(default_factory=list)
+    aliases_moved: list[str] = field(default_factory=list)
+    project_created: bool = False
+
+
+def import_directory(*, directory: Path, project_slug: str | None, actor=None, message: str = "") -> ImportReport:
+    """Parse and check every file, then publish what changed in one transaction; raises ImportFailed."""
+    errors: list[FileError] = []
+    project_doc = _read_project_file(directory, errors)
+    slug = project_slug or (project_doc or {}).get("slug")
+    if not slug:
+        errors.append(FileError("project.yaml", "slug", "missing; pass --project SLUG or add project.yaml"))
+    files = _read_definition_files(directory, errors)
+    ordered = _publish_order(files, errors)
+    if not slug:
+        raise ImportFailed(errors)
+
+    # Even when some files failed to parse, the others are published inside the transaction, so that errors
+    # only publishing reveals (a reference to nothing) are listed too; any error rolls everything back.
+    report = ImportReport()
+    with transaction.atomic():
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            team, _ = Team.objects.get_or_create(slug=(project_doc or {}).get("team", slug),
+                                                 defaults={"name": (project_doc or {}).get("team", slug)})
+            project = Project.objects.create(team=team, slug=slug, name=(project_doc or {}).get("name", slug))
+            report.project_created = True
+        for item in ordered:
+            try:
+                with transaction.atomic():
+                    _import_one(item, project=project, actor=actor, message=message, report=report)
+            except SpecError as exc:
+                errors += [FileError(item.name, _spec_field(e.field), e.problem) for e in exc.errors]
+            except (VersionNotFound, PublishConflict, ValueError) as exc:
+                errors.append(FileError(item.name, "", str(exc)))
+        if errors:
+            transaction.set_rollback(True)
+    if errors:
+        raise ImportFailed(errors)
+    return report
+
+
+def _spec_field(name: str) -> str:
+    if name == "spec" or name.startswith(("instances", "slug", "history", "aliases")):
+        return name
+    return f"spec.{name}"
+
+
+def _import_one(item: DefinitionFile, *, project, actor, message, report: ImportReport) -> None:
+    definition = Definition.objects.filter(project=project, kind=item.kind, slug=item.slug).first()
+    existing = {v.number: v for v in Version.objects.filter(definition=definition)} if definition else {}
+    for entry in item.history:
+        number = entry["number"]
+        if number in existing:
+            if existing[number].content_hash != entry["content_hash"]:
+                raise ValueError(f"history @{number} differs from the registry's {item.kind}/{item.slug}@{number}; "
+                                 "history is read-only: edit `spec` instead")
+            continue
+        published = version_publish(project=project, kind=item.kind, slug=item.slug, spec=entry["spec"],
+                                     author=actor, message=entry["message"], description=item.description,
+                                     instances=item.history_instances.get(number), expected_head=number - 1,
+                                     via="cli")
+        if published.version.content_hash != entry["content_hash"]:
+            raise ValueError(f"history @{number}: its spec hashes to {published.version.content_hash[:12]}, "
+                             f"not the recorded {entry['content_hash'][:12]}; history is read-only")
+        report.published.append(published.version.ref)
+    published = version_publish(project=project, kind=item.kind, slug=item.slug, spec=item.spec, author=actor,
+                                message=message or f"Imported from {item.name}", description=item.description,
+                                instances=item.instances, via="cli")
+    (report.published if published.created else report.unchanged).append(published.version.ref)
+    for name, number in item.aliases.items():
+        target = Version.objects.select_related("definition").filter(
+            definition=published.version.definition, number=number).first()
+        if target is None:
+            raise SpecError([FieldError("aliases", f"{name} points at @{number}, which does not exist")])
+        before = Alias.objects.filter(definition=target.definition, name=name).values_list("version_id", flat=True)
+        if list(before) != [target.pk]:
+            alias_move(version=target, name=name, actor=actor, via="cli")
+            report.aliases_moved.append(f"{item.kind}/{item.slug}@{name} -> {number}")
+
+
+def _read_project_file(directory: Path, errors: list[FileError]) -> dict | None:
+    path = directory / "project.yaml"
+    if not path.exists():
+        return None
+    doc = _load_yaml(path, "project.yaml", errors)
+    if doc is not None and not isinstance(doc, dict):
+        errors.append(FileError("project.yaml", "", "must be a mapping with slug and name"))
+        return None
+    return doc
+
+
+def _load_yaml(path: Path, name: str, errors: list[FileError]):
+    if path.stat().st_size > MAX_FILE_BYTES:
+        errors.append(FileError(name, "", f"is {path.stat().st_size / 1e6:.0f} MB; the limit is "
+                                          f"{MAX_FILE_BYTES / 1e6:.0f} MB"))
+        return None
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except UnicodeDecodeError:
+        errors.append(FileError(name, "", "is not UTF-8 text"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        errors.append(FileError(name, "", f"malformed YAML: {where}{getattr(exc, 'problem', None) or exc}"))
+    return None
+
+
+def _read_definition_files(directory: Path, errors: list[FileError]) -> list[DefinitionFile]:
+    if not directory.is_dir():
+        errors.append(FileError(str(directory), "", "is not a directory"))
+        return []
+    files = []
+    for path in sorted(directory.glob("*/*.yaml")):
+        name = str(path.relative_to(directory))
+        if path.parent.name not in KINDS:
+            errors.append(FileError(name, "", f"folder {path.parent.name!r} is not a kind ({', '.join(KINDS)})"))
+            continue
+        before = len(errors)
+        doc = _load_yaml(path, name, errors)
+        if len(errors) > before:
+            continue
+        parsed = _parse_definition(doc, path, name, errors)
+        if parsed:
+            files.append(parsed)
+    if not files and not errors:
+        errors.append(FileError(str(directory), "", "holds no definition files (<kind>/<slug>.yaml)"))
+    return files
+
+
+def _parse_definition(doc, path: Path, name: str, errors: list[FileError]) -> DefinitionFile | None:
+    def fail(field_name: str, problem: str) -> None:
+        errors.append(FileError(name, field_name, problem))
+
+    if not isinstance(doc, dict):
+        fail("", "must be a mapping with kind, slug, spec")
+        return None
+    for unknown in sorted(set(doc) - FILE_KEYS, key=str):
+        fail(str(unknown), f"unknown field; allowed: {', '.join(sorted(FILE_KEYS))}")
+    kind, slug = doc.get("kind"), doc.get("slug")
+    if kind != path.parent.name:
+        fail("kind", f"is {kind!r} but the file sits in {path.parent.name}/")
+    if not isinstance(slug, str) or not re.fullmatch(SLUG_RE, slug):
+        fail("slug", f"{slug!r} is not a slug (lowercase letters, digits, hyphens; no '/', '.', spaces)")
+    elif slug != path.stem:
+        fail("slug", f"is {slug!r} but the file is named {path.name}")
+    description = doc.get("description") or ""
+    if not isinstance(description, str):
+        fail("description", "must be text")
+    spec = doc.get("spec")
+    try:
+        validate_spec(path.parent.name, spec)
+    except SpecError as exc:
+        for e in exc.errors:
+            fail(f"spec.{e.field}" if e.field != "spec" else "spec", e.problem)
+    aliases = doc.get("aliases") or {}
+    if not isinstance(aliases, dict) or not all(isinstance(n, int) and n > 0 for n in aliases.values()):
+        fail("aliases", "must map alias names to version numbers")
+        aliases = {}
+    history = doc.get("history") or []
+    if not isinstance(history, list):
+        fail("history", "must be a list of versions")
+        history = []
+    item = DefinitionFile(path=path, name=name, kind=path.parent.name, slug=str(slug), description=str(description),
+                          spec=spec if isinstance(spec, dict) else {}, instances=None, aliases=aliases, history=[])
+    instance_files: dict[str, list[dict] | None] = {}
+    if doc.get("instances") is not None:
+        item.instances = _read_instances(path.parent, doc["instances"], name, "instances", errors, instance_files)
+    for index, entry in enumerate(history):
+        where = f"history[{index}]"
+        if not isinstance(entry, dict) or set(entry) - HISTORY_KEYS or not {"number", "content_hash", "spec"} <= set(entry):
+            fail(where, "must be a mapping with number, message, content_hash, spec (and instances)")
+            continue
+        if entry["number"] != index + 1:
+            fail(f"{where}.number", f"is {entry['number']!r}; history lists versions 1, 2, 3... in order")
+            continue
+        if entry.get("instances") is not None:
+            rows = _read_instances(path.parent, entry["instances"], name, f"{where}.instances", errors, instance_files)
+            item.history_instances[entry["number"]] = rows
+        item.history.append({"number": entry["number"], "message": entry.get("message") or "",
+                             "content_hash": entry["content_hash"], "spec": entry["spec"]})
+    return item
+
+
+def _read_instances(folder: Path, relative, name: str, where: str, errors: list[FileError],
+                    cache: dict[str, list[dict] | None]) -> list[dict] | None:
+    if relative in cache:
+        return cache[relative]
+    if not isinstance(relative, str) or relative.startswith("/") or ".." in relative.split("/"):
+        errors.append(FileError(name, where, f"{relative!r} must be a file name next to the definition"))
+        return None
+    path = folder / relative
+    if not path.is_file():
+        errors.append(FileError(name, where, f"{relative} does not exist"))
+        return None
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                errors.append(FileError(f"{path.parent.name}/{relative}", f"line {line_number}", f"not JSON: {exc.msg}"))
+                if len(errors) > 50:
+                    break
+    cache[relative] = rows
+    return rows
+
+
+def _publish_order(files: list[DefinitionFile], errors: list[FileError]) -> list[DefinitionFile]:
+    """Kinds in dependency order; bundles after the bundles they include. A cycle of bundles is an error."""
+    by_kind = {kind: [f for f in files if f.kind == kind] for kind in PUBLISH_ORDER}
+    bundles = {f.slug: f for f in by_kind["bundle"]}
+    ordered_bundles: list[DefinitionFile] = []
+    state: dict[str, str] = {}
+
+    def visit(slug: str, path: list[str]) -> None:
+        if state.get(slug) == "done":
+            return
+        if state.get(slug) == "visiting":
+            cycle = path[path.index(slug):] + [slug]
+            errors.append(FileError(f"bundle/{slug}.yaml", "spec.members", f"bundle cycle: {' -> '.join(cycle)}"))
+            return
+        state[slug] = "visiting"
+        for member in bundles[slug].spec.get("members", []):
+            try:
+                ref = parse_ref(member)
+            except VersionNotFound:
+                continue  # reported by validation already
+            if ref.kind == "bundle" and ref.slug in bundles:
+                visit(ref.slug, path + [slug])
+        state[slug] = "done"
+        ordered_bundles.append(bundles[slug])
+
+    for slug in sorted(bundles):
+        visit(slug, [])
+    return [f for kind in PUBLISH_ORDER[:-1] for f in by_kind[kind]] + ordered_bundles
