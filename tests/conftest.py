@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from apps.accounts.models import Role
 from apps.accounts.services import membership_set, project_create
+from specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,29 +56,8 @@ def outsider(make_user):
     return user
 
 
-__all__ = ["Role"]
-
 
 # --- a small but complete registry: image, verifier, task template with instances, domain, bundle ----------
-
-IMAGE_SPEC = {"layers": [{"type": "base", "image": "python-3.11"},
-                         {"type": "python_packages", "packages": ["numpy==2.1.3"]}],
-              "limits": {"memory_mb": 256}, "warm_pool_size": 2}
-VERIFIER_SPEC = {"layers": [
-    {"name": "exact", "kind": "exact", "checks": [{"type": "numeric", "reference": "{answer}"}],
-     "escalate": {"uncertain_low": 0.2, "uncertain_high": 0.8}},
-    {"name": "judge", "kind": "judge", "checks": [{"type": "score_model", "model": "judge-small",
-                                                     "rubric": "Is the arithmetic right?"}]},
-]}
-TEMPLATE_SPEC = {"prompt_template": "What is {a} + {b}?", "sandbox_image": "py-basic", "verifier": "numeric",
-                 "limits": {"max_turns": 1, "max_tokens": 16, "max_seconds": 10}}
-DOMAIN_SPEC = {"sampling_weight": 2.0, "templates": [{"template": "add-two", "weight": 1.0}]}
-
-
-def addition_instances(n: int = 20) -> list[dict]:
-    return [{"key": f"add-{i:05d}", "inputs": {"a": i, "b": i % 7}, "hidden": {"answer": i + i % 7}}
-            for i in range(n)]
-
 
 @pytest.fixture
 def registry(project, owner):
