@@ -115,6 +115,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every start without it
 # Whitenoise serves static/ straight from the finders in DEBUG; no CDN is ever used.
 WHITENOISE_USE_FINDERS = True
 

@@ -1,7 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from .api import api
+
 urlpatterns = [
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include("apps.accounts.urls")),
     path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    path("", include("apps.registry.urls")),
 ]

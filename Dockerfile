@@ -1,0 +1,16 @@
+# One image for the web process and the CPU workers. GPU workers (vLLM) get their own image: vLLM pins its
+# own torch and transformers versions (see the RL engine issue).
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DEBUG=false STUDIO_DATA_DIR=/var/lib/studio
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY studio studio
+COPY apps apps
+COPY workers workers
+RUN pip install .
+COPY manage.py ./
+COPY templates templates
+COPY static static
+RUN SECRET_KEY=build-only python manage.py collectstatic --noinput
+EXPOSE 8000
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "studio.asgi:application"]
