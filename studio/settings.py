@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "channels",
     "apps.accounts",
     "apps.registry",
+    "apps.benchmarks",
 ]
 
 MIDDLEWARE = [

@@ -1,7 +1,7 @@
 """Reads for accounts: who may see and do what in which project."""
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -47,3 +47,8 @@ def user_for_token(*, plaintext: str):
         return None
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token.user
+
+
+def api_token_list(*, user) -> QuerySet[ApiToken]:
+    """Live tokens first, newest first."""
+    return ApiToken.objects.filter(user=user).order_by(F("revoked_at").asc(nulls_first=True), "-created_at")

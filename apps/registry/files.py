@@ -29,7 +29,7 @@ from apps.accounts.models import Project, Team
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
 from .models import Alias, Definition, Version
 from .refs import parse_ref
-from .selectors import instance_iter
+from .selectors import instance_rows
 from .services import alias_move, version_publish
 from .specs import KINDS, SLUG_RE, validate_spec
 
@@ -63,6 +63,30 @@ def _str_representer(dumper, value: str):
 _Dumper.add_representer(str, _str_representer)
 
 
+class YamlError(ValueError):
+    pass
+
+
+def load_yaml(text: str):
+    """Parse YAML written by a person; anchors and aliases are refused, since a few kilobytes of nested
+    aliases expand to gigabytes once validated and hashed."""
+    try:
+        value = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise YamlError(f"malformed YAML: {where}{getattr(exc, 'problem', None) or exc}") from None
+    seen, stack = set(), [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict | list):
+            if id(node) in seen:
+                raise YamlError("YAML anchors and aliases (&name, *name) are not allowed; write the value out")
+            seen.add(id(node))
+            stack.extend(node.values() if isinstance(node, dict) else node)
+    return value
+
+
 def dump_yaml(data) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110, default_flow_style=False)
 
@@ -84,8 +108,8 @@ def export_project(*, project: Project, directory: Path) -> list[Path]:
 
 
 def _instances_rows(instance_set_id):
-    version = Version(instance_set_id=instance_set_id)
-    return ({"key": i.key, "inputs": i.inputs, "hidden": i.hidden} for i in instance_iter(version=version))
+    rows = instance_rows(version=Version(instance_set_id=instance_set_id))
+    return ({"key": key, "inputs": inputs, "hidden": hidden} for key, inputs, hidden in rows)
 
 
 def _export_definition(definition: Definition, folder: Path) -> list[Path]:
@@ -258,13 +282,11 @@ def _load_yaml(path: Path, name: str, errors: list[FileError]):
                                           f"{MAX_FILE_BYTES / 1e6:.0f} MB"))
         return None
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        return load_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         errors.append(FileError(name, "", "is not UTF-8 text"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        errors.append(FileError(name, "", f"malformed YAML: {where}{getattr(exc, 'problem', None) or exc}"))
+    except YamlError as exc:
+        errors.append(FileError(name, "", str(exc)))
     return None
 
 

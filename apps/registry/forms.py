@@ -1,8 +1,8 @@
 """The registry's web forms. They check what a browser sends; the services check the spec itself."""
 
-import yaml
 from django import forms
 
+from .files import YamlError, load_yaml
 from .models import Kind
 
 
@@ -19,12 +19,9 @@ class SpecYamlField(forms.CharField):
         if text in self.empty_values:
             return text  # left to `required`, which says so plainly
         try:
-            spec = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" on line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise forms.ValidationError(f"YAML syntax error{where}: {problem}.") from None
+            spec = load_yaml(text)
+        except YamlError as exc:
+            raise forms.ValidationError(f"{exc}.") from None
         if not isinstance(spec, dict):
             raise forms.ValidationError("The spec must be a YAML mapping of fields (field: value, one per line).")
         return spec

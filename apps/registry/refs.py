@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from .errors import VersionNotFound
 from .specs import KINDS, SLUG_RE
 
-_REF = re.compile(rf"^(?P<kind>[a-z_]+)/(?P<slug>{SLUG_RE})(@(?P<selector>[a-z0-9][a-z0-9-]*))?$")
+_REF = re.compile(rf"^(?P<kind>[a-z_]+)/(?P<slug>{SLUG_RE})(@(?P<selector>[1-9][0-9]*|[a-z][a-z0-9-]*))?$")
 LATEST = "latest"
 
 

@@ -8,15 +8,15 @@ from django.db import transaction
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 
-from .canonical import canonical_json, instance_hash, instance_set_digest, version_content_hash
+from .bulk import bulk_insert, json_text
+from .canonical import canonical_json, has_non_finite, instance_hash, instance_set_digest, version_content_hash
 from .closure import check_references, resolve_bundle
 from .errors import FieldError, PublishConflict, SpecError
 from .models import Alias, Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
 from .refs import LATEST
-from .specs import MAX_SPEC_BYTES, SLUG_RE, SPEC_SCHEMA_VERSION, prompt_placeholders, validate_spec
+from .specs import ALIAS_RE, MAX_SPEC_BYTES, SLUG_RE, SPEC_SCHEMA_VERSION, prompt_placeholders, validate_spec
 
 INSTANCE_KEY_MAX = 200
-BULK = 2000
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,8 @@ def _instances_check(spec: dict, instances: list[dict]) -> None:
             errors.append(FieldError(f"{where}.inputs", f"missing {', '.join(missing)} (used by prompt_template)"))
         if not isinstance(hidden, dict):
             errors.append(FieldError(f"{where}.hidden", "must be a mapping (references, tests)"))
+        if has_non_finite(inputs) or has_non_finite(hidden):
+            errors.append(FieldError(where, "holds NaN or an infinity, which JSON cannot carry"))
         if len(errors) >= 50:
             errors.append(FieldError("instances", "stopped after 50 errors"))
             break
@@ -140,7 +142,11 @@ def _instances_check(spec: dict, instances: list[dict]) -> None:
 
 
 def _instance_set_store(*, definition: Definition, instances: list[dict]) -> InstanceSet:
-    """Store instances once per definition (content-addressed) and the set that lists them; returns the set."""
+    """Store instances once per definition (content-addressed) and the set that lists them; returns the set.
+
+    Only instances this definition has never stored are inserted, so changing one instance of 20,000 writes
+    one instance row (and the new set's member rows).
+    """
     rows = {}
     for item in instances:
         inputs, hidden = item["inputs"], item.get("hidden", {})
@@ -149,30 +155,28 @@ def _instance_set_store(*, definition: Definition, instances: list[dict]) -> Ins
     existing = InstanceSet.objects.filter(definition=definition, digest=digest).first()
     if existing:
         return existing
-    TaskInstance.objects.bulk_create(
-        [TaskInstance(definition=definition, key=key, content_hash=h, inputs=inputs, hidden=hidden)
-         for key, (h, inputs, hidden) in rows.items()],
-        batch_size=BULK, ignore_conflicts=True,
-    )
-    ids = {}
-    hashes = [row[0] for row in rows.values()]
-    for start in range(0, len(hashes), BULK):
-        ids.update(TaskInstance.objects.filter(definition=definition, content_hash__in=hashes[start:start + BULK])
-                   .values_list("content_hash", "id"))
+
+    def stored_ids() -> dict[str, int]:
+        return dict(TaskInstance.objects.filter(definition=definition).values_list("content_hash", "id"))
+
+    ids = stored_ids()
+    new = [(definition.pk, key, h, json_text(inputs), json_text(hidden))
+           for key, (h, inputs, hidden) in rows.items() if h not in ids]
+    if new:
+        bulk_insert(TaskInstance._meta.db_table, ["definition_id", "key", "content_hash", "inputs", "hidden"], new)
+        ids = stored_ids()
     instance_set = InstanceSet.objects.create(definition=definition, digest=digest, count=len(rows))
-    InstanceSetMember.objects.bulk_create(
-        [InstanceSetMember(instance_set=instance_set, key=key, instance_id=ids[row[0]]) for key, row in rows.items()],
-        batch_size=BULK,
-    )
+    bulk_insert(InstanceSetMember._meta.db_table, ["instance_set_id", "key", "instance_id"],
+                [(instance_set.pk, key, ids[row[0]]) for key, row in rows.items()])
     return instance_set
 
 
 def alias_move(*, version: Version, name: str, actor, via: str = "web") -> Alias:
     if name == LATEST:
         raise SpecError([FieldError("name", "'latest' always means the newest version and cannot be moved")])
-    if not name[:1].isalpha() or not all(c.isalnum() or c == "-" for c in name) or name != name.lower():
+    if not re.fullmatch(ALIAS_RE, name):
         raise SpecError([FieldError("name", f"{name!r}: an alias is lowercase letters, digits and hyphens, "
-                                            "starting with a letter")])
+                                            "starting with a letter, at most 63")])
     with transaction.atomic():
         alias = Alias.objects.select_for_update().filter(definition=version.definition, name=name).first()
         previous = alias.version.number if alias else None

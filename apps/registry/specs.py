@@ -10,11 +10,14 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .canonical import has_non_finite
+
 SPEC_SCHEMA_VERSION = 1
 MAX_SPEC_BYTES = 1_000_000  # task data belongs in task instances, not in a spec
 
 KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle")
 SLUG_RE = r"[a-z0-9][a-z0-9-]{0,62}"
+ALIAS_RE = r"[a-z][a-z0-9-]{0,62}"
 # slug, slug@3, slug@prod: a reference to a definition of a known kind, floating or pinned.
 REF_RE = rf"^{SLUG_RE}(@([1-9][0-9]*|[a-z][a-z0-9-]{{0,62}}))?$"
 # kind/slug@N: an exact version (what bundles pin once published; aliases are resolved on publish).
@@ -452,6 +455,9 @@ def validate_spec(kind: str, data: Any) -> dict:
         raise SpecError([FieldError("kind", f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")])
     if not isinstance(data, dict):
         raise SpecError([FieldError("spec", f"must be a mapping of fields, not {type(data).__name__}")])
+    if has_non_finite(data):
+        # pydantic would turn them into null in free-form fields (json_schema, tool parameters).
+        raise SpecError([FieldError("spec", "holds NaN or an infinity, which JSON cannot carry")])
     try:
         model = SPEC_MODELS[kind].model_validate(data)
     except ValidationError as exc:

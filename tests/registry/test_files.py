@@ -189,3 +189,16 @@ def test_import_moves_aliases_and_audits_the_move(exported):
 def test_diff_of_unknown_version_is_a_clear_error(registry):
     with pytest.raises(CommandError, match="verifier/numeric@9 does not exist; verifier/numeric has versions 1..1"):
         call_command("registry", "diff", "verifier/numeric@1", "9", "--project", "acme-rl")
+
+
+def test_yaml_anchors_are_refused_before_they_can_expand(exported, capsys):
+    directory, _ = exported
+    bomb = "a: &a [x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(20))
+    (directory / "verifier" / "bomb.yaml").write_text(
+        "kind: verifier\nslug: bomb\nspec:\n  layers:\n  - name: exact\n    kind: exact\n    checks:\n"
+        "    - type: json_schema\n      json_schema:\n" + "".join("        " + line + "\n" for line in bomb.splitlines()))
+    with pytest.raises(CommandError):
+        call_command("registry", "import", str(directory))
+    assert "verifier/bomb.yaml: YAML anchors and aliases (&name, *name) are not allowed" in capsys.readouterr().err

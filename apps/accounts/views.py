@@ -1,0 +1,37 @@
+"""Account pages: API tokens. Login and logout are django.contrib.auth's own views (see urls.py)."""
+
+from django import forms
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from . import services
+from .models import ApiToken
+from .selectors import api_token_list
+
+
+class ApiTokenCreateForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Where it will be used, e.g. laptop CLI or CI.")
+
+
+def api_tokens(request):
+    form = ApiTokenCreateForm(request.POST if request.method == "POST" else None)
+    plaintext = None
+    if form.is_valid():
+        # Rendered straight from the POST, never redirected: the plaintext exists only in this response.
+        _, plaintext = services.api_token_create(user=request.user, name=form.cleaned_data["name"], via="web")
+        form = ApiTokenCreateForm()
+    tokens = api_token_list(user=request.user)
+    status = 400 if form.is_bound and form.errors else 200
+    return render(request, "accounts/api_tokens.html",
+                  {"tokens": tokens, "form": form, "plaintext": plaintext}, status=status)
+
+
+@require_POST
+def api_token_revoke(request, token_id):
+    # Scoped to the user: someone else's token id is a 404, not a revoke.
+    token = get_object_or_404(ApiToken, pk=token_id, user=request.user)
+    if token.revoked_at is None:
+        services.api_token_revoke(token=token, actor=request.user, via="web")
+        messages.success(request, f"Revoked the token {token.name} (pts_{token.prefix}_…); it no longer works.")
+    return redirect("api_tokens")

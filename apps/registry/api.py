@@ -1,0 +1,146 @@
+"""The registry part of the REST API: definitions, their versions, diffs, task instances, aliases and bundles.
+
+Views stay thin: look the project up for the caller's role, call one selector or service, return its result.
+Errors (SpecError, VersionNotFound, PublishConflict, ...) are turned into JSON answers in studio/api_errors.py.
+"""
+
+from ninja import Query, Router, Status
+
+from apps.accounts.models import Project, Role
+from apps.accounts.selectors import project_for_user
+from studio.api_errors import READ_ERRORS, WRITE_ERRORS
+
+from . import selectors, services
+from .api_schemas import (
+    MAX_NUMBER,
+    AliasMoveIn,
+    AliasName,
+    AliasOut,
+    BundleOut,
+    ChangeOut,
+    DefinitionDetailOut,
+    DefinitionOut,
+    InstancePage,
+    KindName,
+    PublishedOut,
+    PublishIn,
+    Slug,
+    VersionOut,
+    VersionPage,
+    VersionSelector,
+    VersionSelectorQuery,
+)
+from .diff import spec_diff
+from .errors import FieldError, SpecError, VersionNotFound
+from .models import Version
+from .refs import Ref
+
+router = Router(tags=["registry"])
+
+DEFINITION = "/projects/{project}/definitions/{kind}/{slug}"
+
+
+def _project(request, slug: str, *, write: bool = False) -> Project:
+    return project_for_user(user=request.auth, slug=slug, min_role=Role.EDITOR if write else Role.VIEWER)
+
+
+def _version(project: Project, kind: str, slug: str, selector: str) -> Version:
+    return selectors.version_resolve(project=project, ref=Ref(kind, slug, selector))
+
+
+@router.get("/projects/{project}/definitions", response={200: list[DefinitionOut], **READ_ERRORS})
+def list_definitions(request, project: str, kind: KindName | None = None):
+    """Every definition in the project, optionally of one kind."""
+    return selectors.definition_list(project=_project(request, project), kind=kind)
+
+
+@router.get(DEFINITION, response={200: DefinitionDetailOut, **READ_ERRORS})
+def get_definition(request, project: str, kind: KindName, slug: Slug):
+    """One definition with its aliases and its newest versions."""
+    scope = _project(request, project)
+    definition = selectors.definition_get(project=scope, kind=kind, slug=slug)
+    return selectors.definition_list(project=scope, kind=kind).get(pk=definition.pk)  # with the counts
+
+
+@router.get(DEFINITION + "/versions", response={200: VersionPage, **READ_ERRORS})
+def list_versions(request, project: str, kind: KindName, slug: Slug,
+                  limit: int = Query(50, ge=1, le=200),
+                  before: int | None = Query(None, ge=1, le=MAX_NUMBER, description="list versions older than this")):
+    """Versions newest first, without their specs, a page at a time."""
+    definition = selectors.definition_get(project=_project(request, project), kind=kind, slug=slug)
+    versions = selectors.version_list(definition=definition).select_related("definition", "instance_set")
+    if before is not None:
+        versions = versions.filter(number__lt=before)
+    page = list(versions[:limit + 1])
+    return {"items": page[:limit], "next_before": page[limit - 1].number if len(page) > limit else None}
+
+
+@router.post(DEFINITION + "/versions", response={(200, 201): PublishedOut, **WRITE_ERRORS})
+def publish_version(request, project: str, kind: KindName, slug: Slug, payload: PublishIn):
+    """Publish the next version. 201 when a version was created; 200 (created: false) with the newest version
+    when the spec and instances are identical to it, so re-running a publish script is harmless."""
+    published = services.version_publish(
+        project=_project(request, project, write=True),
+        kind=kind,
+        slug=slug,
+        spec=payload.spec,
+        author=request.auth,
+        message=payload.message,
+        description=payload.description,
+        instances=None if payload.instances is None else [item.model_dump() for item in payload.instances],
+        expected_head=payload.expected_head,
+        via="api",
+    )
+    return Status(201 if published.created else 200, {"created": published.created, "version": published.version})
+
+
+@router.get(DEFINITION + "/versions/{ref}", response={200: VersionOut, **READ_ERRORS})
+def get_version(request, project: str, kind: KindName, slug: Slug, ref: VersionSelector):
+    """One version by number, alias or `latest`."""
+    return _version(_project(request, project), kind, slug, ref)
+
+
+@router.get(DEFINITION + "/diff", response={200: list[ChangeOut], **READ_ERRORS})
+def diff_versions(request, project: str, kind: KindName, slug: Slug, a: VersionSelectorQuery,
+                  b: VersionSelectorQuery):
+    """What changed from version a to version b, field by field."""
+    scope = _project(request, project)
+    old, new = _version(scope, kind, slug, a), _version(scope, kind, slug, b)
+    return spec_diff(old.spec, new.spec)
+
+
+@router.get("/projects/{project}/definitions/task_template/{slug}/versions/{ref}/instances",
+            response={200: InstancePage, **READ_ERRORS})
+def list_instances(request, project: str, slug: Slug, ref: VersionSelector,
+                   after: str = Query("", max_length=200, description="the last key of the previous page"),
+                   limit: int = Query(100, ge=1, le=1000)):
+    """A task template version's instances in key order, a page at a time."""
+    version = _version(_project(request, project), "task_template", slug, ref)
+    page = selectors.instance_page(version=version, after_key=after, limit=limit + 1)
+    items = [{"key": member.key, "inputs": member.instance.inputs, "hidden": member.instance.hidden,
+              "content_hash": member.instance.content_hash} for member in page[:limit]]
+    return {"items": items, "next_after": page[limit - 1].key if len(page) > limit else None}
+
+
+@router.get(DEFINITION + "/aliases", response={200: list[AliasOut], **READ_ERRORS})
+def list_aliases(request, project: str, kind: KindName, slug: Slug):
+    definition = selectors.definition_get(project=_project(request, project), kind=kind, slug=slug)
+    return selectors.alias_list(definition=definition)
+
+
+@router.put(DEFINITION + "/aliases/{name}", response={200: AliasOut, **WRITE_ERRORS})
+def move_alias(request, project: str, kind: KindName, slug: Slug, name: AliasName, payload: AliasMoveIn):
+    """Point an alias (created if new) at a version."""
+    scope = _project(request, project, write=True)
+    selectors.definition_get(project=scope, kind=kind, slug=slug)  # 404 for the path before 422 for the body
+    try:
+        version = _version(scope, kind, slug, str(payload.version))
+    except VersionNotFound as exc:
+        raise SpecError([FieldError("version", str(exc))]) from None
+    return services.alias_move(version=version, name=name, actor=request.auth, via="api")
+
+
+@router.get("/projects/{project}/bundles/{slug}/versions/{ref}", response={200: BundleOut, **READ_ERRORS})
+def get_bundle(request, project: str, slug: Slug, ref: VersionSelector):
+    """A bundle version with its pinned members and the whole closure it resolves to."""
+    return _version(_project(request, project), "bundle", slug, ref)

@@ -1,0 +1,51 @@
+"""API tokens: the plaintext is shown once, only its digest is stored, and revoking one is final."""
+
+import hashlib
+import re
+
+from django.urls import reverse
+
+from apps.accounts.models import ApiToken
+from apps.accounts.selectors import user_for_token
+from apps.accounts.services import api_token_create
+
+
+def test_created_token_is_shown_once_and_stored_as_a_digest(login, owner):
+    client = login(owner)
+    page = client.post(reverse("api_tokens"), {"name": "laptop CLI"})
+    assert page.status_code == 200
+    plaintext = re.search(r'<code class="secret">(pts_[0-9a-f]{8}_[\w-]+)</code>', page.content.decode())[1]
+
+    token = ApiToken.objects.get(user=owner, name="laptop CLI")
+    assert token.digest == hashlib.sha256(plaintext.encode()).hexdigest()
+    stored = [str(v) for v in ApiToken.objects.filter(pk=token.pk).values().first().values()]
+    assert not any(plaintext in v or plaintext.split("_", 2)[2] in v for v in stored)
+    assert user_for_token(plaintext=plaintext) == owner
+
+    again = client.get(reverse("api_tokens"))
+    assert plaintext.encode() not in again.content
+    assert b"laptop CLI" in again.content
+    assert f"pts_{token.prefix}_".encode() in again.content
+
+
+def test_a_token_needs_a_name(login, owner):
+    page = login(owner).post(reverse("api_tokens"), {"name": ""})
+    assert page.status_code == 400
+    assert not ApiToken.objects.exists()
+
+
+def test_revoke_stops_the_token(login, owner):
+    token, plaintext = api_token_create(user=owner, name="ci")
+    response = login(owner).post(reverse("api_token_revoke", kwargs={"token_id": token.pk}))
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert user_for_token(plaintext=plaintext) is None
+
+
+def test_nobody_revokes_another_users_token(login, owner, outsider):
+    token, plaintext = api_token_create(user=owner, name="ci")
+    client = login(outsider)
+    assert client.post(reverse("api_token_revoke", kwargs={"token_id": token.pk})).status_code == 404
+    assert b"ci" not in client.get(reverse("api_tokens")).content.split(b"<h2>Your tokens</h2>")[1]
+    assert user_for_token(plaintext=plaintext) == owner
