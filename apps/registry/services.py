@@ -9,7 +9,13 @@ from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 
 from .bulk import bulk_insert, json_text
-from .canonical import canonical_json, has_non_finite, instance_hash, instance_set_digest, version_content_hash
+from .canonical import (
+    canonical_json,
+    has_non_finite,
+    instance_hash,
+    instance_set_digest,
+    version_content_hash,
+)
 from .closure import check_references, resolve_bundle
 from .errors import FieldError, PublishConflict, SpecError
 from .models import Alias, Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
