@@ -1,0 +1,216 @@
+"""The demo seed: what it publishes, that a second run publishes nothing, and that its generated tasks are sound."""
+
+import random
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from apps.accounts.models import AuditEvent, Project
+from apps.registry.demo import arithmetic, coding, docqa, modelling3d
+from apps.registry.models import Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
+from apps.registry.refs import Ref
+from apps.registry.selectors import version_resolve
+from apps.registry.specs import prompt_placeholders
+
+DOMAINS = {
+    "arithmetic": {"add-two", "multi-step"},
+    "python-coding": {"python-functions"},
+    "document-qa": {"cite-figures"},
+    "3d-modelling": {"primitive-solids"},
+}
+
+
+@pytest.fixture
+def fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def seeded(db, fast_passwords):
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    return Project.objects.get(slug="demo"), out.getvalue()
+
+
+def latest(project, kind, slug):
+    return version_resolve(project=project, ref=Ref(kind, slug))
+
+
+def stored_instances(version) -> list[TaskInstance]:
+    return [m.instance for m in InstanceSetMember.objects.filter(instance_set=version.instance_set)
+            .select_related("instance").order_by("key")]
+
+
+def test_seed_publishes_four_domains_with_hundreds_of_instances_per_template(seeded):
+    project, output = seeded
+    for domain, templates in DOMAINS.items():
+        spec = latest(project, "domain", domain).spec
+        assert {draw["template"] for draw in spec["templates"]} == templates
+        for slug in templates:
+            version = latest(project, "task_template", slug)
+            stored = InstanceSetMember.objects.filter(instance_set=version.instance_set).count()
+            assert stored == version.instance_set.count >= 200, slug
+            needed = prompt_placeholders(version.spec["prompt_template"])
+            first = stored_instances(version)[0]
+            assert needed <= set(first.inputs), slug
+    assert "http://127.0.0.1:8000/" in output and "demo / password demo" in output
+    assert project.memberships.get().user.check_password("demo")
+
+
+def test_bundle_pins_every_definition_the_domains_need(seeded):
+    project, _ = seeded
+    bundle = latest(project, "bundle", "demo")
+    resolved = {member["ref"]: member["content_hash"] for member in bundle.spec["resolved"]}
+    everything = {v.ref: v.content_hash for v in Version.objects.filter(definition__project=project)
+                  .exclude(definition__kind="bundle").select_related("definition")}
+    assert resolved == everything
+    kinds = {ref.split("/")[0] for ref in resolved}
+    assert kinds == {"domain", "task_template", "sandbox_image", "verifier"}
+    assert bundle.spec["members"] == [f"domain/{slug}@1" for slug in DOMAINS]
+
+
+def test_second_run_creates_no_versions_instances_or_audit_rows(seeded):
+    tables = [Definition, Version, InstanceSet, InstanceSetMember, TaskInstance, AuditEvent]
+    before = {table.__name__: table.objects.count() for table in tables}
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    assert {table.__name__: table.objects.count() for table in tables} == before
+    assert "0 new version(s)" in out.getvalue() and "created" not in out.getvalue()
+
+
+def test_citation_spans_occur_verbatim_in_the_mounted_reports(seeded):
+    project, _ = seeded
+    files = next(layer["files"] for layer in latest(project, "sandbox_image", "docqa-corpus").spec["layers"]
+                 if layer["type"] == "files")
+    checked = 0
+    for instance in stored_instances(latest(project, "task_template", "cite-figures")):
+        citations = instance.hidden["citations"]
+        assert [c["doc_id"] for c in citations] == instance.inputs["doc_ids"]
+        for citation in citations:
+            report = files[f"docs/{citation['doc_id']}.txt"]
+            assert citation["span"] in report, instance.key
+            checked += 1
+        if len(citations) == 1:  # a single-report answer is stated in its span, as written there
+            answer = instance.hidden["answer"]
+            written = f"{int(answer):,}" if answer.isdigit() else answer
+            assert written in citations[0]["span"], instance.key
+    assert checked >= 200
+
+
+def test_answer_text_and_value_agree():
+    """The verifier reads the answer text ("12.4 million", "15%"); analytics read the value. They must agree."""
+    scale = {" million": 1e6, "%": 1}
+    items = docqa.instances(docqa.corpus())
+    for item in items:
+        answer, value = item["hidden"]["answer"], item["hidden"]["value"]
+        suffix = next((s for s in scale if answer.endswith(s)), "")
+        parsed = float(answer.removesuffix(suffix)) * scale.get(suffix, 1)
+        assert parsed == pytest.approx(value, rel=1e-9), item["key"]
+    assert {item["hidden"]["unit"] for item in items} >= {"USD", "percent", "people"}
+
+
+def test_add_two_covers_every_pair_below_thirty():
+    items = arithmetic.add_two_instances()
+    assert len(items) == 900
+    assert {(i["inputs"]["a"], i["inputs"]["b"]) for i in items} == {(a, b) for a in range(30) for b in range(30)}
+    assert all(i["hidden"]["answer"] == i["inputs"]["a"] + i["inputs"]["b"] for i in items)
+
+
+def test_word_problem_working_ends_in_the_answer():
+    items = arithmetic.multi_step_instances()
+    assert len(items) >= 300 and len({i["inputs"]["question"] for i in items}) == len(items)
+    for item in items:
+        steps = item["hidden"]["working"].split(";")
+        assert int(re.findall(r"-?\d+", steps[-1])[-1]) == item["hidden"]["answer"], item["key"]
+        for step in steps:  # each step is true arithmetic
+            lhs, rhs = step.rsplit("=", 1)
+            if not lhs.strip().startswith("+"):
+                assert eval(lhs) == int(rhs), item["key"]  # only digits and operators we generated
+
+
+def test_solid_references_are_consistent():
+    items = modelling3d.instances()
+    assert len(items) >= 200
+    assert {i["inputs"]["shape"] for i in items} == {"box", "cylinder", "sphere", "l-bracket", "plate-with-hole"}
+    for item in items:
+        (x0, y0, z0), (x1, y1, z1) = item["hidden"]["bounds"]
+        assert item["hidden"]["extents"] == [x1 - x0, y1 - y0, z1 - z0]
+        # a solid fills part of its bounding box: more than nothing, never more than all of it
+        assert 0 < item["hidden"]["volume"] <= (x1 - x0) * (y1 - y0) * (z1 - z0) + 1e-6, item["key"]
+
+
+def _run_unittest(workdir: Path, **files: str) -> subprocess.CompletedProcess:
+    """Writes files (solution.py, test_solution.py, ...) to workdir and runs the tests as the verifier would."""
+    workdir.mkdir()
+    for name, text in files.items():
+        (workdir / f"{name}.py").write_text(text)
+    return subprocess.run([sys.executable, "-m", "unittest", "-v", "test_solution"], cwd=workdir,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _sample_across_families(items: list[dict], per_family: int, rng: random.Random) -> list[dict]:
+    by_family = defaultdict(list)
+    for item in items:
+        by_family[item["inputs"]["family"]].append(item)
+    return [item for family in sorted(by_family)
+            for item in rng.sample(by_family[family], min(per_family, len(by_family[family])))]
+
+
+def test_canonical_solutions_pass_their_hidden_tests(tmp_path):
+    items = coding.instances()
+    assert len(items) >= 200
+    sample = _sample_across_families(items, per_family=2, rng=random.Random(7))
+    assert len(sample) >= 30 and len({i["inputs"]["family"] for i in sample}) == len(coding.FAMILIES)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda i: _run_unittest(tmp_path / i["key"], solution=i["hidden"]["canonical_solution"],
+                                                        test_solution=i["hidden"]["tests"]), sample))
+    for item, result in zip(sample, results, strict=True):
+        assert result.returncode == 0, f"{item['key']}:\n{result.stderr}"
+        assert "Ran 2 tests" in result.stderr and "OK" in result.stderr
+
+
+WRONG_SOLUTIONS = {
+    "returns-none": "def {name}(*args):\n    return None\n",
+    # The right answer, but the caller's list is emptied afterwards: the tests also check arguments are left alone.
+    "mutates-input": "from reference import {name} as right\n\n\ndef {name}(*args):\n    result = right(*args)\n"
+                     "    for a in args:\n        if isinstance(a, list):\n            a.clear()\n    return result\n",
+}
+
+
+def test_wrong_solutions_fail_the_hidden_tests(tmp_path):
+    sample = _sample_across_families(coding.instances(), per_family=1, rng=random.Random(8))
+    takes_list = [i for i in sample if "list[" in i["inputs"]["signature"].split("->")[0]]
+    assert takes_list
+    runs = [(i, "returns-none") for i in sample] + [(i, "mutates-input") for i in takes_list]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda run: _run_unittest(
+            tmp_path / f"{run[1]}-{run[0]['key']}",
+            solution=WRONG_SOLUTIONS[run[1]].format(name=run[0]["hidden"]["entry_point"]),
+            reference=run[0]["hidden"]["canonical_solution"], test_solution=run[0]["hidden"]["tests"]), runs))
+    for (item, how), result in zip(runs, results, strict=True):
+        assert result.returncode != 0, f"{how} passed the tests of {item['key']}"
+        assert "FAIL" in result.stderr
+
+
+def test_reference_scripts_build_the_reference_solids(tmp_path):
+    """Runs where trimesh is installed (the cad-3d image); the studio itself does not depend on it."""
+    trimesh = pytest.importorskip("trimesh")
+    pytest.importorskip("manifold3d")
+    items = modelling3d.instances()
+    for shape in ("box", "cylinder", "sphere", "l-bracket", "plate-with-hole"):
+        item = next(i for i in items if i["inputs"]["shape"] == shape)
+        workdir = tmp_path / shape
+        workdir.mkdir()
+        (workdir / "reference.py").write_text(item["hidden"]["reference_script"])
+        subprocess.run([sys.executable, "reference.py"], cwd=workdir, check=True, timeout=120)
+        mesh = trimesh.load(workdir / "out.stl")
+        assert mesh.is_watertight
+        assert abs(mesh.volume - item["hidden"]["volume"]) / item["hidden"]["volume"] < 0.005
+        assert abs(mesh.bounds - item["hidden"]["bounds"]).max() < 0.01
