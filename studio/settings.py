@@ -120,7 +120,7 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every star
 # Whitenoise serves static/ straight from the finders in DEBUG; no CDN is ever used.
 WHITENOISE_USE_FINDERS = True
 
-# Request bodies above this are refused with 400 before any parsing (specs are small; instances go in bulk files).
+# Request bodies above this are refused (the API answers 413) before any parsing (specs are small; instances go in bulk files).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("STUDIO_MAX_REQUEST_BYTES", 4 * 1024 * 1024))
 
 LOGGING = {

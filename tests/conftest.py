@@ -3,9 +3,9 @@
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 from apps.accounts.services import membership_set, project_create
+from specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,12 +1,16 @@
 """Reads for accounts: who may see and do what in which project."""
 
+from datetime import timedelta
+
 from django.core.exceptions import PermissionDenied
 from django.db.models import F, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from .models import ApiToken, Membership, Project, Role
+from .models import ApiToken, AuditEvent, Membership, Project, Role
 from .services import token_digest
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def project_list_for_user(*, user) -> QuerySet[Project]:
@@ -45,8 +49,16 @@ def user_for_token(*, plaintext: str):
     )
     if token is None or not token.user.is_active:
         return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    # At most one write a minute per token: a read-only API call should not take the database's write lock.
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token.user
+
+
+def audit_list(*, project: Project, limit: int = 100) -> QuerySet[AuditEvent]:
+    """Every write in the project, newest first."""
+    return AuditEvent.objects.filter(project=project).select_related("actor").order_by("-created_at", "-id")[:limit]
 
 
 def api_token_list(*, user) -> QuerySet[ApiToken]:

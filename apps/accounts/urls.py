@@ -9,4 +9,5 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api_tokens"),
     path("tokens/<int:token_id>/revoke/", views.api_token_revoke, name="api_token_revoke"),
+    path("audit/<slug:project>/", views.audit_log, name="audit_log"),
 ]

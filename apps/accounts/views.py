@@ -7,7 +7,8 @@ from django.views.decorators.http import require_POST
 
 from . import services
 from .models import ApiToken
-from .selectors import api_token_list
+from .models import Role
+from .selectors import api_token_list, audit_list, project_for_user
 
 
 class ApiTokenCreateForm(forms.Form):
@@ -35,3 +36,10 @@ def api_token_revoke(request, token_id):
         services.api_token_revoke(token=token, actor=request.user, via="web")
         messages.success(request, f"Revoked the token {token.name} (pts_{token.prefix}_…); it no longer works.")
     return redirect("api_tokens")
+
+
+def audit_log(request, project):
+    """Every write in a project, newest first: who published, moved an alias, changed a role. Owners only."""
+    scope = project_for_user(user=request.user, slug=project, min_role=Role.OWNER)
+    return render(request, "accounts/audit_log.html",
+                  {"project": scope, "events": audit_list(project=scope, limit=500)})

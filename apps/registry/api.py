@@ -117,9 +117,7 @@ def list_instances(request, project: str, slug: Slug, ref: VersionSelector,
     """A task template version's instances in key order, a page at a time."""
     version = _version(_project(request, project), "task_template", slug, ref)
     page = selectors.instance_page(version=version, after_key=after, limit=limit + 1)
-    items = [{"key": member.key, "inputs": member.instance.inputs, "hidden": member.instance.hidden,
-              "content_hash": member.instance.content_hash} for member in page[:limit]]
-    return {"items": items, "next_after": page[limit - 1].key if len(page) > limit else None}
+    return {"items": page[:limit], "next_after": page[limit - 1].key if len(page) > limit else None}
 
 
 @router.get(DEFINITION + "/aliases", response={200: list[AliasOut], **READ_ERRORS})

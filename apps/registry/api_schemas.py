@@ -9,7 +9,7 @@ from pydantic import ConfigDict
 
 from apps.accounts.models import SLUG_PATTERN
 
-from .models import Alias, Definition, Version
+from .models import Alias, Definition, InstanceSetMember, Version
 from .selectors import alias_list, version_list
 from .specs import KINDS
 
@@ -151,10 +151,24 @@ class ChangeOut(Schema):
 
 
 class InstanceOut(Schema):
+    """Built from an InstanceSetMember: the key is the member's, the rest is the shared instance's."""
+
     key: str
     inputs: dict[str, Any]
     hidden: dict[str, Any]
     content_hash: str
+
+    @staticmethod
+    def resolve_inputs(member: InstanceSetMember) -> dict:
+        return member.instance.inputs
+
+    @staticmethod
+    def resolve_hidden(member: InstanceSetMember) -> dict:
+        return member.instance.hidden
+
+    @staticmethod
+    def resolve_content_hash(member: InstanceSetMember) -> str:
+        return member.instance.content_hash
 
 
 class InstancePage(Schema):

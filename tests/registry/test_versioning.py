@@ -4,7 +4,6 @@ import threading
 
 import pytest
 from django.db import IntegrityError, InternalError, close_old_connections, connection, transaction
-from specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 from apps.accounts.models import AuditEvent
 from apps.registry.canonical import layer_chain_hashes
@@ -13,6 +12,7 @@ from apps.registry.models import Alias, ImmutableVersionError, InstanceSet, Task
 from apps.registry.refs import Ref
 from apps.registry.selectors import instance_page, version_resolve
 from apps.registry.services import alias_move, version_publish
+from specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 
 def publish(project, owner, kind, slug, spec, **extra):

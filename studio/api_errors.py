@@ -1,0 +1,118 @@
+"""How the REST API answers a mistake: always JSON, always a 4xx that says what was wrong and where.
+
+Every error body has the same shape, `{"detail": "...", "errors": [{"field": ..., "problem": ...}]}`, whether
+the problem was found by ninja (a malformed request) or by the registry (a spec that does not validate), so a
+client needs one error handler.
+"""
+
+import logging
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import DataError
+from django.http import Http404
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from apps.accounts.models import SLUG_PATTERN
+from apps.registry.errors import FieldError, PublishConflict, SpecError, VersionNotFound
+
+logger = logging.getLogger(__name__)
+
+
+class FieldProblem(Schema):
+    field: str
+    problem: str
+
+
+class ErrorOut(Schema):
+    detail: str
+    errors: list[FieldProblem] = []
+
+
+# For the OpenAPI document: the error statuses each kind of endpoint can answer.
+READ_ERRORS = {frozenset({401, 403, 404, 422}): ErrorOut}
+WRITE_ERRORS = {frozenset({400, 401, 403, 404, 409, 413, 422}): ErrorOut}
+
+# pydantic reports a pattern mismatch by quoting the regex; say in words what a valid value looks like.
+PATTERN_HINTS = {
+    SLUG_PATTERN: "use 1-63 lowercase letters, digits and hyphens, starting with a letter or digit "
+                  "(no '/', '.', spaces)",
+}
+UNAUTHENTICATED = ("Authentication required: send the header 'Authorization: Bearer pts_...' with an API token, "
+                   "or sign in to the studio in this browser.")
+
+
+def register_exception_handlers(api: NinjaAPI) -> None:
+    def answer(request, status: int, detail: str, errors: Sequence[FieldError] = ()):
+        body = {"detail": detail, "errors": [{"field": e.field, "problem": e.problem} for e in errors]}
+        return api.create_response(request, body, status=status)
+
+    @api.exception_handler(SpecError)
+    def spec_invalid(request, exc: SpecError):
+        return answer(request, 422, str(exc), exc.errors)
+
+    @api.exception_handler(ValidationError)
+    def request_invalid(request, exc: ValidationError):
+        errors = [_request_problem(error) for error in exc.errors]
+        return answer(request, 422, "Invalid request: " + "; ".join(map(str, errors)), errors)
+
+    @api.exception_handler(VersionNotFound)
+    def version_not_found(request, exc: VersionNotFound):
+        return answer(request, 404, str(exc))
+
+    @api.exception_handler(Http404)
+    def not_found(request, exc: Http404):
+        return answer(request, 404, str(exc) or "Not found.")
+
+    @api.exception_handler(PermissionDenied)
+    def forbidden(request, exc: PermissionDenied):
+        return answer(request, 403, str(exc) or "You do not have permission to do this.")
+
+    @api.exception_handler(PublishConflict)
+    def publish_conflict(request, exc: PublishConflict):
+        return answer(request, 409, str(exc))
+
+    @api.exception_handler(AuthenticationError)
+    def unauthenticated(request, exc: AuthenticationError):
+        # ninja raises a bare AuthenticationError ("Unauthorized") when no way of signing in was tried.
+        response = answer(request, 401, UNAUTHENTICATED if exc.message == "Unauthorized" else exc.message)
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+        return response
+
+    @api.exception_handler(RequestDataTooBig)
+    def body_too_big(request, exc: RequestDataTooBig):
+        # Raised by Django when ninja first reads request.body; left alone it becomes an HTML 400 page.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        size = int(request.META.get("CONTENT_LENGTH") or 0)
+        return answer(request, 413, f"The request body is {size / 2**20:.1f} MiB; the limit is {limit / 2**20:.0f} "
+                                    "MiB (STUDIO_MAX_REQUEST_BYTES). Put task data in task instances and import "
+                                    "large instance sets from a file.")
+
+    @api.exception_handler(HttpError)
+    def http_error(request, exc: HttpError):
+        # ninja turns a body it cannot parse into a 400 "Cannot parse request body"; say what was wrong.
+        cause = exc.__cause__  # JSONDecodeError, UnicodeDecodeError, RecursionError (nested too deeply)
+        if cause is not None:
+            return answer(request, 400, f"The request body is not valid JSON: {cause}.",
+                          [FieldError("body", str(cause))])
+        return answer(request, exc.status_code, exc.message)
+
+    @api.exception_handler(DataError)
+    def value_not_storable(request, exc: DataError):
+        # The database refused a value the validation let through (e.g. a NUL character on PostgreSQL).
+        logger.warning("API request refused by the database: %s", exc)
+        return answer(request, 400, f"A value in the request cannot be stored: {exc}".strip())
+
+
+def _request_problem(error: dict) -> FieldError:
+    """ninja's error `loc` is (source, [body parameter,] field, ...); name the field as the client wrote it."""
+    source, *path = error["loc"]
+    if source == "body":
+        path = path[1:]  # the view's body parameter name, which the client never sees
+    field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
+    problem = PATTERN_HINTS.get(error.get("ctx", {}).get("pattern"), error["msg"])
+    if source != "body":
+        problem += f" ({source} parameter)"
+    return FieldError(field or source, problem)

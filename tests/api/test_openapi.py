@@ -1,0 +1,37 @@
+"""The served OpenAPI document: what client generators and the CLI read."""
+
+import json
+
+
+def test_openapi_document_lists_the_endpoints_and_bearer_auth(client):
+    response = client.get("/api/v1/openapi.json")
+    assert response.status_code == 200
+    schema = json.loads(response.content)
+    assert schema["openapi"].startswith("3.")
+    assert schema["info"]["title"] == "Posttrain Studio API"
+
+    paths = schema["paths"]
+    definition = "/api/v1/projects/{project}/definitions/{kind}/{slug}"
+    assert set(paths["/api/v1/projects"]) == {"get"}
+    assert set(paths[definition + "/versions"]) == {"get", "post"}
+    assert "get" in paths[definition + "/versions/{ref}"]
+    assert "get" in paths[definition + "/diff"]
+    assert "put" in paths[definition + "/aliases/{name}"]
+    assert "get" in paths["/api/v1/projects/{project}/definitions/task_template/{slug}/versions/{ref}/instances"]
+    assert "get" in paths["/api/v1/projects/{project}/bundles/{slug}/versions/{ref}"]
+    assert "get" in paths["/api/v1/projects/{project}/audit"]
+    assert not any("{path" in p or "{rest" in p for p in paths), "the catch-all 404 route is not an endpoint"
+
+    schemes = schema["components"]["securitySchemes"]
+    assert {"type": "http", "scheme": "bearer"} in schemes.values()
+    publish = paths[definition + "/versions"]["post"]
+    assert publish["operationId"] == "publish_version"
+    assert {"ApiTokenAuth": []} in publish["security"]
+    assert {"201", "200", "409", "422"} <= set(publish["responses"])
+    kind = next(p for p in publish["parameters"] if p["name"] == "kind")
+    assert kind["schema"]["enum"] == ["domain", "task_template", "sandbox_image", "verifier", "bundle"]
+
+
+def test_openapi_document_needs_no_login(client):
+    # The API authenticates per endpoint; the document itself describes no project data.
+    assert client.get("/api/v1/openapi.json").status_code == 200
