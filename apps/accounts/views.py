@@ -6,8 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from . import services
-from .models import ApiToken
-from .models import Role
+from .models import ApiToken, Role
 from .selectors import api_token_list, audit_list, project_for_user
 
 
