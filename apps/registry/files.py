@@ -25,6 +25,7 @@ import yaml
 from django.db import transaction
 
 from apps.accounts.models import Project, Team
+from apps.accounts.services import audit_record, project_create
 
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
 from .models import Alias, Definition, Version
@@ -207,9 +208,7 @@ def import_directory(*, directory: Path, project_slug: str | None, actor=None, m
     with transaction.atomic():
         project = Project.objects.filter(slug=slug).first()
         if project is None:
-            team, _ = Team.objects.get_or_create(slug=(project_doc or {}).get("team", slug),
-                                                 defaults={"name": (project_doc or {}).get("team", slug)})
-            project = Project.objects.create(team=team, slug=slug, name=(project_doc or {}).get("name", slug))
+            project = _project_create(slug=slug, doc=project_doc or {}, actor=actor)
             report.project_created = True
         for item in ordered:
             try:
@@ -224,6 +223,20 @@ def import_directory(*, directory: Path, project_slug: str | None, actor=None, m
     if errors:
         raise ImportFailed(errors)
     return report
+
+
+def _project_create(*, slug: str, doc: dict, actor) -> Project:
+    """The importing user owns a project the import creates; without one it has no members until an owner
+    is added (`manage.py createsuperuser` can reach it through /admin/)."""
+    team, name = str(doc.get("team", slug)), str(doc.get("name", slug))
+    if actor is not None:
+        return project_create(team_slug=team, slug=slug, name=name, owner=actor, via="cli")
+    team_row, _ = Team.objects.get_or_create(slug=team, defaults={"name": team})
+    project = Project(team=team_row, slug=slug, name=name)
+    project.full_clean()
+    project.save()
+    audit_record(project=project, actor=None, action="project.create", target=f"project/{slug}", via="cli")
+    return project
 
 
 def _spec_field(name: str) -> str:
@@ -253,7 +266,10 @@ def _import_one(item: DefinitionFile, *, project, actor, message, report: Import
     published = version_publish(project=project, kind=item.kind, slug=item.slug, spec=item.spec, author=actor,
                                 message=message or f"Imported from {item.name}", description=item.description,
                                 instances=item.instances, via="cli")
-    (report.published if published.created else report.unchanged).append(published.version.ref)
+    if published.created:
+        report.published.append(published.version.ref)
+    elif published.version.ref not in report.published:  # not just rebuilt from history
+        report.unchanged.append(published.version.ref)
     for name, number in item.aliases.items():
         target = Version.objects.select_related("definition").filter(
             definition=published.version.definition, number=number).first()

@@ -202,3 +202,15 @@ def test_yaml_anchors_are_refused_before_they_can_expand(exported, capsys):
     with pytest.raises(CommandError):
         call_command("registry", "import", str(directory))
     assert "verifier/bomb.yaml: YAML anchors and aliases (&name, *name) are not allowed" in capsys.readouterr().err
+
+
+def test_import_into_an_empty_database_makes_the_importing_user_owner(exported, owner):
+    directory, _ = exported
+    wipe_registry()
+    call_command("registry", "import", str(directory), "--user", owner.username)
+    from apps.accounts.models import Membership
+
+    membership = Membership.objects.get(project__slug="acme-rl")
+    assert membership.user == owner and membership.role == "owner"
+    assert AuditEvent.objects.filter(action="project.create", via="cli", actor=owner).count() == 1
+    assert Version.objects.filter(author=owner).count() == 6

@@ -25,7 +25,7 @@ class Command(BaseCommand):
         imp = sub.add_parser("import", help="publish what changed in DIR as new versions; all or nothing")
         imp.add_argument("directory", type=Path)
         imp.add_argument("--project", help="project slug (default: DIR/project.yaml); created if absent")
-        imp.add_argument("--user", help="username recorded as author and in the audit log")
+        imp.add_argument("--user", help="author of the new versions, and owner of a project the import creates")
         imp.add_argument("--message", default="", help="message of the new versions")
         diff = sub.add_parser("diff", help="structural diff: registry diff KIND/SLUG@A B")
         diff.add_argument("old", help="KIND/SLUG@A")
@@ -66,7 +66,8 @@ class Command(BaseCommand):
                 self.stderr.write(f"  {error}")
             raise CommandError(f"{len(failed.errors)} error(s) in {directory}; nothing was imported.")
         if report.project_created:
-            self.stdout.write("Created the project.")
+            owner = f"owned by {user}" if user else "with no members yet (pass --user to own it)"
+            self.stdout.write(f"Created the project, {owner}.")
         for ref in report.published:
             self.stdout.write(f"  published {ref}")
         for line in report.aliases_moved:
