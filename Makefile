@@ -5,9 +5,19 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup demo test lint serve clean
+.PHONY: setup system-packages demo test lint clean
 
-setup: $(VENV)/.installed
+setup: system-packages $(VENV)/.installed
+
+# Debian packages the studio runs: bubblewrap for the process sandbox. Installed when we are root (as on these
+# machines and in CI); otherwise the missing ones are named and the tests that need them are skipped.
+SYSTEM_PACKAGES := bubblewrap
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else echo "Missing Debian packages:$$missing (install them as root: apt-get install$$missing)"; fi; \
+	fi
 
 # Re-runs only when pyproject.toml changes; an existing .venv is reused.
 $(VENV)/.installed: pyproject.toml

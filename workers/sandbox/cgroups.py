@@ -1,0 +1,84 @@
+"""Per-sandbox cgroups (v1 memory and pids controllers, as these machines mount them).
+
+They bound the sandbox as a whole — the warm interpreter and everything the program starts — and tell an
+out-of-memory kill apart from other deaths. Where they cannot be created (not root, other layouts) the
+sandbox still runs, with rlimits only, and says so in the result's `isolation`.
+"""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+GROUP = "posttrain-studio"
+ZYGOTE_MEMORY_MB = 64  # headroom for the warm interpreter itself
+
+
+class SandboxCgroup:
+    def __init__(self, name: str, *, memory_mb: int, max_processes: int):
+        self.memory = ROOT / "memory" / GROUP / name
+        self.pids = ROOT / "pids" / GROUP / name
+        self.applied: list[str] = []
+        try:
+            self.memory.mkdir(parents=True, exist_ok=True)
+            limit = str((memory_mb + ZYGOTE_MEMORY_MB) * 1024 * 1024)
+            (self.memory / "memory.limit_in_bytes").write_text(limit)
+            swap = self.memory / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                swap.write_text(limit)  # no escape into swap
+            self.applied.append("cgroup:memory")
+        except OSError:
+            self.memory = None
+        try:
+            self.pids.mkdir(parents=True, exist_ok=True)
+            (self.pids / "pids.max").write_text(str(max_processes + 4))
+            self.applied.append("cgroup:pids")
+        except OSError:
+            self.pids = None
+
+    def join(self) -> None:
+        """Called in the child before exec (as root): the sandbox starts inside its cgroups."""
+        for group in (self.memory, self.pids):
+            if group is not None:
+                (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    def oom_kills(self) -> int:
+        if self.memory is None:
+            return 0
+        for line in (self.memory / "memory.oom_control").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return 0
+
+    def reset_peak(self) -> None:
+        if self.memory is not None:
+            try:
+                (self.memory / "memory.max_usage_in_bytes").write_text("0")
+            except OSError:
+                pass
+
+    def peak_mb(self) -> float | None:
+        if self.memory is None:
+            return None
+        return int((self.memory / "memory.max_usage_in_bytes").read_text()) / (1024 * 1024)
+
+    def kill_all(self) -> None:
+        """SIGKILL whatever is still inside, then remove the groups."""
+        for group in (self.pids, self.memory):
+            if group is None or not group.exists():
+                continue
+            for _ in range(50):
+                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.01)
+            try:
+                group.rmdir()
+            except OSError:
+                pass

@@ -1,0 +1,329 @@
+"""SandboxPool: warm sandboxes per image version, handed out one trajectory at a time.
+
+- `acquire(image, timeout=)` leases a warm sandbox (or waits for one, starting more up to the image's ceiling);
+  the lease is a context manager, and a trajectory may run several programs in it (a multi-step session).
+- On release the sandbox is reset to its image's clean state in the background before anyone else gets it,
+  or destroyed if it cannot be; dead sandboxes are replaced so the pool stays at its warm size.
+- A maintenance thread pings idle sandboxes (heartbeat) and reclaims leases that stopped answering: a session
+  idle past `lease_idle_timeout` loses its sandbox.
+- `execute(image, execution)` is acquire + run + release, retrying infrastructure errors a bounded number of
+  times; a program's own failure (error, timeout, killed) is never retried.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .types import Execution, ExecutionResult, SandboxImage, Status
+
+
+class AcquireTimeout(Exception):
+    """No sandbox became free before the deadline."""
+
+
+class LeaseExpired(Exception):
+    """The lease was reclaimed: it sat idle past the pool's lease timeout, or its sandbox died."""
+
+
+class ImageUnavailable(Exception):
+    """Sandboxes of this image keep failing to start; the reason is the last start error."""
+
+
+def _percentiles(values) -> dict:
+    data = sorted(values)
+    if not data:
+        return {"p50_ms": None, "p95_ms": None, "count": 0}
+    return {"p50_ms": round(statistics.median(data) * 1000, 2),
+            "p95_ms": round(data[min(len(data) - 1, int(0.95 * len(data)))] * 1000, 2), "count": len(data)}
+
+
+@dataclass
+class _ImagePool:
+    image: SandboxImage
+    target: int
+    ceiling: int
+    idle: deque = field(default_factory=deque)
+    busy: set = field(default_factory=set)
+    starting: int = 0
+    resetting: int = 0
+    waiting: int = 0
+    failed_starts: int = 0
+    consecutive_failures: int = 0
+    last_error: str = ""
+    assembly: deque = field(default_factory=lambda: deque(maxlen=1000))
+    waits: deque = field(default_factory=lambda: deque(maxlen=1000))
+
+    @property
+    def total(self) -> int:
+        return len(self.idle) + len(self.busy) + self.starting + self.resetting
+
+
+class Lease:
+    """A sandbox held by one trajectory. Use as a context manager; `run` as often as the session needs."""
+
+    def __init__(self, pool: SandboxPool, entry: _ImagePool, sandbox):
+        self._pool, self._entry, self.sandbox = pool, entry, sandbox
+        self.last_active = time.monotonic()
+        self.expired = False
+        self.running = False
+
+    def run(self, execution: Execution) -> ExecutionResult:
+        if self.expired:
+            raise LeaseExpired("this sandbox was reclaimed after the session stopped answering")
+        self.running = True
+        try:
+            return self.sandbox.run(execution)
+        finally:
+            self.running = False
+            self.last_active = time.monotonic()
+
+    def release(self) -> None:
+        self._pool._release(self._entry, self)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class SandboxPool:
+    def __init__(self, backend, *, ceiling_factor: int = 2, lease_idle_timeout: float = 300.0,
+                 heartbeat_interval: float = 5.0, max_start_failures: int = 3, workers: int = 4):
+        self.backend = backend
+        self.ceiling_factor = ceiling_factor
+        self.lease_idle_timeout = lease_idle_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.max_start_failures = max_start_failures
+        self._images: dict[str, _ImagePool] = {}
+        self._leases: set[Lease] = set()
+        self._destroying = 0
+        self._lock = threading.Condition()
+        self._jobs = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-pool")
+        self._closed = False
+        self._maintenance = threading.Thread(target=self._maintain, name="sandbox-pool-maintenance", daemon=True)
+        self._maintenance.start()
+
+    # --- public -------------------------------------------------------------------------------------------
+
+    def warm(self, image: SandboxImage, size: int | None = None) -> None:
+        """Keep `size` (default: the image's warm_pool_size) sandboxes of this image ready."""
+        with self._lock:
+            entry = self._entry(image)
+            entry.target = image.warm_pool_size if size is None else size
+            entry.ceiling = max(entry.ceiling, entry.target * self.ceiling_factor, 1)
+            self._fill(entry)
+
+    def acquire(self, image: SandboxImage, *, timeout: float = 30.0) -> Lease:
+        started = time.monotonic()
+        deadline = started + timeout
+        with self._lock:
+            entry = self._entry(image)
+            while True:
+                if self._closed:
+                    raise AcquireTimeout("the pool is closed")
+                while entry.idle:
+                    sandbox = entry.idle.popleft()
+                    if sandbox.alive:
+                        lease = Lease(self, entry, sandbox)
+                        entry.busy.add(sandbox)
+                        self._leases.add(lease)
+                        entry.waits.append(time.monotonic() - started)
+                        self._fill(entry)
+                        return lease
+                    self._discard(sandbox)
+                if entry.consecutive_failures >= self.max_start_failures:
+                    raise ImageUnavailable(f"{image.key}: {entry.last_error}")
+                # One sandbox on its way (starting or being reset) for each waiting caller, up to the ceiling.
+                if entry.total < entry.ceiling and entry.starting + entry.resetting <= entry.waiting:
+                    self._start(entry)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AcquireTimeout(f"no sandbox of {image.key} became free within {timeout:g} s "
+                                         f"({len(entry.busy)} busy, {entry.starting} starting)")
+                entry.waiting += 1
+                try:
+                    self._lock.wait(remaining)
+                finally:
+                    entry.waiting -= 1
+
+    def execute(self, image: SandboxImage, execution: Execution, *, timeout: float = 30.0,
+                retries: int = 2) -> ExecutionResult:
+        """One program in a fresh lease. Infrastructure errors are retried up to `retries` times."""
+        reason = ""
+        for attempt in range(1, retries + 2):
+            try:
+                with self.acquire(image, timeout=timeout) as lease:
+                    result = lease.run(execution)
+            except (AcquireTimeout, ImageUnavailable, LeaseExpired) as exc:
+                reason = str(exc)
+                if isinstance(exc, ImageUnavailable):
+                    break
+                continue
+            except Exception as exc:  # the sandbox machinery failed, not the program
+                reason = f"{type(exc).__name__}: {exc}"
+                continue
+            result.attempts = attempt
+            if result.status != Status.INFRA_ERROR:
+                return result
+            reason = result.reason
+        return ExecutionResult(status=Status.INFRA_ERROR, reason=reason, attempts=attempt,
+                               backend=self.backend.name)
+
+    def status(self) -> list[dict]:
+        with self._lock:
+            return [{
+                "image": key, "warm": len(entry.idle), "busy": len(entry.busy), "starting": entry.starting,
+                "resetting": entry.resetting, "failed_starts": entry.failed_starts, "target": entry.target,
+                "ceiling": entry.ceiling, "last_error": entry.last_error, "destroying": self._destroying,
+                "environment_assembly": _percentiles(entry.assembly), "wait_for_sandbox": _percentiles(entry.waits),
+            } for key, entry in sorted(self._images.items())]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            sandboxes = [s for e in self._images.values() for s in (*e.idle, *e.busy)]
+            for entry in self._images.values():
+                entry.idle.clear()
+                entry.busy.clear()
+            self._lock.notify_all()
+        self._maintenance.join(timeout=5)
+        # Jobs still running (starts, resets, heartbeats) see _closed and destroy what they hold.
+        self._jobs.shutdown(wait=True)
+        for sandbox in sandboxes:
+            sandbox.destroy()
+
+    # --- internals (call with the lock held unless said otherwise) ---------------------------------------
+
+    def _discard(self, sandbox) -> None:
+        """Destroy a sandbox off the caller's path; once the pool is closing, right here."""
+        if self._closed:
+            sandbox.destroy()
+            return
+        self._destroying += 1
+        self._jobs.submit(self._destroy_job, sandbox)
+
+    def _destroy_job(self, sandbox) -> None:  # in a worker thread, without the lock
+        try:
+            sandbox.destroy()
+        finally:
+            with self._lock:
+                self._destroying -= 1
+
+    def _entry(self, image: SandboxImage) -> _ImagePool:
+        entry = self._images.get(image.key)
+        if entry is None:
+            target = image.warm_pool_size
+            entry = _ImagePool(image=image, target=target, ceiling=max(target * self.ceiling_factor, 1))
+            self._images[image.key] = entry
+        return entry
+
+    def _fill(self, entry: _ImagePool) -> None:
+        while not self._closed and len(entry.idle) + entry.starting + entry.resetting < entry.target \
+                and entry.total < entry.ceiling and entry.consecutive_failures < self.max_start_failures:
+            self._start(entry)
+
+    def _start(self, entry: _ImagePool) -> None:
+        entry.starting += 1
+        self._jobs.submit(self._start_job, entry)
+
+    def _start_job(self, entry: _ImagePool) -> None:  # in a worker thread, without the lock
+        started = time.monotonic()
+        try:
+            sandbox = self.backend.start(entry.image)
+        except Exception as exc:
+            with self._lock:
+                entry.starting -= 1
+                entry.failed_starts += 1
+                entry.consecutive_failures += 1
+                entry.last_error = f"{type(exc).__name__}: {exc}"
+                self._lock.notify_all()
+            return
+        with self._lock:
+            entry.starting -= 1
+            entry.consecutive_failures = 0
+            entry.assembly.append(time.monotonic() - started)
+            if self._closed:
+                self._discard(sandbox)
+                return
+            entry.idle.append(sandbox)
+            self._lock.notify_all()
+
+    def _release(self, entry: _ImagePool, lease: Lease) -> None:
+        with self._lock:
+            if lease not in self._leases:
+                return  # released twice, or reclaimed already
+            self._leases.discard(lease)
+            entry.busy.discard(lease.sandbox)
+            lease.expired = True
+            if self._closed:
+                self._discard(lease.sandbox)
+                return
+            entry.resetting += 1
+            self._jobs.submit(self._reset_job, entry, lease.sandbox)
+
+    def _reset_job(self, entry: _ImagePool, sandbox) -> None:  # in a worker thread, without the lock
+        healthy = sandbox.alive
+        if healthy:
+            try:
+                sandbox.reset()
+            except Exception:
+                healthy = False
+        if not healthy:
+            sandbox.destroy()  # still counted as resetting until here
+        with self._lock:
+            entry.resetting -= 1
+            if healthy and not self._closed and (len(entry.idle) < entry.target or entry.waiting):
+                entry.idle.append(sandbox)
+            elif healthy:
+                self._discard(sandbox)
+            self._fill(entry)
+            self._lock.notify_all()
+
+    def _maintain(self) -> None:
+        last_ping = time.monotonic()
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._lock.wait(0.2)
+                if self._closed:
+                    return
+                now = time.monotonic()
+                for lease in [lease for lease in self._leases
+                              if not lease.running and now - lease.last_active > self.lease_idle_timeout]:
+                    self._leases.discard(lease)
+                    lease.expired = True
+                    lease._entry.busy.discard(lease.sandbox)
+                    self._discard(lease.sandbox)
+                ping = now - last_ping >= self.heartbeat_interval
+                idle = [(entry, sandbox) for entry in self._images.values() for sandbox in entry.idle] if ping else []
+                for entry in self._images.values():
+                    self._fill(entry)
+            if ping:
+                last_ping = time.monotonic()
+                for entry, sandbox in idle:
+                    self._jobs.submit(self._heartbeat_job, entry, sandbox)
+
+    def _heartbeat_job(self, entry: _ImagePool, sandbox) -> None:
+        with self._lock:
+            if sandbox not in entry.idle:
+                return  # handed out meanwhile
+            entry.idle.remove(sandbox)
+            entry.resetting += 1  # out of circulation while it is being checked
+        answered = sandbox.alive and sandbox.ping()
+        if not answered:
+            sandbox.destroy()  # still counted as resetting until here
+        with self._lock:
+            entry.resetting -= 1
+            if answered and self._closed:
+                self._discard(sandbox)
+            elif answered:
+                entry.idle.append(sandbox)
+            self._fill(entry)
+            self._lock.notify_all()

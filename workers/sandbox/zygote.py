@@ -1,0 +1,320 @@
+"""The fork server that runs inside every sandbox (standard library only; runs under the sandbox's python3).
+
+It starts once per sandbox, imports the image's modules, and then forks one child per execution, so a warm
+run costs a fork instead of an interpreter start. It speaks length-prefixed JSON on stdin/stdout.
+
+Inside the sandbox it is pid 2 (bubblewrap's init is pid 1), so after every run `kill(-1, SIGKILL)` removes
+every process the program left behind, including grandchildren that called setsid, and nothing else. It makes
+itself non-dumpable so a program running as the same uid cannot ptrace it or read its /proc entries.
+"""
+
+import base64
+import ctypes
+import gc
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import stat
+import struct
+import sys
+import time
+import traceback
+import types
+
+WORKDIR = "/sandbox"
+SCRATCH = ("/tmp", "/dev/shm")
+IMAGE_FILES = "/image/files"
+HEARTBEAT_SECONDS = 0.5
+PR_SET_DUMPABLE = 4
+SELF_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGFPE, signal.SIGBUS, signal.SIGILL, signal.SIGSYS}
+
+# The same framing as workers/sandbox/protocol.py; repeated because this file runs alone inside the sandbox.
+_protocol_in = os.fdopen(0, "rb", buffering=0)
+_protocol_out = os.fdopen(1, "wb", buffering=0)
+
+
+def send(message: dict) -> None:
+    body = json.dumps(message).encode()
+    _protocol_out.write(struct.pack(">I", len(body)) + body)
+
+
+def receive() -> dict | None:
+    header = _read_exactly(4)
+    if header is None:
+        return None
+    return json.loads(_read_exactly(struct.unpack(">I", header)[0]))
+
+
+def _read_exactly(size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = _protocol_in.read(remaining)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def kill_everything_else() -> None:
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while True:  # reap what was ours; orphans are reaped by pid 1
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                break
+        except ChildProcessError:
+            break
+
+
+def remove(path: str) -> None:
+    """Delete a tree the program may have made hard to delete (directories without permissions)."""
+    info = os.lstat(path)
+    if stat.S_ISDIR(info.st_mode):
+        os.chmod(path, 0o700)
+        for entry in os.scandir(path):
+            remove(entry.path)
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
+def reset() -> dict:
+    """Back to the image's clean state: no process of the last run, empty scratch space, the image's files."""
+    kill_everything_else()
+    for path in (WORKDIR, *SCRATCH):
+        os.chmod(path, 0o700 if path == WORKDIR else 0o1777)
+        for entry in os.scandir(path):
+            remove(entry.path)
+        if os.listdir(path):
+            raise OSError(f"{path} is not empty after the reset")
+    if os.path.isdir(IMAGE_FILES):
+        shutil.copytree(IMAGE_FILES, WORKDIR, dirs_exist_ok=True, symlinks=True)
+    os.chdir(WORKDIR)
+    return {"op": "ready"}
+
+
+def safe_path(relative: str) -> str:
+    full = os.path.normpath(os.path.join(WORKDIR, relative))
+    if not full.startswith(WORKDIR + "/"):
+        raise ValueError(f"{relative!r} leaves the working directory")
+    return full
+
+
+def write_inputs(files: dict) -> None:
+    for relative, encoded in files.items():
+        path = safe_path(relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(base64.b64decode(encoded))
+
+
+def read_outputs(names: list, cap: int) -> tuple[dict, list]:
+    found, missing = {}, []
+    for relative in names:
+        try:
+            fd = os.open(safe_path(relative), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except (OSError, ValueError):
+            missing.append(relative)
+            continue
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                missing.append(relative)  # a fifo or device would hang or leak; only regular files come back
+                continue
+            found[relative] = base64.b64encode(handle.read(cap)).decode()
+    return found, missing
+
+
+def child(request: dict, stdout_w: int, stderr_w: int, stdin_fd: int) -> None:
+    """In the forked child: limits, descriptors, then the program. Never returns."""
+    try:
+        os.dup2(stdin_fd, 0)
+        os.dup2(stdout_w, 1)
+        os.dup2(stderr_w, 2)
+        os.closerange(3, 1 << 16)
+        os.setsid()
+        try:
+            with open("/proc/self/oom_score_adj", "w") as handle:
+                handle.write("1000")  # if memory runs out, the program goes first, not the zygote
+        except OSError:
+            pass
+        limits = request["limits"]
+        cpu = max(1, int(limits["cpu_seconds"] + 0.999))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"], limits["max_processes"]))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_bytes"], limits["max_file_bytes"]))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"]))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if limits.get("address_space_bytes"):
+            space = limits["address_space_bytes"]
+            resource.setrlimit(resource.RLIMIT_AS, (space, space))
+        os.chdir(WORKDIR)
+        if request.get("command"):
+            os.execvpe(request["command"][0], request["command"], dict(os.environ))
+        sys.stdin = open(0, closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        sys.argv = ["main.py"]
+        sys.path.insert(0, WORKDIR)
+        run_main(os.path.join(WORKDIR, "main.py"))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except BaseException as exc:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+            tb = tb.tb_next  # the program's own frames only, not the zygote's
+        traceback.print_exception(type(exc), exc, tb)
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code & 0xFF)
+
+
+def run_main(path: str) -> None:
+    """What `python main.py` does, minus the interpreter start (runpy.run_path costs 12 ms on its first call)."""
+    with open(path, "rb") as handle:
+        code = compile(handle.read(), path, "exec")
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+def run(request: dict) -> dict:
+    limits = request["limits"]
+    write_inputs(request.get("files", {}))
+    stdin_fd = os.memfd_create("stdin")
+    os.write(stdin_fd, base64.b64decode(request.get("stdin", "")))
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        child(request, out_w, err_w, stdin_fd)
+    os.close(out_w)
+    os.close(err_w)
+    os.close(stdin_fd)
+    pidfd = os.pidfd_open(pid)
+    captured = {out_r: bytearray(), err_r: bytearray()}
+    totals = {out_r: 0, err_r: 0}
+    cap, hard = limits["output_bytes"], limits["output_hard_bytes"]
+    deadline = started + limits["wall_seconds"]
+    next_beat = started + HEARTBEAT_SECONDS
+    open_fds, status, reason, exited = {out_r, err_r}, None, "", False
+    while not exited or open_fds:
+        now = time.monotonic()
+        if not exited and now >= deadline:
+            status, reason = "timeout", f"ran past the {limits['wall_seconds']:g} s wall-clock limit"
+            break
+        if exited:  # the program is gone; whatever still holds a pipe open was left behind by it
+            break
+        if now >= next_beat:
+            send({"op": "heartbeat"})
+            next_beat = now + HEARTBEAT_SECONDS
+        ready, _, _ = select.select([*open_fds, pidfd], [], [], max(0.0, min(deadline, next_beat) - now))
+        for fd in ready:
+            if fd == pidfd:
+                exited = True
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            totals[fd] += len(chunk)
+            room = cap - len(captured[fd])
+            if room > 0:
+                captured[fd] += chunk[:room]
+        if totals[out_r] + totals[err_r] > hard:
+            status, reason = "killed", f"wrote more than {hard} bytes of output"
+            break
+    if status is not None:  # stop it now; the child is reaped first so its resource usage can be read
+        os.kill(-1, signal.SIGKILL)
+    _, wait_status, usage = os.wait4(pid, 0)
+    kill_everything_else()
+    for fd in list(open_fds):  # drain what the killed processes wrote before dying
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            chunk = os.read(fd, 65536) if ready else b""
+            if not chunk:
+                break
+            totals[fd] += len(chunk)
+            room = cap - len(captured[fd])
+            if room > 0:
+                captured[fd] += chunk[:room]
+    for fd in (out_r, err_r, pidfd):
+        os.close(fd)
+    wall = time.monotonic() - started
+    exit_code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
+    signal_number = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
+    cpu = usage.ru_utime + usage.ru_stime
+    if status is None:
+        status, reason = classify(exit_code, signal_number, cpu, limits)
+    files, missing = read_outputs(request.get("collect", []), limits["max_file_bytes"])
+    return {"op": "result", "status": status, "reason": reason, "exit_code": exit_code, "signal": signal_number,
+            "stdout": base64.b64encode(bytes(captured[out_r])).decode(),
+            "stderr": base64.b64encode(bytes(captured[err_r])).decode(),
+            "stdout_truncated": totals[out_r] > cap, "stderr_truncated": totals[err_r] > cap,
+            "wall_seconds": wall, "cpu_seconds": cpu, "peak_memory_mb": usage.ru_maxrss / 1024,
+            "files": files, "missing_files": missing}
+
+
+def classify(exit_code, signal_number, cpu, limits) -> tuple[str, str]:
+    if exit_code == 0:
+        return "ok", ""
+    if exit_code is not None:
+        return "error", f"exited with status {exit_code}"
+    name = signal.Signals(signal_number).name
+    if signal_number == signal.SIGXCPU or cpu >= limits["cpu_seconds"]:
+        return "timeout", f"used its {limits['cpu_seconds']:g} s of CPU time ({name})"
+    if signal_number == signal.SIGXFSZ:
+        return "killed", f"wrote a file larger than {limits['max_file_bytes']} bytes ({name})"
+    if signal_number in SELF_SIGNALS:
+        return "error", f"crashed with {name}"
+    return "killed", f"killed by {name}"
+
+
+def main() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    for module in json.loads(sys.argv[1]) if len(sys.argv) > 1 else []:
+        try:
+            __import__(module)
+        except Exception:
+            pass  # a module that is not importable is the program's problem, not the sandbox's
+    gc.freeze()  # objects from start-up stay out of the collector, so forked children copy fewer pages
+    send(reset())
+    while (request := receive()) is not None:
+        op = request["op"]
+        if op == "ping":
+            send({"op": "pong"})
+        elif op == "reset":
+            try:
+                send(reset())
+            except OSError as exc:
+                send({"op": "reset_failed", "reason": str(exc)})
+        elif op == "run":
+            try:
+                send(run(request))
+            except Exception as exc:  # a fault of the sandbox itself, never of the program
+                kill_everything_else()
+                send({"op": "result", "status": "infra_error", "reason": f"sandbox fault: {exc!r}"})
+        elif op == "exit":
+            break
+
+
+if __name__ == "__main__":
+    main()
