@@ -129,3 +129,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+
+# Sandboxes: the backend that runs model-written code (process: bubblewrap, the embedded default; docker).
+SANDBOX_BACKEND = os.environ.get("STUDIO_SANDBOX_BACKEND", "process")
+SANDBOX_STATUS_DIR = DATA_DIR / "sandbox-pools"  # running pools publish their state here for `sandbox pool-status`

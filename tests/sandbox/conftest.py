@@ -1,8 +1,8 @@
 """Sandbox tests run real bubblewrap sandboxes; without bubblewrap (or user namespaces) they are skipped."""
 
-import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,15 +54,19 @@ def sandbox_processes() -> dict[int, int]:
     return counts
 
 
+@pytest.fixture
+def cache_root():
+    """A fresh layer-cache directory that the sandbox uids can reach (pytest's tmp_path is private to root)."""
+    root = Path(tempfile.mkdtemp(prefix="studio-layers-", dir="/var/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def layer_cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("layers")
-    os.chmod(root, 0o755)
-    for parent in root.parents:  # the sandbox uids must reach the cache
-        if str(parent) in ("/", "/tmp"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o055)
-    return LayerCache(root)
+def layer_cache():
+    root = Path(tempfile.mkdtemp(prefix="studio-layers-", dir="/var/tmp"))
+    yield LayerCache(root)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

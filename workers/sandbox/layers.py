@@ -32,6 +32,10 @@ class LayerCache:
         """The directory of the image's last layer, building whatever is missing."""
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
+        closed = [str(p) for p in [self.root, *self.root.parents] if not os.stat(p).st_mode & 0o001]
+        if closed:
+            raise LayerBuildError(f"the layer cache {self.root} is out of the sandboxes' reach: {closed[0]} is not "
+                                  "searchable by other users (set STUDIO_SANDBOX_CACHE to a directory under /var/tmp)")
         previous: Path | None = None
         for layer, chain_hash in zip(image.layers, image.layer_hashes, strict=True):
             target = self.root / chain_hash

@@ -12,12 +12,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .types import Execution, ExecutionResult, SandboxImage, Status
 
@@ -94,8 +97,12 @@ class Lease:
 
 class SandboxPool:
     def __init__(self, backend, *, ceiling_factor: int = 2, lease_idle_timeout: float = 300.0,
-                 heartbeat_interval: float = 5.0, max_start_failures: int = 3, workers: int = 4):
+                 heartbeat_interval: float = 5.0, max_start_failures: int = 3, workers: int = 4,
+                 status_dir: Path | None = None):
+        """status_dir: where the pool publishes its status every second (for `manage.py sandbox pool-status`,
+        which runs in another process)."""
         self.backend = backend
+        self._status_file = status_dir / f"pool-{os.getpid()}-{id(self):x}.json" if status_dir else None
         self.ceiling_factor = ceiling_factor
         self.lease_idle_timeout = lease_idle_timeout
         self.heartbeat_interval = heartbeat_interval
@@ -197,6 +204,8 @@ class SandboxPool:
         self._jobs.shutdown(wait=True)
         for sandbox in sandboxes:
             sandbox.destroy()
+        if self._status_file is not None:
+            self._status_file.unlink(missing_ok=True)
 
     # --- internals (call with the lock held unless said otherwise) ---------------------------------------
 
@@ -285,9 +294,22 @@ class SandboxPool:
             self._fill(entry)
             self._lock.notify_all()
 
+    def _publish_status(self) -> None:
+        if self._status_file is None:
+            return
+        self._status_file.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self._status_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"pid": os.getpid(), "backend": self.backend.name,
+                                         "updated": time.time(), "images": self.status()}))
+        temporary.replace(self._status_file)
+
     def _maintain(self) -> None:
-        last_ping = time.monotonic()
+        last_ping = last_publish = time.monotonic()
+        self._publish_status()
         while True:
+            if time.monotonic() - last_publish >= 1.0:
+                self._publish_status()
+                last_publish = time.monotonic()
             with self._lock:
                 if self._closed:
                     return

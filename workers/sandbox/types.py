@@ -111,10 +111,15 @@ class ExecutionResult:
     attempts: int = 1
 
     def to_json(self) -> dict:
-        """JSON-safe: output is decoded as UTF-8 with replacement, files as base64."""
+        """JSON-safe whatever the program printed: output that is not UTF-8 comes back as base64, and says so
+        in `stdout_encoding` / `stderr_encoding`; files are always base64."""
         data = asdict(self)
         data["status"] = str(self.status)
-        data["stdout"] = self.stdout.decode("utf-8", "replace")
-        data["stderr"] = self.stderr.decode("utf-8", "replace")
+        for stream in ("stdout", "stderr"):
+            raw = getattr(self, stream)
+            try:
+                data[stream], data[f"{stream}_encoding"] = raw.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                data[stream], data[f"{stream}_encoding"] = base64.b64encode(raw).decode(), "base64"
         data["files"] = {name: base64.b64encode(content).decode() for name, content in self.files.items()}
         return data

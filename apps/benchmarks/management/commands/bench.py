@@ -8,7 +8,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-AREAS = {"registry": "apps.benchmarks.registry"}
+AREAS = {"registry": "apps.benchmarks.registry", "sandbox": "apps.benchmarks.sandbox"}
 
 
 class Command(BaseCommand):
@@ -18,6 +18,8 @@ class Command(BaseCommand):
         parser.add_argument("area", choices=sorted(AREAS))
         parser.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
         parser.add_argument("--instances", type=int, default=20_000, help="registry: task instances per template")
+        parser.add_argument("--samples", type=int, default=100, help="sandbox: warm runs to time")
+        parser.add_argument("--backend", help="sandbox: process or docker (default: settings.SANDBOX_BACKEND)")
 
     def handle(self, *args, area, **options):
         result = importlib.import_module(AREAS[area]).run(**options)

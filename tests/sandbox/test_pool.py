@@ -1,0 +1,100 @@
+"""SandboxPool behaviour: warm hand-out, replacement of dead sandboxes, reclaimed sessions, bounded retries."""
+
+import time
+
+import pytest
+from conftest import HOSTILE_IMAGE, TIGHT, sandbox_processes, settle
+
+from workers.sandbox import AcquireTimeout, Execution, LeaseExpired, SandboxImage, SandboxPool, Status
+from workers.sandbox.process import ProcessBackend
+
+SMALL = SandboxImage(key="test/small@1", layers=HOSTILE_IMAGE.layers, limits=TIGHT, warm_pool_size=1)
+
+
+@pytest.fixture
+def fresh_pool(layer_cache):
+    pools = []
+
+    def make(**options):
+        pool = SandboxPool(ProcessBackend(layers=layer_cache), **options)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.close()
+
+
+def test_a_session_keeps_its_files_between_runs_and_the_next_lease_starts_clean(fresh_pool):
+    pool = fresh_pool()
+    pool.warm(SMALL)
+    with pool.acquire(SMALL) as lease:
+        assert lease.run(Execution(program="open('notes.txt', 'w').write('step 1')")).status == Status.OK
+        second = lease.run(Execution(program="print(open('notes.txt').read())"))
+        assert second.stdout == b"step 1\n"
+    with pool.acquire(SMALL) as lease:
+        assert lease.run(Execution(program="import os; print(os.path.exists('notes.txt'))")).stdout == b"False\n"
+
+
+def test_dead_sandboxes_are_replaced_and_the_pool_stays_warm(fresh_pool):
+    pool = fresh_pool()
+    pool.warm(SMALL, 2)
+    settle(pool, SMALL)
+    killed = pool.execute(SMALL, Execution(program="import os; os.kill(os.getppid(), 9)"))
+    assert killed.status == Status.KILLED
+    state = settle(pool, SMALL)
+    assert state["warm"] == 2 and state["environment_assembly"]["count"] == 3
+
+
+def test_acquire_gives_up_at_its_deadline_when_every_sandbox_is_busy(fresh_pool):
+    pool = fresh_pool(ceiling_factor=1)
+    pool.warm(SMALL, 1)
+    with pool.acquire(SMALL):
+        started = time.monotonic()
+        with pytest.raises(AcquireTimeout, match="became free within 0.3 s"):
+            pool.acquire(SMALL, timeout=0.3)
+        assert 0.25 < time.monotonic() - started < 2
+
+
+def test_an_idle_session_is_reclaimed(fresh_pool):
+    pool = fresh_pool(lease_idle_timeout=0.3)
+    pool.warm(SMALL, 1)
+    lease = pool.acquire(SMALL)
+    time.sleep(1.0)
+    with pytest.raises(LeaseExpired):
+        lease.run(Execution(program="print(1)"))
+    lease.release()  # harmless after a reclaim
+    assert settle(pool, SMALL)["warm"] == 1
+
+
+def test_an_image_that_cannot_start_is_an_infra_error_after_bounded_retries(fresh_pool):
+    pool = fresh_pool(max_start_failures=2)
+    broken = SandboxImage(key="test/broken@1", layers=({"type": "base", "image": "windows-11"},), limits=TIGHT)
+    result = pool.execute(broken, Execution(program="print(1)"), timeout=5, retries=2)
+    assert result.status == Status.INFRA_ERROR
+    assert "process backend runs this machine's Python 3.11" in result.reason
+    assert pool.status()[0]["failed_starts"] == 2
+
+
+def test_a_failing_program_is_never_retried(fresh_pool):
+    pool = fresh_pool()
+    result = pool.execute(SMALL, Execution(program="raise SystemExit(4)"), retries=5)
+    assert result.status == Status.ERROR and result.exit_code == 4 and result.attempts == 1
+
+
+def test_commands_run_too_with_stdin_and_output_files(fresh_pool):
+    pool = fresh_pool()
+    result = pool.execute(SMALL, Execution(command=["/bin/sh", "-c", "tr a-z A-Z > out.txt; echo done"],
+                                           stdin=b"shout", collect=["out.txt"]))
+    assert result.status == Status.OK and result.stdout == b"done\n" and result.files == {"out.txt": b"SHOUT"}
+
+
+def test_closing_the_pool_leaves_no_process(fresh_pool):
+    pool = fresh_pool()
+    pool.warm(SMALL, 3)
+    settle(pool, SMALL)
+    lease = pool.acquire(SMALL)
+    uid = lease.sandbox.uid
+    assert sandbox_processes().get(uid) == 3
+    pool.close()
+    assert uid not in sandbox_processes()

@@ -1,0 +1,15 @@
+"""Choosing a backend by name (settings: STUDIO_SANDBOX_BACKEND)."""
+
+BACKENDS = ("process", "docker")
+
+
+def backend_named(name: str):
+    if name == "process":
+        from .process import ProcessBackend
+
+        return ProcessBackend()
+    if name == "docker":
+        from .docker import DockerBackend
+
+        return DockerBackend()
+    raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
