@@ -1,5 +1,6 @@
 """Sandbox tests run real bubblewrap sandboxes; without bubblewrap (or user namespaces) they are skipped."""
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -10,7 +11,7 @@ import pytest
 
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.layers import LayerCache
-from workers.sandbox.process import UID_BASE, ProcessBackend
+from workers.sandbox.process import ProcessBackend, own_uid_range
 from workers.sandbox.types import Limits
 
 
@@ -40,7 +41,9 @@ HOSTILE_IMAGE = SandboxImage(key="test/hostile@1", layers=({"type": "base", "ima
 
 
 def sandbox_processes() -> dict[int, int]:
-    """uid -> number of live processes (zombies aside), for every uid the process backend hands out."""
+    """uid -> number of live processes (zombies aside), for every uid this test process hands to sandboxes
+    (other processes' sandboxes, a soak run say, are not ours to count)."""
+    ours = own_uid_range()
     counts: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -49,7 +52,7 @@ def sandbox_processes() -> dict[int, int]:
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except (FileNotFoundError, ProcessLookupError):
                 continue
-            if uid >= UID_BASE and state != "Z":
+            if uid in ours and state != "Z":
                 counts[uid] = counts.get(uid, 0) + 1
     return counts
 
@@ -69,12 +72,48 @@ def layer_cache():
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def pool(layer_cache):
-    pool = SandboxPool(ProcessBackend(layers=layer_cache), heartbeat_interval=1.0)
+def docker_skip_reason() -> str | None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:
+        return f"needs a Docker engine (DOCKER_HOST; .ci/run starts one): {type(exc).__name__}"
+    return None
+
+
+def make_backend(name: str, layer_cache):
+    if name == "docker":
+        reason = docker_skip_reason()
+        if reason:
+            pytest.skip(reason)
+        from workers.sandbox.docker import DockerBackend
+
+        return DockerBackend()
+    return ProcessBackend(layers=layer_cache)
+
+
+@pytest.fixture(scope="module", params=["process", "docker"])
+def pool(request, layer_cache):
+    pool = SandboxPool(make_backend(request.param, layer_cache), heartbeat_interval=1.0)
     pool.warm(HOSTILE_IMAGE)
     yield pool
     pool.close()
+    assert sandbox_process_counts(pool) == {}, "processes outlived the pool"
+
+
+def sandbox_process_counts(pool) -> dict:
+    """sandbox -> its live processes, for the sandboxes this test process started on the pool's backend."""
+    if pool.backend.name == "docker":
+        from workers.sandbox.docker import LABEL
+
+        containers = pool.backend.client.containers.list(all=True, filters={"label": f"{LABEL}={os.getpid()}"})
+        return {c.id: len(c.top()["Processes"] or []) if c.status == "running" else 0 for c in containers}
+    return sandbox_processes()
+
+
+# Processes in one idle sandbox: bwrap outside, bwrap's init and the zygote inside; docker's init and the zygote.
+IDLE_PROCESSES = {"process": 3, "docker": 2}
 
 
 def settle(pool, image=HOSTILE_IMAGE, timeout=10.0):

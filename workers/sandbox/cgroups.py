@@ -1,4 +1,4 @@
-"""Per-sandbox cgroups (v1 memory and pids controllers, as these machines mount them).
+"""Per-sandbox cgroups (v1 memory, pids and cpu controllers, as these machines mount them).
 
 They bound the sandbox as a whole — the warm interpreter and everything the program starts — and tell an
 out-of-memory kill apart from other deaths. Where they cannot be created (not root, other layouts) the
@@ -16,9 +16,10 @@ ZYGOTE_MEMORY_MB = 64  # headroom for the warm interpreter itself
 
 
 class SandboxCgroup:
-    def __init__(self, name: str, *, memory_mb: int, max_processes: int):
+    def __init__(self, name: str, *, memory_mb: int, max_processes: int, cpus: float):
         self.memory = ROOT / "memory" / GROUP / name
         self.pids = ROOT / "pids" / GROUP / name
+        self.cpu = ROOT / "cpu" / GROUP / name
         self.applied: list[str] = []
         try:
             self.memory.mkdir(parents=True, exist_ok=True)
@@ -36,10 +37,17 @@ class SandboxCgroup:
             self.applied.append("cgroup:pids")
         except OSError:
             self.pids = None
+        try:
+            self.cpu.mkdir(parents=True, exist_ok=True)
+            period = int((self.cpu / "cpu.cfs_period_us").read_text())
+            (self.cpu / "cpu.cfs_quota_us").write_text(str(max(1000, int(cpus * period))))
+            self.applied.append("cgroup:cpu")
+        except OSError:
+            self.cpu = None
 
     def join(self) -> None:
         """Called in the child before exec (as root): the sandbox starts inside its cgroups."""
-        for group in (self.memory, self.pids):
+        for group in (self.memory, self.pids, self.cpu):
             if group is not None:
                 (group / "cgroup.procs").write_text(str(os.getpid()))
 
@@ -51,21 +59,9 @@ class SandboxCgroup:
                 return int(line.split()[1])
         return 0
 
-    def reset_peak(self) -> None:
-        if self.memory is not None:
-            try:
-                (self.memory / "memory.max_usage_in_bytes").write_text("0")
-            except OSError:
-                pass
-
-    def peak_mb(self) -> float | None:
-        if self.memory is None:
-            return None
-        return int((self.memory / "memory.max_usage_in_bytes").read_text()) / (1024 * 1024)
-
     def kill_all(self) -> None:
         """SIGKILL whatever is still inside, then remove the groups."""
-        for group in (self.pids, self.memory):
+        for group in (self.pids, self.memory, self.cpu):
             if group is None or not group.exists():
                 continue
             for _ in range(50):

@@ -12,8 +12,8 @@ What a sandbox gets (and what `isolation` reports):
   which takes every process in it down with it.
 """
 
-import base64
 import itertools
+import json
 import os
 import subprocess
 import threading
@@ -23,27 +23,28 @@ from pathlib import Path
 
 from .cgroups import SandboxCgroup
 from .layers import LayerCache
-from .protocol import Channel, ChannelClosed, ChannelTimeout
-from .types import Execution, ExecutionResult, Limits, SandboxImage, Status
+from .protocol import Channel
+from .types import Limits, SandboxImage
+from .zygote_client import START_TIMEOUT, SandboxError, ZygoteSandbox
 
 ZYGOTE_SOURCE = (Path(__file__).parent / "zygote.py").read_text()
 SANDBOX_PYTHON = "/usr/bin/python3"
-START_TIMEOUT = 30.0
-HEARTBEAT_TIMEOUT = 3.0  # a sandbox that sends nothing for this long during a run has stopped answering
-WALL_GRACE = 2.0  # the zygote enforces the wall limit; the host kills the whole sandbox this much later
 UID_BASE = 200_000  # sandbox uids: far from any account on the machine, one per live sandbox
 
 _uids = itertools.count()
 _uid_lock = threading.Lock()
 
 
+def own_uid_range() -> range:
+    """The uids this process hands to its sandboxes: 1,000 per process, so pools of different processes never
+    share a uid (and so never share an RLIMIT_NPROC count)."""
+    start = UID_BASE + (os.getpid() % 1000) * 1000
+    return range(start, start + 1000)
+
+
 def _next_uid() -> int:
     with _uid_lock:
-        return UID_BASE + (os.getpid() % 1000) * 1000 + next(_uids) % 1000
-
-
-class SandboxError(Exception):
-    """The sandbox itself failed (start, reset, protocol): an infrastructure error, never the program's."""
+        return own_uid_range()[next(_uids) % 1000]
 
 
 class ProcessBackend:
@@ -56,14 +57,17 @@ class ProcessBackend:
         return ProcessSandbox(image, layer_dir=self.layers.materialize(image))
 
 
-class ProcessSandbox:
+class ProcessSandbox(ZygoteSandbox):
+    backend_name = "process"
+
     def __init__(self, image: SandboxImage, *, layer_dir: Path):
         started = time.monotonic()
         self.image = image
         self.id = f"proc-{uuid.uuid4().hex[:10]}"
         self.uid = _next_uid()
         limits = image.limits
-        self.cgroup = SandboxCgroup(self.id, memory_mb=limits.memory_mb, max_processes=limits.max_processes)
+        self.cgroup = SandboxCgroup(self.id, memory_mb=limits.memory_mb, max_processes=limits.max_processes,
+                                    cpus=limits.cpus)
         self.isolation = ["namespaces:user,pid,ipc,uts,mount" + ("" if limits.network else ",net"),
                           f"uid:{self.uid}", "fs:ro-usr,tmpfs-workdir", "env:clean",
                           "rlimit:cpu,nproc,fsize,nofile,core", *self.cgroup.applied]
@@ -77,9 +81,9 @@ class ProcessSandbox:
             self.cgroup.kill_all()
             raise SandboxError(f"could not start bubblewrap: {exc}") from exc
         self.channel = Channel(self.process.stdin.fileno(), self.process.stdout.fileno())
+        self.memory_limited = self.cgroup.memory is not None
         self._expect("ready", START_TIMEOUT, "start")
         self.assembly_seconds = time.monotonic() - started
-        self.runs = 0
 
     def _enter(self) -> None:
         """In the child, before exec: into the cgroups (as root), then drop to the sandbox's uid for good."""
@@ -103,105 +107,14 @@ class ProcessSandbox:
                     "--uid", str(self.uid), "--gid", str(self.uid), "--clearenv"]
         for name, value in env.items():
             command += ["--setenv", name, value]
-        import json
-
         return command + ["--", SANDBOX_PYTHON, "-s", "-B", "-c", ZYGOTE_SOURCE, json.dumps(self.image.python_modules)]
-
-    def _expect(self, op: str, timeout: float, what: str) -> dict:
-        try:
-            message = self.channel.receive(timeout)
-        except (ChannelClosed, ChannelTimeout) as exc:
-            self.destroy()
-            raise SandboxError(f"sandbox {what} failed: {type(exc).__name__} {exc}") from None
-        if message.get("op") != op:
-            self.destroy()
-            raise SandboxError(f"sandbox {what} failed: {message.get('reason') or message}")
-        return message
 
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def ping(self, timeout: float = 2.0) -> bool:
-        try:
-            self.channel.send({"op": "ping"})
-            return self.channel.receive(timeout).get("op") == "pong"
-        except (ChannelClosed, ChannelTimeout):
-            return False
-
-    def reset(self) -> None:
-        """Back to the image's clean state, or SandboxError (and the sandbox is destroyed)."""
-        try:
-            self.channel.send({"op": "reset"})
-        except ChannelClosed as exc:
-            self.destroy()
-            raise SandboxError(f"sandbox reset failed: {exc}") from None
-        self._expect("ready", START_TIMEOUT, "reset")
-
-    def run(self, execution: Execution) -> ExecutionResult:
-        limits = execution.limits or self.image.limits
-        files = dict(execution.files)
-        if execution.program is not None:
-            files["main.py"] = execution.program.encode()
-        request = {
-            "op": "run", "command": execution.command, "collect": execution.collect,
-            "files": {name: base64.b64encode(content).decode() for name, content in files.items()},
-            "stdin": base64.b64encode(execution.stdin).decode(),
-            "limits": {"cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
-                       "max_processes": limits.max_processes, "max_file_bytes": limits.max_file_mb * 1024 * 1024,
-                       "open_files": limits.open_files, "output_bytes": limits.output_bytes,
-                       "output_hard_bytes": limits.output_hard_bytes,
-                       "address_space_bytes": 0 if self.cgroup.memory else limits.memory_mb * 4 * 1024 * 1024},
-        }
-        self.runs += 1
-        oom_before = self.cgroup.oom_kills()
-        self.cgroup.reset_peak()
-        started = time.monotonic()
-        try:
-            self.channel.send(request)
-            message = self._await_result(started + limits.wall_seconds + WALL_GRACE)
-        except ChannelClosed:
-            self.destroy()
-            return self._result(Status.KILLED, started, "the program killed its own sandbox")
-        except ChannelTimeout as timeout:
-            self.destroy()
-            if str(timeout) == "wall":
-                return self._result(Status.TIMEOUT, started, f"ran past the {limits.wall_seconds:g} s wall-clock "
-                                                             "limit and was stopped from outside")
-            return self._result(Status.KILLED, started, "the sandbox stopped answering (no heartbeat)")
-        result = ExecutionResult(
-            status=Status(message["status"]), exit_code=message.get("exit_code"), signal=message.get("signal"),
-            stdout=base64.b64decode(message.get("stdout", "")), stderr=base64.b64decode(message.get("stderr", "")),
-            stdout_truncated=message.get("stdout_truncated", False),
-            stderr_truncated=message.get("stderr_truncated", False),
-            wall_seconds=message.get("wall_seconds", time.monotonic() - started),
-            cpu_seconds=message.get("cpu_seconds", 0.0), peak_memory_mb=message.get("peak_memory_mb", 0.0),
-            files={name: base64.b64decode(data) for name, data in message.get("files", {}).items()},
-            missing_files=message.get("missing_files", []), reason=message.get("reason", ""),
-            isolation=self.isolation, backend="process", sandbox_id=self.id,
-        )
-        if self.cgroup.oom_kills() > oom_before and result.status != Status.OK:
-            result.status = Status.KILLED
-            result.reason = f"ran out of its {limits.memory_mb} MB of memory"
-        return result
-
-    def _await_result(self, hard_deadline: float) -> dict:
-        while True:
-            remaining = hard_deadline - time.monotonic()
-            if remaining <= 0:
-                raise ChannelTimeout("wall")
-            try:
-                message = self.channel.receive(min(HEARTBEAT_TIMEOUT, remaining))
-            except ChannelTimeout:
-                if time.monotonic() >= hard_deadline:
-                    raise ChannelTimeout("wall") from None
-                raise ChannelTimeout("heartbeat") from None
-            if message.get("op") != "heartbeat":
-                return message
-
-    def _result(self, status: Status, started: float, reason: str) -> ExecutionResult:
-        return ExecutionResult(status=status, reason=reason, wall_seconds=time.monotonic() - started,
-                               isolation=self.isolation, backend="process", sandbox_id=self.id)
+    def oom_kills(self) -> int:
+        return self.cgroup.oom_kills()
 
     def destroy(self) -> None:
         if self.process.poll() is None:

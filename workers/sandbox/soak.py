@@ -30,22 +30,35 @@ SOAK_IMAGE = SandboxImage(key="soak/python@1", layers=({"type": "base", "image":
                                         output_bytes=4096, output_hard_bytes=1 << 20), warm_pool_size=4)
 
 
-def sandbox_uid_processes(uid_base: int) -> int:
+def sandbox_uid_processes(uids: range) -> int:
     count = 0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid >= uid_base and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                if entry.stat().st_uid in uids and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                     count += 1
             except (FileNotFoundError, ProcessLookupError):
                 pass
     return count
 
 
-def soak(*, backend, minutes: float, concurrency: int, seed: int = 0, progress=None) -> dict:
-    from .process import UID_BASE
+def _temporary_entries() -> set[str]:
+    """What the sandbox machinery could leave behind: temp folders in /tmp and /var/tmp, half-built layers,
+    docker control directories. Other programs' files in /tmp are not ours to count."""
+    from .docker import CONTROL_ROOT
+    from .layers import DEFAULT_ROOT
 
-    temp_before = set(os.listdir("/tmp"))
+    entries = {f"/tmp/{name}" for name in os.listdir("/tmp") if name.startswith(("tmp", "posttrain", "studio"))}
+    for folder in (DEFAULT_ROOT, CONTROL_ROOT):
+        if folder.exists():
+            entries |= {str(path) for path in folder.iterdir() if not (folder == DEFAULT_ROOT and len(path.name) == 64)}
+    return entries
+
+
+def soak(*, backend, minutes: float, concurrency: int, seed: int = 0, progress=None) -> dict:
+    from .process import own_uid_range
+
+    temp_before = _temporary_entries()
     fds_before = len(os.listdir("/proc/self/fd"))
     pool = SandboxPool(backend)
     pool.warm(SOAK_IMAGE)
@@ -76,7 +89,7 @@ def soak(*, backend, minutes: float, concurrency: int, seed: int = 0, progress=N
     return {
         "minutes": round(elapsed / 60, 2), "concurrency": concurrency, "executions": sum(outcomes.values()),
         "executions_per_second": round(sum(outcomes.values()) / elapsed, 1), "outcomes": dict(sorted(outcomes.items())),
-        "leaked_processes": sandbox_uid_processes(UID_BASE),
+        "leaked_processes": sandbox_uid_processes(own_uid_range()),
         "leaked_file_descriptors": len(os.listdir("/proc/self/fd")) - fds_before,
-        "leaked_temporary_entries": sorted(set(os.listdir("/tmp")) - temp_before),
+        "leaked_temporary_entries": sorted(_temporary_entries() - temp_before),
     }

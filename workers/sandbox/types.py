@@ -19,6 +19,7 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class Limits:
+    cpus: float = 1  # share of CPU cores while running (a cgroup quota where the backend has one)
     cpu_seconds: float = 30
     wall_seconds: float = 60
     memory_mb: int = 512
@@ -32,7 +33,7 @@ class Limits:
 
     @classmethod
     def from_spec(cls, limits: dict) -> Limits:
-        return cls(cpu_seconds=limits["cpu_seconds"], wall_seconds=limits["wall_seconds"],
+        return cls(cpus=limits["cpus"], cpu_seconds=limits["cpu_seconds"], wall_seconds=limits["wall_seconds"],
                    memory_mb=limits["memory_mb"], max_processes=limits["max_processes"],
                    disk_mb=limits["disk_mb"], network=limits["network"])
 

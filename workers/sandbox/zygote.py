@@ -31,9 +31,29 @@ HEARTBEAT_SECONDS = 0.5
 PR_SET_DUMPABLE = 4
 SELF_SIGNALS = {signal.SIGSEGV, signal.SIGABRT, signal.SIGFPE, signal.SIGBUS, signal.SIGILL, signal.SIGSYS}
 
+
+def _open_channel():
+    """stdin/stdout (bubblewrap), or one connection on the unix socket named by ZYGOTE_SOCKET (docker, where
+    the container's stdio is multiplexed by the engine)."""
+    path = os.environ.pop("ZYGOTE_SOCKET", "")
+    if not path:
+        return os.fdopen(0, "rb", buffering=0), os.fdopen(1, "wb", buffering=0)
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    connection, _ = listener.accept()
+    listener.close()
+    os.unlink(path)  # nobody else can connect once the host has
+    os.dup2(connection.fileno(), 0)
+    os.dup2(connection.fileno(), 1)
+    connection.close()
+    return os.fdopen(0, "rb", buffering=0), os.fdopen(1, "wb", buffering=0)
+
+
 # The same framing as workers/sandbox/protocol.py; repeated because this file runs alone inside the sandbox.
-_protocol_in = os.fdopen(0, "rb", buffering=0)
-_protocol_out = os.fdopen(1, "wb", buffering=0)
+_protocol_in, _protocol_out = _open_channel()
 
 
 def send(message: dict) -> None:
@@ -88,7 +108,10 @@ def reset() -> dict:
     """Back to the image's clean state: no process of the last run, empty scratch space, the image's files."""
     kill_everything_else()
     for path in (WORKDIR, *SCRATCH):
-        os.chmod(path, 0o700 if path == WORKDIR else 0o1777)
+        try:
+            os.chmod(path, 0o700 if path == WORKDIR else 0o1777)  # undo a chmod by the last program
+        except PermissionError:
+            pass  # a mount the sandbox user does not own (docker's /dev/shm), so nor could the program
         for entry in os.scandir(path):
             remove(entry.path)
         if os.listdir(path):

@@ -1,0 +1,210 @@
+"""The `docker` backend: images built layer by layer from the SandboxImage spec, containers kept warm.
+
+- The `python-3.11` base is `docker import`ed from a root filesystem made of this machine's files (rootfs.py),
+  since nothing can be pulled. Each further layer is one `docker build` step `FROM` the layer before, tagged
+  `posttrain/layer:<chain hash>`: the tag is the build cache, so changing layer k rebuilds k and after only.
+- A container runs the same zygote as the process backend, as uid 65534 with no capabilities, no network,
+  a read-only root, tmpfs working space, and the engine's cgroup limits (memory without swap, pids, CPUs).
+  The host talks to it over a unix socket in a per-container control directory.
+- Destroying a container removes it with force: the engine kills every process in it.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from .layers import SUPPORTED_BASES, LayerBuildError
+from .process import ZYGOTE_SOURCE
+from .protocol import Channel
+from .rootfs import build_python_rootfs
+from .types import SandboxImage
+from .zygote_client import START_TIMEOUT, SandboxError, ZygoteSandbox
+
+BASE_TAG = "posttrain/base:python-3.11"
+LAYER_REPOSITORY = "posttrain/layer"
+CONTROL_ROOT = Path(os.environ.get("STUDIO_DOCKER_CONTROL", "/var/tmp/posttrain-studio/docker"))
+SANDBOX_USER = 65534
+CGROUP_MEMORY = Path("/sys/fs/cgroup/memory/docker")
+LABEL = "posttrain.sandbox.owner"  # the pid of the process whose pool started the container
+
+
+class DockerBackend:
+    name = "docker"
+
+    API_CONNECTIONS = 4  # sockets to the engine this backend may hold open at once
+
+    def __init__(self, client=None):
+        import docker  # the SDK is only needed where this backend is used
+        from urllib3._collections import RecentlyUsedContainer
+
+        self.client = client or docker.from_env(max_pool_size=self.API_CONNECTIONS)
+        # docker-py 7.2 keys its unix-socket connection pools by full URL and ignores num_pools (an operator-
+        # precedence slip), so every container's URLs open sockets that stay until 25 pools exist. Keeping one
+        # pool (the newest URL's) bounds the engine sockets at API_CONNECTIONS.
+        adapter = self.client.api.adapters.get("http+docker://")
+        if adapter is not None and hasattr(adapter, "pools"):
+            adapter.pools = RecentlyUsedContainer(1, dispose_func=lambda pool: pool.close())
+        self.builds = 0  # layers built (not found as tags) by this instance; the tests read it
+
+    def start(self, image: SandboxImage) -> "DockerSandbox":
+        return DockerSandbox(self.client, image, tag=self.image_tag(image))
+
+    def image_tag(self, image: SandboxImage) -> str:
+        """The tag of the image's last layer, building whatever is missing."""
+        import docker
+
+        parent = None
+        for layer, chain_hash in zip(image.layers, image.layer_hashes, strict=True):
+            tag = f"{LAYER_REPOSITORY}:{chain_hash[:48]}"
+            try:
+                self.client.images.get(tag)
+            except docker.errors.ImageNotFound:
+                self._build(layer, parent, tag)
+                self.builds += 1
+            parent = tag
+        return parent
+
+    def _build(self, layer: dict, parent: str | None, tag: str) -> None:
+        if layer["type"] == "base":
+            if not layer["image"].startswith(SUPPORTED_BASES):
+                raise LayerBuildError(f"base {layer['image']!r}: the docker backend can build "
+                                      f"{', '.join(SUPPORTED_BASES)}* from this machine's files (nothing is pulled)")
+            self._ensure_base()
+            self.client.images.get(BASE_TAG).tag(*tag.split(":"))
+            return
+        with tempfile.TemporaryDirectory(prefix="posttrain-build-") as context:
+            instructions = getattr(self, f"_layer_{layer['type']}")(layer, Path(context))
+            (Path(context) / "Dockerfile").write_text(f"FROM {parent}\n" + "\n".join(instructions) + "\n")
+            try:
+                self.client.images.build(path=context, tag=tag, network_mode="none", rm=True, forcerm=True)
+            except Exception as exc:
+                raise LayerBuildError(f"docker could not build the {layer['type']} layer: {exc}") from exc
+
+    def _ensure_base(self) -> None:
+        import docker
+
+        try:
+            self.client.images.get(BASE_TAG)
+        except docker.errors.ImageNotFound:
+            with tempfile.TemporaryDirectory(prefix="posttrain-rootfs-") as folder:
+                tarball = build_python_rootfs(Path(folder) / "rootfs.tar")
+                repository, tag = BASE_TAG.split(":")
+                with open(tarball, "rb") as handle:
+                    self.client.api.import_image_from_data(handle.read(), repository=repository, tag=tag)
+
+    def _layer_system_packages(self, layer: dict, context: Path) -> list[str]:
+        raise LayerBuildError("the imported python-3.11 base has no package manager; system packages need a base "
+                              "image that carries them")
+
+    def _layer_python_packages(self, layer: dict, context: Path) -> list[str]:
+        # Installed on this machine (same CPython ABI and glibc as the base) and copied in: builds have no network.
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                               "--no-compile", "--target", str(context / "site"), *layer["packages"]],
+                              capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise LayerBuildError(f"pip could not install {' '.join(layer['packages'])}: {done.stderr[-2000:]}")
+        return ["COPY site/ /image/site/"]
+
+    def _layer_files(self, layer: dict, context: Path) -> list[str]:
+        for relative, content in layer["files"].items():
+            path = context / "files" / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+        return ["COPY files/ /image/files/"]
+
+    def _layer_setup_script(self, layer: dict, context: Path) -> list[str]:
+        (context / "setup.sh").write_text(layer["script"])
+        return ["COPY setup.sh /image/setup.sh",
+                "RUN mkdir -p /image/files && cd /image/files && PYTHONPATH=/image/site /bin/sh -e /image/setup.sh"]
+
+
+class DockerSandbox(ZygoteSandbox):
+    backend_name = "docker"
+    memory_limited = True
+
+    def __init__(self, client, image: SandboxImage, *, tag: str):
+        from docker.types import Ulimit
+
+        started = time.monotonic()
+        self.image, self.id = image, f"dock-{uuid.uuid4().hex[:10]}"
+        limits = image.limits
+        self.control = CONTROL_ROOT / self.id
+        self.control.mkdir(parents=True, mode=0o700)
+        os.chown(self.control, SANDBOX_USER, SANDBOX_USER)
+        os.chmod(CONTROL_ROOT, 0o711)
+        disk = f"size={limits.disk_mb}m,uid={SANDBOX_USER},gid={SANDBOX_USER},mode=0700"
+        self.isolation = ["docker", f"uid:{SANDBOX_USER}", "caps:none", "no-new-privileges", "fs:read-only-root",
+                          "cgroup:memory,pids,cpu"] + ([] if limits.network else ["network:none"])
+        try:
+            self.container = client.containers.run(
+                tag, ["/usr/bin/python3", "-s", "-B", "-c", ZYGOTE_SOURCE, json.dumps(image.python_modules)],
+                detach=True, init=True, user=f"{SANDBOX_USER}:{SANDBOX_USER}", working_dir="/sandbox",
+                network_mode="host" if limits.network else "none", read_only=True, cap_drop=["ALL"],
+                security_opt=["no-new-privileges"], hostname="sandbox",
+                environment={"PATH": "/usr/bin:/bin", "HOME": "/sandbox", "LANG": "C.UTF-8",
+                             "PYTHONPATH": "/image/site", "PYTHONDONTWRITEBYTECODE": "1",
+                             "ZYGOTE_SOCKET": "/control/zygote.sock"},
+                tmpfs={"/sandbox": disk, "/tmp": disk}, shm_size=f"{limits.disk_mb}m",
+                mem_limit=f"{limits.memory_mb + 64}m", memswap_limit=f"{limits.memory_mb + 64}m",
+                pids_limit=limits.max_processes + 4, nano_cpus=int(max(limits.cpus, 0.1) * 1e9),
+                ulimits=[Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files)],
+                volumes={str(self.control): {"bind": "/control", "mode": "rw"}},
+                labels={LABEL: str(os.getpid())},
+            )
+        except Exception as exc:
+            shutil.rmtree(self.control, ignore_errors=True)
+            raise SandboxError(f"docker could not start a container of {tag}: {exc}") from exc
+        self.socket = self._connect(started + START_TIMEOUT)
+        self.channel = Channel(self.socket.fileno(), self.socket.fileno())
+        self._expect("ready", START_TIMEOUT, "start")
+        self.assembly_seconds = time.monotonic() - started
+
+    def _connect(self, deadline: float) -> socket.socket:
+        path = self.control / "zygote.sock"
+        while time.monotonic() < deadline:
+            if path.exists():
+                connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    connection.connect(str(path))
+                    return connection
+                except OSError:
+                    connection.close()
+            time.sleep(0.005)
+        self.destroy()
+        raise SandboxError("the container's zygote never opened its socket")
+
+    @property
+    def alive(self) -> bool:
+        # A closed socket reads as empty without blocking; a live, idle zygote has nothing to read.
+        try:
+            return self.socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    def oom_kills(self) -> int:
+        control = CGROUP_MEMORY / self.container.id / "memory.oom_control"
+        try:
+            for line in control.read_text().splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def destroy(self) -> None:
+        try:
+            self.container.remove(force=True)
+        except Exception:
+            pass  # already gone
+        if getattr(self, "socket", None) is not None:
+            self.socket.close()
+        shutil.rmtree(self.control, ignore_errors=True)
