@@ -1,9 +1,11 @@
 """Choosing a backend by name (settings: STUDIO_SANDBOX_BACKEND)."""
 
+from .interface import SandboxBackend
+
 BACKENDS = ("process", "docker")
 
 
-def backend_named(name: str):
+def backend_named(name: str) -> SandboxBackend:
     if name == "process":
         from .process import ProcessBackend
 

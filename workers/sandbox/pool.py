@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .interface import SandboxBackend
 from .types import Execution, ExecutionResult, SandboxImage, Status
 
 
@@ -96,7 +97,7 @@ class Lease:
 
 
 class SandboxPool:
-    def __init__(self, backend, *, ceiling_factor: int = 2, lease_idle_timeout: float = 300.0,
+    def __init__(self, backend: SandboxBackend, *, ceiling_factor: int = 2, lease_idle_timeout: float = 300.0,
                  heartbeat_interval: float = 5.0, max_start_failures: int = 3, workers: int = 4,
                  status_dir: Path | None = None):
         """status_dir: where the pool publishes its status every second (for `manage.py sandbox pool-status`,
