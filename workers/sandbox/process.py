@@ -75,8 +75,11 @@ class ProcessSandbox(ZygoteSandbox):
             self.isolation.append("rlimit:as")
         command = self._bwrap_command(limits, layer_dir)
         try:
+            # bubblewrap's own environment is empty too: its init stays in the sandbox as pid 1, and the program
+            # could read /proc/1/environ.
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL, preexec_fn=self._enter, close_fds=True)
+                                            stderr=subprocess.DEVNULL, preexec_fn=self._enter, close_fds=True,
+                                            env={"PATH": "/usr/bin:/bin"})
         except OSError as exc:
             self.cgroup.kill_all()
             raise SandboxError(f"could not start bubblewrap: {exc}") from exc
