@@ -98,6 +98,6 @@ class LayerCache:
                                "--tmpfs", "/tmp", "--bind", str(work), "/image", "--chdir", "/image/files",
                                "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/image/files",
                                "--setenv", "PYTHONPATH", "/image/site", "/bin/bash", "-euc", layer["script"]],
-                              capture_output=True, text=True, timeout=1800)
+                              capture_output=True, text=True, timeout=1800, env={"PATH": "/usr/bin:/bin"})
         if done.returncode != 0:
             raise LayerBuildError(f"setup script failed with status {done.returncode}: {done.stderr[-2000:]}")
