@@ -1,37 +1,19 @@
 """Sandbox tests run real bubblewrap sandboxes; without bubblewrap (or user namespaces) they are skipped."""
 
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from sandbox_support import reachable_cache, remove_cache, skip_without_bubblewrap
 
 from workers.sandbox import SandboxImage, SandboxPool
-from workers.sandbox.layers import LayerCache
 from workers.sandbox.process import ProcessBackend, own_uid_range
 from workers.sandbox.types import Limits
 
 
-def _bubblewrap_works() -> str | None:
-    if shutil.which("bwrap") is None:
-        return "needs bubblewrap (make setup installs it as root: apt-get install bubblewrap)"
-    probe = subprocess.run(["bwrap", "--unshare-all", "--unshare-user", "--ro-bind", "/usr", "/usr", "--symlink",
-                            "usr/lib64", "/lib64", "--symlink", "usr/lib", "/lib", "/usr/bin/true"],
-                           capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"bubblewrap cannot create namespaces here: {probe.stderr.strip()}"
-
-
-SKIP_REASON = _bubblewrap_works()
-
-
 def pytest_collection_modifyitems(config, items):
-    if SKIP_REASON:
-        for item in items:
-            if "tests/sandbox" in str(item.fspath):
-                item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+    skip_without_bubblewrap(items, "tests/sandbox")
 
 
 TIGHT = Limits(cpu_seconds=2, wall_seconds=3, memory_mb=128, max_processes=32, disk_mb=16, max_file_mb=8,
@@ -59,17 +41,17 @@ def sandbox_processes() -> dict[int, int]:
 
 @pytest.fixture
 def cache_root():
-    """A fresh layer-cache directory that the sandbox uids can reach (pytest's tmp_path is private to root)."""
-    root = Path(tempfile.mkdtemp(prefix="studio-layers-", dir="/var/tmp"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    """A fresh layer-cache directory that the sandbox uids can reach."""
+    cache = reachable_cache()
+    yield cache.root
+    remove_cache(cache)
 
 
 @pytest.fixture(scope="session")
 def layer_cache():
-    root = Path(tempfile.mkdtemp(prefix="studio-layers-", dir="/var/tmp"))
-    yield LayerCache(root)
-    shutil.rmtree(root, ignore_errors=True)
+    cache = reachable_cache()
+    yield cache
+    remove_cache(cache)
 
 
 def docker_skip_reason() -> str | None:

@@ -1,0 +1,31 @@
+# The candidate's side of the harness (see runner.py): loads solution.py and answers calls with plain data;
+# codec.py is prepended to it.
+# It runs as `python3 -S -E -c <this> READ_FD WRITE_FD` in the candidate's folder; everything it needs is
+# imported before that folder goes on sys.path, so a local json.py or sitecustomize.py changes nothing here.
+import json
+import sys
+
+requests = open(int(sys.argv[1]))
+replies = open(int(sys.argv[2]), "w")
+sys.argv = ["solution.py"]
+sys.path[:0] = [".", "/image/site"]
+
+
+try:
+    import solution
+    load_error = None
+except BaseException as exc:  # a syntax error or an exit at import: every call reports it
+    load_error = f"importing solution.py failed: {type(exc).__name__}: {exc}"
+
+for line in requests:
+    request = json.loads(line)
+    try:
+        if load_error:
+            raise RuntimeError(load_error)
+        args = decode(request["args"])
+        result = getattr(solution, request["name"])(*args, **decode(request["kwargs"]))
+        reply = {"result": encode(result), "args": encode(args)}
+    except BaseException as exc:
+        reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    replies.write(json.dumps(reply) + "\n")
+    replies.flush()

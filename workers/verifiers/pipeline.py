@@ -1,0 +1,76 @@
+"""The layered pipeline: cheap exact checks first, environment feedback next, the judge only when unsure.
+
+Rules, in order of the spec's layers:
+- A layer's score is the weighted mean of its checks that apply (a check returning value None does not
+  apply; weight 0 means "log only": recorded, never counted). A layer with no applicable check is skipped.
+- A layer decides, unless its score falls inside its `escalate` band [uncertain_low, uncertain_high): then
+  the next layer runs, and decides in its turn. The deciding layer's score is the reward.
+- Infrastructure errors are retried (`retries` times per check) and never become a reward: if one remains,
+  the verdict is `infra_error` with reward None. A check that raises is a fault of the grading code, and is
+  reported the same way rather than scored.
+- Status: `pass` at or above the verifier's pass_threshold, `fail` at 0, `partial` in between.
+"""
+
+import time
+
+from .checks import check_function
+from .types import FAIL, INFRA_ERROR, PARTIAL, PASS, Component, Outcome, Verdict
+
+
+def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
+    started = time.monotonic()
+    verdict = Verdict(reward=None, status=INFRA_ERROR)
+    layers = spec["layers"]
+    for index, layer in enumerate(layers):
+        verdict.layers_run.append(layer["name"])
+        scored: list[tuple[float, float]] = []
+        for number, check in enumerate(layer["checks"]):
+            outcome, latency = _run_check(check, sample, item, context, retries)
+            name = check.get("name") or f"{check['type']}-{number}"
+            verdict.components.append(Component(
+                layer=layer["name"], name=name, type=check["type"], weight=check["weight"], value=outcome.value,
+                status=outcome.status, evidence=outcome.evidence, latency_ms=round(latency * 1000, 2),
+                cost=outcome.cost))
+            verdict.cost += outcome.cost
+            verdict.artifacts.update({f"{layer['name']}/{name}/{key}": blob for key, blob in outcome.artifacts.items()})
+            if outcome.status == INFRA_ERROR:
+                verdict.stopped_because = f"infrastructure error in {layer['name']}/{name}: {outcome.evidence}"
+                verdict.latency_ms = round((time.monotonic() - started) * 1000, 2)
+                return verdict
+            if outcome.value is not None and check["weight"] > 0:
+                scored.append((outcome.value, check["weight"]))
+        if not scored:
+            continue
+        score = sum(value * weight for value, weight in scored) / sum(weight for _, weight in scored)
+        band = layer.get("escalate")
+        if band and band["uncertain_low"] <= score < band["uncertain_high"] and index < len(layers) - 1:
+            verdict.stopped_because = (f"{layer['name']} scored {score:.3f}, inside its uncertain band "
+                                       f"[{band['uncertain_low']}, {band['uncertain_high']}): escalated")
+            verdict.reward = score  # provisional: the next layer that decides replaces it
+            continue
+        verdict.reward = score
+        verdict.stopped_because = f"{layer['name']} decided with {score:.3f}"
+        break
+    else:
+        if verdict.reward is None:
+            verdict.stopped_because = "no check applied to this sample"
+            verdict.reward = 0.0
+        elif "escalated" in verdict.stopped_because:
+            verdict.stopped_because += ", and no later layer applied"
+    threshold = spec.get("pass_threshold", 1.0)
+    verdict.status = PASS if verdict.reward >= threshold else FAIL if verdict.reward <= 0 else PARTIAL
+    verdict.latency_ms = round((time.monotonic() - started) * 1000, 2)
+    return verdict
+
+
+def _run_check(check: dict, sample, item, context, retries: int) -> tuple[Outcome, float]:
+    function = check_function(check["type"])
+    started = time.monotonic()
+    for _ in range(retries + 1):
+        try:
+            outcome = function(check, sample, item, context)
+        except Exception as exc:  # the grader's own fault: never a reward
+            outcome = Outcome(value=None, status=INFRA_ERROR, evidence=f"the check crashed: {type(exc).__name__}: {exc}")
+        if outcome.status != INFRA_ERROR:
+            break
+    return outcome, time.monotonic() - started
