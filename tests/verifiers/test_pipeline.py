@@ -1,0 +1,86 @@
+"""The layered pipeline's rules: which layer decides, escalation, log-only weights, infra errors."""
+
+import pytest
+from sandbox_support import bubblewrap_skip_reason, reachable_cache, remove_cache
+
+from workers.sandbox import SandboxImage, SandboxPool
+from workers.sandbox.process import ProcessBackend
+from workers.verifiers import Context, Item, Sample, verify
+
+pytestmark = pytest.mark.skipif(bubblewrap_skip_reason() is not None, reason=str(bubblewrap_skip_reason()))
+
+# A grader that returns the score the task instance asks for: the layers' arithmetic made visible.
+SCRIPTED = {"type": "python_grader", "name": "scripted", "weight": 1.0, "timeout_seconds": 10,
+            "source": "def grade(sample, item):\n    return item['hidden']['score']\n"}
+LOGS = {"type": "log_rules", "name": "logs", "weight": 1.0,
+        "rules": [{"pattern": "Traceback", "effect": "fail"}]}
+VERIFIER = {"pass_threshold": 1.0, "layers": [
+    {"name": "exact", "kind": "exact", "checks": [SCRIPTED],
+     "escalate": {"uncertain_low": 0.3, "uncertain_high": 0.7}},
+    {"name": "environment", "kind": "environment", "checks": [LOGS], "escalate": None},
+]}
+
+
+@pytest.fixture(scope="module")
+def context():
+    cache = reachable_cache()
+    pool = SandboxPool(ProcessBackend(layers=cache))
+    image = SandboxImage(key="test/graders@1", layers=({"type": "base", "image": "python-3.11"},), warm_pool_size=2)
+    pool.warm(image)
+    yield Context(pool=pool, image=image)
+    pool.close()
+    remove_cache(cache)
+
+
+def item(score):
+    return Item(key="k", inputs={}, hidden={"score": score})
+
+
+@pytest.mark.parametrize("score, decided_by", [(1.0, "exact"), (0.0, "exact"), (0.8, "exact"), (0.2, "exact")])
+def test_a_confident_layer_decides_and_later_layers_never_run(context, score, decided_by):
+    verdict = verify(VERIFIER, Sample(response="x", logs="Traceback (most recent call last)"), item(score), context)
+    assert verdict.layers_run == [decided_by] and verdict.reward == score
+    assert verdict.stopped_because == f"exact decided with {score:.3f}"
+
+
+def test_an_uncertain_score_escalates_to_the_next_layer(context):
+    failing = verify(VERIFIER, Sample(response="x", logs="Traceback (most recent call last)"), item(0.5), context)
+    assert failing.layers_run == ["exact", "environment"] and failing.reward == 0.0 and failing.status == "fail"
+    assert "Traceback" in failing.components[1].evidence
+    clean = verify(VERIFIER, Sample(response="x", logs="all good"), item(0.5), context)
+    assert clean.reward == 1.0 and clean.status == "pass"
+
+
+def test_an_escalation_with_nothing_after_it_keeps_the_uncertain_score(context):
+    verdict = verify(VERIFIER, Sample(response="x", logs=""), item(0.5), context)  # log_rules: no logs, n/a
+    assert verdict.reward == 0.5 and verdict.status == "partial"
+    assert verdict.stopped_because.endswith("escalated, and no later layer applied")
+
+
+def test_weight_zero_is_recorded_but_never_counted(context):
+    spec = {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [
+        {**SCRIPTED, "name": "counted"}, {**LOGS, "name": "log-only", "weight": 0.0}]}]}
+    verdict = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)
+    assert verdict.reward == 1.0
+    assert [(c.name, c.value) for c in verdict.components] == [("counted", 1.0), ("log-only", 0.0)]
+
+
+def test_weights_combine_checks_within_a_layer(context):
+    spec = {"pass_threshold": 0.5, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [
+        {**SCRIPTED, "weight": 3.0}, {**LOGS, "weight": 1.0}]}]}
+    verdict = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)
+    assert verdict.reward == 0.75 and verdict.status == "pass"
+
+
+def test_infra_errors_never_become_a_reward(context):
+    no_sandbox = Context()
+    verdict = verify(VERIFIER, Sample(response="x"), item(1.0), no_sandbox)
+    assert verdict.reward is None and verdict.status == "infra_error"
+    assert "no sandbox to run the grader in" in verdict.stopped_because
+
+
+def test_a_crashing_grader_is_a_grading_fault_not_a_zero(context):
+    broken = {**SCRIPTED, "source": "def grade(sample, item):\n    return item['hidden']['missing']\n"}
+    spec = {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [broken]}]}
+    verdict = verify(spec, Sample(response="x"), item(1.0), context)
+    assert verdict.status == "infra_error" and "KeyError" in verdict.stopped_because
