@@ -133,3 +133,12 @@ LOGGING = {
 # Sandboxes: the backend that runs model-written code (process: bubblewrap, the embedded default; docker).
 SANDBOX_BACKEND = os.environ.get("STUDIO_SANDBOX_BACKEND", "process")
 SANDBOX_STATUS_DIR = DATA_DIR / "sandbox-pools"  # running pools publish their state here for `sandbox pool-status`
+
+# The judge layer: any OpenAI-compatible endpoint. Without JUDGE_BASE_URL, judge checks report infra_error
+# (never a reward). Prices turn token counts into the cost each verdict records.
+JUDGE_BASE_URL = os.environ.get("JUDGE_BASE_URL", "")
+JUDGE_API_KEY = os.environ.get("JUDGE_API_KEY", "")
+JUDGE_TIMEOUT_SECONDS = float(os.environ.get("JUDGE_TIMEOUT_SECONDS", 60))
+JUDGE_MAX_CONCURRENCY = int(os.environ.get("JUDGE_MAX_CONCURRENCY", 8))
+JUDGE_PRICE_PER_1K_INPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_INPUT_TOKENS", 0))
+JUDGE_PRICE_PER_1K_OUTPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_OUTPUT_TOKENS", 0))
