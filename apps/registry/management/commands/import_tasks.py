@@ -1,0 +1,76 @@
+"""`manage.py import_tasks --template SLUG --format FORMAT FILE`: tasks from a benchmark file become a new
+version of the task template (all of them or none)."""
+
+import re
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.accounts.models import Project
+from apps.registry.errors import FieldError, SpecError, VersionNotFound
+from apps.registry.refs import Ref
+from apps.registry.selectors import instance_rows, version_resolve
+from apps.registry.services import version_publish
+from apps.registry.task_files import FORMATS, read_task_file
+
+
+class Command(BaseCommand):
+    help = "Import tasks from a JSONL file (gzip accepted) into a task template, as a new version."
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", type=Path)
+        parser.add_argument("--template", required=True, help="task template slug")
+        parser.add_argument("--format", required=True, choices=sorted(FORMATS))
+        parser.add_argument("--project", help="project slug (default: the only project)")
+        parser.add_argument("--replace", action="store_true",
+                            help="the file becomes the whole task set (default: add to the template's tasks)")
+        parser.add_argument("--user", help="author of the new version")
+        parser.add_argument("--message", default="")
+
+    def handle(self, *args, file, template, format, project, replace, user, message, **_):
+        projects = Project.objects.filter(slug=project) if project else Project.objects.all()
+        if projects.count() != 1:
+            raise CommandError("name the project with --project")
+        scope = projects.get()
+        author = get_user_model().objects.filter(username=user).first() if user else None
+        instances = None
+        try:
+            head = version_resolve(project=scope, ref=Ref("task_template", template))
+            imported = read_task_file(file, format)
+            instances = imported if replace else self.merged(head, imported)
+            published = version_publish(project=scope, kind="task_template", slug=template, spec=head.spec,
+                                        author=author, instances=instances, expected_head=head.number, via="cli",
+                                        message=message or f"import {len(imported)} tasks from {file.name}")
+        except (VersionNotFound, SpecError) as exc:
+            problems = self.by_key(exc.errors, instances) if isinstance(exc, SpecError) else [exc]
+            for problem in problems:
+                self.stderr.write(f"  {problem}")
+            raise CommandError(f"{len(problems)} problem(s); nothing was imported.")
+        version = published.version
+        if published.created:
+            self.stdout.write(f"{version.ref}: {version.instance_set.count} tasks ({len(imported)} in the file).")
+        else:
+            self.stdout.write(f"{version.ref} already holds these tasks; nothing changed.")
+
+    def by_key(self, errors, instances) -> list[str]:
+        """`instances[12].inputs: ...` from publishing, said as the task's key, which the user can find."""
+        named = []
+        for error in errors:
+            match = re.match(r"instances\[(\d+)\](.*)", error.field)
+            if match and instances and int(match[1]) < len(instances):
+                named.append(f"task {instances[int(match[1])]['key']!r}{match[2]}: {error.problem}")
+            else:
+                named.append(str(error))
+        return named
+
+    def merged(self, head, imported: list[dict]) -> list[dict]:
+        """The template's tasks plus the file's; a key that exists must come with the same task."""
+        existing = {key: {"key": key, "inputs": inputs, "hidden": hidden}
+                    for key, inputs, hidden in instance_rows(version=head)}
+        clashes = [row["key"] for row in imported if row["key"] in existing and existing[row["key"]] != row]
+        if clashes:
+            raise SpecError([FieldError("key", f"{key!r} already exists with different content (use --replace)")
+                             for key in clashes[:20]])
+        existing.update({row["key"]: row for row in imported})
+        return list(existing.values())
