@@ -51,7 +51,7 @@ def test_canonical_solutions_score_one_and_wrong_ones_zero(template, tmp_path, c
     assert head.number == 2 and head.instance_set.count == 3 and head.parent_id == template.pk
     batch = tmp_path / "batch.jsonl"
     lines = []
-    for task_id, entry_point, prompt, body, _ in TASKS:
+    for task_id, _entry_point, prompt, body, _ in TASKS:
         lines.append({"task_key": task_id, "response": f"```python\n{prompt}{body}```"})
         lines.append({"task_key": task_id, "response": f"```python\n{prompt}    return None\n```"})
     batch.write_text("\n".join(json.dumps(line) for line in lines))

@@ -6,15 +6,16 @@ Rules, in order of the spec's layers:
 - A layer decides, unless its score falls inside its `escalate` band [uncertain_low, uncertain_high): then
   the next layer runs, and decides in its turn. The deciding layer's score is the reward.
 - Infrastructure errors are retried (`retries` times per check) and never become a reward: if one remains,
-  the verdict is `infra_error` with reward None. A check that raises is a fault of the grading code, and is
-  reported the same way rather than scored.
+  the verdict is `infra_error` with reward None. A check that raises is a fault of the grading code, and a
+  check whose grader gave an unusable answer (status `error`, e.g. a malformed judge reply) cannot grade
+  either: both are retried and reported the same way, never scored and never silently skipped.
 - Status: `pass` at or above the verifier's pass_threshold, `fail` at 0, `partial` in between.
 """
 
 import time
 
 from .checks import check_function
-from .types import FAIL, INFRA_ERROR, PARTIAL, PASS, Component, Outcome, Verdict
+from .types import ERROR, FAIL, INFRA_ERROR, PARTIAL, PASS, Component, Outcome, Verdict
 
 
 def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
@@ -33,8 +34,9 @@ def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
                 cost=outcome.cost))
             verdict.cost += outcome.cost
             verdict.artifacts.update({f"{layer['name']}/{name}/{key}": blob for key, blob in outcome.artifacts.items()})
-            if outcome.status == INFRA_ERROR:
-                verdict.stopped_because = f"infrastructure error in {layer['name']}/{name}: {outcome.evidence}"
+            if outcome.status in (INFRA_ERROR, ERROR):
+                verdict.stopped_because = f"{name} in {layer['name']} could not grade: {outcome.evidence}"
+                verdict.reward = None  # an escalated layer's provisional score is no verdict either
                 verdict.latency_ms = round((time.monotonic() - started) * 1000, 2)
                 return verdict
             if outcome.value is not None and check["weight"] > 0:
@@ -71,6 +73,6 @@ def _run_check(check: dict, sample, item, context, retries: int) -> tuple[Outcom
             outcome = function(check, sample, item, context)
         except Exception as exc:  # the grader's own fault: never a reward
             outcome = Outcome(value=None, status=INFRA_ERROR, evidence=f"the check crashed: {type(exc).__name__}: {exc}")
-        if outcome.status != INFRA_ERROR:
+        if outcome.status not in (INFRA_ERROR, ERROR):
             break
     return outcome, time.monotonic() - started
