@@ -358,6 +358,9 @@ class VerifierLayer(Spec):
     kind: Literal["exact", "environment", "judge"]
     checks: list[CheckSpec] = Field(min_length=1)
     escalate: Escalation | None = None
+    continue_on_pass: bool = Field(
+        default=False, description="a pass here goes on to the next layer instead of deciding (a failure still "
+                                   "decides): cheap checks filter, later layers scrutinise what got through")
 
     @model_validator(mode="after")
     def checks_fit_layer(self):
@@ -376,8 +379,9 @@ class VerifierSpec(Spec):
 
     @model_validator(mode="after")
     def escalation_has_somewhere_to_go(self):
-        if self.layers[-1].escalate is not None:
-            raise ValueError(f"the last layer ({self.layers[-1].name}) cannot escalate: no layer follows it")
+        if self.layers[-1].escalate is not None or self.layers[-1].continue_on_pass:
+            raise ValueError(f"the last layer ({self.layers[-1].name}) cannot escalate or continue: no layer "
+                             "follows it")
         names = [layer.name for layer in self.layers]
         if len(names) != len(set(names)):
             raise ValueError("two layers share a name")

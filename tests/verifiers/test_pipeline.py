@@ -84,3 +84,15 @@ def test_a_crashing_grader_is_a_grading_fault_not_a_zero(context):
     spec = {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [broken]}]}
     verdict = verify(spec, Sample(response="x"), item(1.0), context)
     assert verdict.status == "infra_error" and "KeyError" in verdict.stopped_because
+
+
+def test_continue_on_pass_lets_failures_decide_and_sends_passes_on(context):
+    spec = {"pass_threshold": 1.0, "layers": [
+        {"name": "exact", "kind": "exact", "escalate": None, "continue_on_pass": True, "checks": [SCRIPTED]},
+        {"name": "environment", "kind": "environment", "escalate": None, "checks": [LOGS]}]}
+    failed = verify(spec, Sample(response="x", logs="fine"), item(0.0), context)
+    assert failed.layers_run == ["exact"] and failed.reward == 0.0
+    scrutinised = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)
+    assert scrutinised.layers_run == ["exact", "environment"] and scrutinised.reward == 0.0
+    clean = verify(spec, Sample(response="x", logs="fine"), item(1.0), context)
+    assert clean.reward == 1.0 and clean.status == "pass"

@@ -3,8 +3,10 @@
 Rules, in order of the spec's layers:
 - A layer's score is the weighted mean of its checks that apply (a check returning value None does not
   apply; weight 0 means "log only": recorded, never counted). A layer with no applicable check is skipped.
-- A layer decides, unless its score falls inside its `escalate` band [uncertain_low, uncertain_high): then
-  the next layer runs, and decides in its turn. The deciding layer's score is the reward.
+- A layer decides, unless its score falls inside its `escalate` band [uncertain_low, uncertain_high), or it
+  passed and says `continue_on_pass`: then the next layer runs, and decides in its turn. The deciding
+  layer's score is the reward. (A pass is a score at or above the band, or the verifier's pass_threshold
+  where the layer has no band.)
 - Infrastructure errors are retried (`retries` times per check) and never become a reward: if one remains,
   the verdict is `infra_error` with reward None. A check that raises is a fault of the grading code, and a
   check whose grader gave an unusable answer (status `error`, e.g. a malformed judge reply) cannot grade
@@ -50,6 +52,11 @@ def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
                                        f"[{band['uncertain_low']}, {band['uncertain_high']}): escalated")
             verdict.reward = score  # provisional: the next layer that decides replaces it
             continue
+        passed = score >= (band["uncertain_high"] if band else spec.get("pass_threshold", 1.0))
+        if layer.get("continue_on_pass") and passed and index < len(layers) - 1:
+            verdict.reward = score
+            verdict.stopped_because = f"{layer['name']} passed with {score:.3f} and continued"
+            continue
         verdict.reward = score
         verdict.stopped_because = f"{layer['name']} decided with {score:.3f}"
         break
@@ -57,7 +64,7 @@ def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
         if verdict.reward is None:
             verdict.stopped_because = "no check applied to this sample"
             verdict.reward = 0.0
-        elif "escalated" in verdict.stopped_because:
+        elif verdict.stopped_because.endswith(("escalated", "continued")):
             verdict.stopped_because += ", and no later layer applied"
     threshold = spec.get("pass_threshold", 1.0)
     verdict.status = PASS if verdict.reward >= threshold else FAIL if verdict.reward <= 0 else PARTIAL

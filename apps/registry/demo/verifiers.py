@@ -1,7 +1,8 @@
 """Verifiers of the demo, layered cheapest first: exact checks, then environment feedback, then a judge model.
 
 A layer with an escalate band hands scores inside [uncertain_low, uncertain_high) to the next layer and decides
-the rest itself; a layer without one decides on its own score.
+the rest itself; a layer without one decides on its own score, unless it says continue_on_pass: then a pass
+goes on to the next layer for scrutiny and only a failure decides (workers/verifiers/pipeline.py).
 """
 
 from .draft import Draft
@@ -39,7 +40,8 @@ PYTHON_UNIT_TESTS = {
 CITED_NUMBERS = {
     "pass_threshold": 0.8,
     "layers": [
-        {"name": "answer", "kind": "exact",
+        # A right number proves nothing about the citation: it goes on to the citation check.
+        {"name": "answer", "kind": "exact", "continue_on_pass": True,
          "checks": [{"type": "numeric", "name": "answer-value", "reference": "{answer}", "rel_tolerance": 0.001,
                      "parse_scale": True}]},
         {"name": "citations", "kind": "environment",

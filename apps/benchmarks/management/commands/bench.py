@@ -8,7 +8,8 @@ import json
 
 from django.core.management.base import BaseCommand
 
-AREAS = {"registry": "apps.benchmarks.registry", "sandbox": "apps.benchmarks.sandbox"}
+AREAS = {"registry": "apps.benchmarks.registry", "sandbox": "apps.benchmarks.sandbox",
+         "verify": "apps.benchmarks.verify"}
 
 
 class Command(BaseCommand):
