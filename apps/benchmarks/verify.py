@@ -77,8 +77,10 @@ def run(*, backend: str | None = None, **_) -> dict:
                                     if layer["kind"] == "judge"}
                     started = time.perf_counter()
                     with ThreadPoolExecutor(max_workers=2) as workers:
-                        for verdict in workers.map(lambda pair, spec=pinned.verifier_spec: verify(spec, pair[1], pair[0],
-                                                                                                   context), work):
+                        def verify_one(pair, spec=pinned.verifier_spec, context=context):
+                            return verify(spec, pair[1], pair[0], context)
+
+                        for verdict in workers.map(verify_one, work):
                             verdicts.append((slug, verdict, bool(judge_layers & set(verdict.layers_run))))
                     elapsed += time.perf_counter() - started
             finally:
