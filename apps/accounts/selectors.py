@@ -64,3 +64,20 @@ def audit_list(*, project: Project, limit: int = 100) -> QuerySet[AuditEvent]:
 def api_token_list(*, user) -> QuerySet[ApiToken]:
     """Live tokens first, newest first."""
     return ApiToken.objects.filter(user=user).order_by(F("revoked_at").asc(nulls_first=True), "-created_at")
+
+
+def project_for_command(*, slug: str | None) -> Project:
+    """The project a management command acts on: the one named, or the only one there is.
+
+    Raises LookupError with the projects that exist, for the command to show.
+    """
+    names = ", ".join(Project.objects.order_by("slug").values_list("slug", flat=True)) or "none"
+    if slug:
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            raise LookupError(f"No project {slug!r}; projects: {names}.")
+        return project
+    projects = list(Project.objects.all()[:2])
+    if len(projects) != 1:
+        raise LookupError(f"Name the project with --project (projects: {names}).")
+    return projects[0]

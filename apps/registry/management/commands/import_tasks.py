@@ -7,7 +7,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.accounts.models import Project
+from apps.accounts.selectors import project_for_command
 from apps.registry.errors import FieldError, SpecError, VersionNotFound
 from apps.registry.refs import Ref
 from apps.registry.selectors import instance_rows, version_resolve
@@ -29,10 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--message", default="")
 
     def handle(self, *args, file, template, format, project, replace, user, message, **_):
-        projects = Project.objects.filter(slug=project) if project else Project.objects.all()
-        if projects.count() != 1:
-            raise CommandError("name the project with --project")
-        scope = projects.get()
+        try:
+            scope = project_for_command(slug=project)
+        except LookupError as exc:
+            raise CommandError(str(exc))
         author = get_user_model().objects.filter(username=user).first() if user else None
         instances = None
         try:

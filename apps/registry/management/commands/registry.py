@@ -6,7 +6,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.accounts.models import Project
+from apps.accounts.selectors import project_for_command
 from apps.registry.diff import spec_diff
 from apps.registry.errors import VersionNotFound
 from apps.registry.files import ImportFailed, export_project, import_directory
@@ -35,19 +35,11 @@ class Command(BaseCommand):
     def handle(self, *args, action, **options):
         getattr(self, f"handle_{action}")(**options)
 
-    def project(self, slug: str | None) -> Project:
-        if slug:
-            project = Project.objects.filter(slug=slug).first()
-            if project is None:
-                raise CommandError(f"No project {slug!r}; projects: {self.project_names()}.")
-            return project
-        projects = list(Project.objects.all()[:2])
-        if len(projects) != 1:
-            raise CommandError(f"Name the project with --project (projects: {self.project_names()}).")
-        return projects[0]
-
-    def project_names(self) -> str:
-        return ", ".join(Project.objects.order_by("slug").values_list("slug", flat=True)) or "none"
+    def project(self, slug: str | None):
+        try:
+            return project_for_command(slug=slug)
+        except LookupError as exc:
+            raise CommandError(str(exc))
 
     def handle_export(self, *, directory: Path, project: str | None, **_):
         written = export_project(project=self.project(project), directory=directory)

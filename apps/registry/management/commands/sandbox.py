@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.accounts.models import Project
+from apps.accounts.selectors import project_for_command
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
@@ -63,12 +63,10 @@ class Command(BaseCommand):
     def image(self, text: str | None, project_slug: str | None) -> SandboxImage:
         if text is None:
             return DEFAULT_IMAGE
-        projects = Project.objects.filter(slug=project_slug) if project_slug else Project.objects.all()
-        if projects.count() != 1:
-            raise CommandError("name the image's project with --project")
         try:
-            version = version_resolve(project=projects.get(), ref=Ref("sandbox_image", *split_slug_ref(text)))
-        except VersionNotFound as exc:
+            project = project_for_command(slug=project_slug)
+            version = version_resolve(project=project, ref=Ref("sandbox_image", *split_slug_ref(text)))
+        except (LookupError, VersionNotFound) as exc:
             raise CommandError(str(exc))
         return SandboxImage.from_spec(version.ref, version.spec)
 

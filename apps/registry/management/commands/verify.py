@@ -11,7 +11,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.accounts.models import Project
+from apps.accounts.selectors import project_for_command
 from apps.registry.errors import VersionNotFound
 from apps.registry.pinned import pinned_template, task_item, verification_context
 from workers.sandbox import SandboxPool
@@ -34,11 +34,12 @@ class Command(BaseCommand):
     def handle(self, *args, template, project, task_key, response, batch, concurrency, **_):
         if bool(batch) == bool(task_key and response):
             raise CommandError("give either --task-key with --response, or --batch")
-        projects = Project.objects.filter(slug=project) if project else Project.objects.all()
-        if projects.count() != 1:
-            raise CommandError("name the project with --project")
         try:
-            pinned = pinned_template(project=projects.get(), text=template)
+            scope = project_for_command(slug=project)
+        except LookupError as exc:
+            raise CommandError(str(exc))
+        try:
+            pinned = pinned_template(project=scope, text=template)
         except VersionNotFound as exc:
             raise CommandError(str(exc))
         requests = self.read_batch(batch) if batch else [(task_key, self.read_text(response))]
