@@ -335,3 +335,18 @@ def test_a_malformed_judge_reply_withholds_the_reward(make_judge):
     verdict = verify(layered("malformed"), sample("It is Paris."), ITEM, Context(judge=make_judge()))
     assert verdict.reward is None and verdict.status == "infra_error"
     assert "judge in judge could not grade" in verdict.stopped_because
+
+
+def test_a_group_is_ranked_by_the_judge_where_the_judge_decided(make_judge, server):
+    from workers.verifiers import verify_group
+
+    spec = {"pass_threshold": 1.0, "layers": [
+        {"name": "judge", "kind": "judge", "escalate": None, "checks": [score_spec(rubric=KEYWORD_RUBRIC)]}]}
+    group = [sample("nothing relevant"), sample("sunlight, chlorophyll and glucose"), sample("sunlight")]
+    verdicts = verify_group(spec, group, ITEM, Context(judge=make_judge()), rank_with_judge=True)
+    rewards = [v.reward for v in verdicts]
+    assert rewards[1] > rewards[2] > rewards[0]
+    assert all(v.components[-1].name == "group-rank" for v in verdicts)
+    assert len(server.requests) == 3 + 6  # one score each, then every pair in both orders
+    alone = verify_group(spec, group, ITEM, Context(judge=make_judge()))
+    assert [v.components[-1].name for v in alone] == ["judge"] * 3

@@ -83,3 +83,42 @@ def _run_check(check: dict, sample, item, context, retries: int) -> tuple[Outcom
         if outcome.status not in (INFRA_ERROR, ERROR):
             break
     return outcome, time.monotonic() - started
+
+
+def verify_group(spec: dict, samples: list, item, context, *, rank_with_judge: bool = False,
+                 retries: int = 2) -> list[Verdict]:
+    """The samples of one task (a GRPO group), each verified on its own.
+
+    With `rank_with_judge`, the samples whose verdict the judge layer decided are then judged against each
+    other (workers.verifiers.judge.rank_group, every pair in both orders) and take the ranking as their
+    reward: a judge compares two answers more steadily than it scores one. Samples the cheaper layers
+    decided keep their verdicts; a ranking the judge could not make leaves the verdicts as they were.
+    """
+    verdicts = [verify(spec, sample, item, context, retries=retries) for sample in samples]
+    judge_layers = [layer for layer in spec["layers"] if layer["kind"] == "judge"]
+    if not rank_with_judge or not judge_layers or context.judge is None:
+        return verdicts
+    layer = judge_layers[-1]
+    check = next((c for c in layer["checks"] if c["type"] == "score_model"), None)
+    judged = [i for i, v in enumerate(verdicts) if v.status != INFRA_ERROR and v.stopped_because.startswith(
+        f"{layer['name']} decided")]
+    if check is None or len(judged) < 2:
+        return verdicts
+    from .judge import rank_group
+
+    started = time.monotonic()
+    ranks = rank_group([samples[i] for i in judged], item, check, context.judge)
+    for index, outcome in zip(judged, ranks, strict=True):
+        if outcome.value is None:
+            continue
+        verdict = verdicts[index]
+        verdict.components.append(Component(
+            layer=layer["name"], name="group-rank", type="score_model", weight=check["weight"], value=outcome.value,
+            status=outcome.status, evidence=outcome.evidence, latency_ms=round((time.monotonic() - started) * 1000, 2),
+            cost=outcome.cost))
+        verdict.cost += outcome.cost
+        verdict.reward = outcome.value
+        verdict.stopped_because = f"{layer['name']} ranked the group's {len(judged)} judged samples"
+        threshold = spec.get("pass_threshold", 1.0)
+        verdict.status = PASS if outcome.value >= threshold else FAIL if outcome.value <= 0 else PARTIAL
+    return verdicts
