@@ -308,7 +308,15 @@ class ScoreModel(Check):
     model: str = Field(min_length=1)
     rubric: str = Field(min_length=1)
     score_range: tuple[float, float] = (0.0, 1.0)
-    pairwise: bool = False
+    pairwise: bool = Field(default=False, description="compare with `reference` in both orders, not score alone")
+    reference: str = Field(default="{answer}", description="pairwise: format string over the hidden fields")
+
+    @field_validator("score_range")
+    @classmethod
+    def low_to_high(cls, bounds: tuple[float, float]) -> tuple[float, float]:
+        if not bounds[0] < bounds[1]:
+            raise ValueError(f"must go from low to high, not {list(bounds)}")
+        return bounds
 
 
 class LabelModel(Check):

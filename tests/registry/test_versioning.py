@@ -228,3 +228,10 @@ def test_parallel_identical_publishes_create_one_version(project, owner):
     results = _in_threads(8, lambda i: publish(project, owner, "sandbox_image", "fresh", IMAGE_SPEC).version.pk)
     assert all(isinstance(r, int) for r in results), results
     assert len(set(results)) == 1 and Version.objects.filter(definition__slug="fresh").count() == 1
+
+
+def test_a_judge_score_range_must_go_from_low_to_high(project, owner):
+    spec = {"layers": [{"name": "judge", "kind": "judge", "checks": [
+        {"type": "score_model", "model": "m", "rubric": "r", "score_range": [10, 0]}]}]}
+    with pytest.raises(SpecError, match=r"layers\[0\].checks\[0\].score_range: must go from low to high"):
+        publish(project, owner, "verifier", "judged", spec)

@@ -30,7 +30,8 @@ PROMPT = (
     "The reports are in the sandbox: {documents}.\n\n"
     "Question: {question}\n\n"
     "Give the number with its unit and scale (for example 12.4 million, 15%), and quote the exact sentence of "
-    "the report that states it."
+    "the report that states it. Reply with JSON: "
+    '{{"answer": "12.4 million", "citations": [{{"doc_id": "report-001", "quote": "the exact sentence"}}]}}'
 )
 
 
