@@ -94,8 +94,9 @@ def sandbox_process_counts(pool) -> dict:
     return sandbox_processes()
 
 
-# Processes in one idle sandbox: bwrap outside, bwrap's init and the zygote inside; docker's init and the zygote.
-IDLE_PROCESSES = {"process": 3, "docker": 2}
+# Processes in one idle sandbox: bwrap outside, bwrap's init, the zygote and its spare child inside; docker's
+# init, the zygote and its spare.
+IDLE_PROCESSES = {"process": 4, "docker": 3}
 
 
 def settle(pool, image=HOSTILE_IMAGE, timeout=10.0):

@@ -3,7 +3,7 @@
 import time
 
 import pytest
-from conftest import HOSTILE_IMAGE, TIGHT, sandbox_processes, settle
+from conftest import HOSTILE_IMAGE, IDLE_PROCESSES, TIGHT, sandbox_processes, settle
 
 from workers.sandbox import AcquireTimeout, Execution, LeaseExpired, SandboxImage, SandboxPool, Status
 from workers.sandbox.process import ProcessBackend
@@ -95,6 +95,6 @@ def test_closing_the_pool_leaves_no_process(fresh_pool):
     settle(pool, SMALL)
     lease = pool.acquire(SMALL)
     uid = lease.sandbox.uid
-    assert sandbox_processes().get(uid) == 3
+    assert sandbox_processes().get(uid) == IDLE_PROCESSES["process"]
     pool.close()
     assert uid not in sandbox_processes()

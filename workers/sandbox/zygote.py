@@ -105,7 +105,12 @@ def remove(path: str) -> None:
 
 
 def reset() -> dict:
-    """Back to the image's clean state: no process of the last run, empty scratch space, the image's files."""
+    """Back to the image's clean state: no process of the last run, empty scratch space, the image's files,
+    and a fresh spare child."""
+    global SPARE
+    if SPARE is not None:
+        SPARE.close()
+        SPARE = None
     kill_everything_else()
     for path in (WORKDIR, *SCRATCH):
         try:
@@ -119,6 +124,7 @@ def reset() -> dict:
     if os.path.isdir(IMAGE_FILES):
         shutil.copytree(IMAGE_FILES, WORKDIR, dirs_exist_ok=True, symlinks=True)
     os.chdir(WORKDIR)
+    SPARE = Spare()
     return {"op": "ready"}
 
 
@@ -154,19 +160,64 @@ def read_outputs(names: list, cap: int) -> tuple[dict, list]:
     return found, missing
 
 
-def child(request: dict, stdout_w: int, stderr_w: int, stdin_fd: int) -> None:
-    """In the forked child: limits, descriptors, then the program. Never returns."""
+class Spare:
+    """The child that will run the next program, forked ahead of time: its fork, set-up and first page faults
+    happen while nothing waits. It holds nothing of any request until it is started."""
+
+    def __init__(self):
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        control_r, self.control_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.out_r)
+            os.close(self.err_r)
+            os.close(self.control_w)
+            child(control_r, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        os.close(control_r)
+        self.pidfd = os.pidfd_open(self.pid)
+
+    def start(self, request: dict) -> None:
+        message = json.dumps({key: request.get(key) for key in ("limits", "command", "stdin")}).encode()
+        with os.fdopen(self.control_w, "wb") as control:  # closing it tells the child the request is whole
+            control.write(message)
+
+    def close(self) -> None:
+        for fd in (self.out_r, self.err_r, self.pidfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.close(self.control_w)
+        except OSError:
+            pass
+
+
+SPARE: Spare | None = None
+
+
+def child(control_fd: int, stdout_w: int, stderr_w: int) -> None:
+    """In the forked child: wait for the request, then limits, descriptors and the program. Never returns."""
     try:
-        os.dup2(stdin_fd, 0)
         os.dup2(stdout_w, 1)
         os.dup2(stderr_w, 2)
-        os.closerange(3, 1 << 16)
         os.setsid()
         try:
             with open("/proc/self/oom_score_adj", "w") as handle:
                 handle.write("1000")  # if memory runs out, the program goes first, not the zygote
         except OSError:
             pass
+        exec(compile("_ = [str(n) for n in range(64)]", "warm-up", "exec"), {})  # first page faults, now
+        with os.fdopen(control_fd, "rb") as control:
+            request = json.loads(control.read())
+        stdin_fd = os.memfd_create("stdin")
+        os.write(stdin_fd, base64.b64decode(request.get("stdin") or ""))
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        os.dup2(stdin_fd, 0)
+        os.closerange(3, 1 << 16)
         limits = request["limits"]
         cpu = max(1, int(limits["cpu_seconds"] + 0.999))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -216,23 +267,13 @@ def run_main(path: str) -> None:
 
 
 def run(request: dict) -> dict:
+    global SPARE
     limits = request["limits"]
     write_inputs(request.get("files", {}))
-    stdin_fd = os.memfd_create("stdin")
-    os.write(stdin_fd, base64.b64decode(request.get("stdin", "")))
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    spare, SPARE = SPARE or Spare(), None
     started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        os.close(out_r)
-        os.close(err_r)
-        child(request, out_w, err_w, stdin_fd)
-    os.close(out_w)
-    os.close(err_w)
-    os.close(stdin_fd)
-    pidfd = os.pidfd_open(pid)
+    spare.start(request)
+    pid, pidfd, out_r, err_r = spare.pid, spare.pidfd, spare.out_r, spare.err_r
     captured = {out_r: bytearray(), err_r: bytearray()}
     totals = {out_r: 0, err_r: 0}
     cap, hard = limits["output_bytes"], limits["output_hard_bytes"]
@@ -279,8 +320,7 @@ def run(request: dict) -> dict:
             room = cap - len(captured[fd])
             if room > 0:
                 captured[fd] += chunk[:room]
-    for fd in (out_r, err_r, pidfd):
-        os.close(fd)
+    spare.close()
     wall = time.monotonic() - started
     exit_code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
     signal_number = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
@@ -312,6 +352,7 @@ def classify(exit_code, signal_number, cpu, limits) -> tuple[str, str]:
 
 
 def main() -> None:
+    global SPARE
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     for module in json.loads(sys.argv[1]) if len(sys.argv) > 1 else []:
         try:
@@ -335,6 +376,7 @@ def main() -> None:
             except Exception as exc:  # a fault of the sandbox itself, never of the program
                 kill_everything_else()
                 send({"op": "result", "status": "infra_error", "reason": f"sandbox fault: {exc!r}"})
+            SPARE = Spare()  # the next run of a session starts from a spare too; forked after the reply
         elif op == "exit":
             break
 
