@@ -352,7 +352,6 @@ def classify(exit_code, signal_number, cpu, limits) -> tuple[str, str]:
 
 
 def main() -> None:
-    global SPARE
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     for module in json.loads(sys.argv[1]) if len(sys.argv) > 1 else []:
         try:
@@ -376,7 +375,6 @@ def main() -> None:
             except Exception as exc:  # a fault of the sandbox itself, never of the program
                 kill_everything_else()
                 send({"op": "result", "status": "infra_error", "reason": f"sandbox fault: {exc!r}"})
-            SPARE = Spare()  # the next run of a session starts from a spare too; forked after the reply
         elif op == "exit":
             break
 
