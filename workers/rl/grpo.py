@@ -1,0 +1,55 @@
+"""GRPO and its common variants, as one loss over groups of sampled completions.
+
+- Advantages are group-relative: each completion's reward minus its group's mean, divided by the group's
+  std when `normalize_std` (Dr. GRPO leaves that out). A group whose rewards are all equal carries no
+  learning signal: its advantages are zero and it is counted as not effective.
+- The policy ratio is clipped PPO-style with a higher upper clip (`clip_high` > `clip_low`, as in DAPO), so
+  unlikely-but-good tokens can still gain probability.
+- The loss is aggregated per token over the whole batch (long completions are not down-weighted per token).
+- An optional KL penalty to a reference policy uses the k3 estimator, exp(ref - new) - (ref - new) - 1.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class GRPOConfig:
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    normalize_std: bool = True
+    kl_coef: float = 0.0
+    eps: float = 1e-6
+
+
+def group_advantages(rewards: torch.Tensor, *, normalize_std: bool = True, eps: float = 1e-6):
+    """rewards (groups, G) -> advantages (groups, G) and which groups are effective (groups,)."""
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    spread = rewards.std(dim=1, keepdim=True, unbiased=False)
+    effective = spread.squeeze(1) > eps
+    advantages = centred / (spread + eps) if normalize_std else centred
+    return torch.where(effective.unsqueeze(1), advantages, torch.zeros_like(advantages)), effective
+
+
+def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, config: GRPOConfig, ref_logprobs: torch.Tensor | None = None):
+    """All tensors (N, T) per token except advantages (N,). Returns the loss and its statistics."""
+    ratio = torch.exp(new_logprobs - old_logprobs)
+    advantage = advantages.unsqueeze(1)
+    unclipped = ratio * advantage
+    clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high) * advantage
+    per_token = -torch.minimum(unclipped, clipped)
+    if ref_logprobs is not None and config.kl_coef > 0:
+        delta = ref_logprobs - new_logprobs
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + config.kl_coef * kl
+    else:
+        kl = torch.zeros_like(per_token)
+    tokens = mask.sum().clamp(min=1)
+    loss = (per_token * mask).sum() / tokens
+    with torch.no_grad():
+        clipped_fraction = (((ratio < 1 - config.clip_low) | (ratio > 1 + config.clip_high)) & mask.bool()).sum()
+        stats = {"loss": loss.item(), "kl": float((kl * mask).sum() / tokens),
+                 "clip_fraction": float(clipped_fraction / tokens), "tokens": int(tokens)}
+    return loss, stats
