@@ -1,0 +1,101 @@
+"""Which tasks the next batch trains on: a mix across domains by weight, deterministic under a seed.
+
+- Domains are drawn by their sampling weight, then a template within the domain by its weight, then a task
+  instance of that template uniformly.
+- Per-domain quotas cap a domain's share of one batch (a domain at its quota is left out of the draw).
+- The optional curriculum down-weights tasks that carry no learning signal: a task the policy always solves
+  or never solves (by a moving pass rate over its recent groups) is drawn `stale_weight` times as often.
+- The same seed, mix and history give the same batches: resuming a run replays its schedule.
+"""
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TemplateMix:
+    key: str  # e.g. "task_template/add-two@3"
+    weight: float
+    task_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DomainMix:
+    name: str
+    weight: float
+    templates: tuple[TemplateMix, ...]
+    quota: float | None = None  # the largest share of one batch this domain may take, e.g. 0.5
+
+
+@dataclass(frozen=True)
+class ScheduledTask:
+    domain: str
+    template: str
+    task_key: str
+
+
+@dataclass
+class Curriculum:
+    """Moving pass rates per task; a task solved always (>= high) or never (<= low) is stale."""
+
+    low: float = 0.05
+    high: float = 0.95
+    stale_weight: float = 0.1
+    decay: float = 0.7
+    min_observations: int = 2
+    pass_rates: dict = field(default_factory=dict)
+    observations: dict = field(default_factory=lambda: defaultdict(int))
+
+    def observe(self, task: ScheduledTask, rewards: list[float]) -> None:
+        rate = sum(r >= 1.0 for r in rewards) / len(rewards)
+        key = (task.template, task.task_key)
+        previous = self.pass_rates.get(key)
+        self.pass_rates[key] = rate if previous is None else self.decay * previous + (1 - self.decay) * rate
+        self.observations[key] += 1
+
+    def weight(self, template: str, task_key: str) -> float:
+        key = (template, task_key)
+        if self.observations[key] < self.min_observations:
+            return 1.0
+        rate = self.pass_rates[key]
+        return self.stale_weight if rate <= self.low or rate >= self.high else 1.0
+
+
+class Scheduler:
+    def __init__(self, domains: list[DomainMix], *, seed: int, curriculum: Curriculum | None = None):
+        if not domains or all(d.weight <= 0 for d in domains):
+            raise ValueError("the mix needs at least one domain with a positive weight")
+        empty = [t.key for d in domains for t in d.templates if not t.task_keys]
+        if empty:
+            raise ValueError(f"templates without tasks: {', '.join(empty)}")
+        self.domains = domains
+        self.curriculum = curriculum
+        self.rng = random.Random(seed)
+
+    def sample(self, batch_size: int) -> list[ScheduledTask]:
+        counts: dict[str, int] = defaultdict(int)
+        batch = []
+        for _ in range(batch_size):
+            open_domains = [d for d in self.domains if d.weight > 0 and (
+                d.quota is None or counts[d.name] + 1 <= max(1, int(d.quota * batch_size)))]
+            if not open_domains:
+                raise ValueError(f"the quotas leave no room for a batch of {batch_size}")
+            domain = self.rng.choices(open_domains, weights=[d.weight for d in open_domains])[0]
+            template = self.rng.choices(domain.templates, weights=[t.weight for t in domain.templates])[0]
+            batch.append(ScheduledTask(domain.name, template.key, self._task(template)))
+            counts[domain.name] += 1
+        return batch
+
+    def _task(self, template: TemplateMix) -> str:
+        if self.curriculum is None:
+            return self.rng.choice(template.task_keys)
+        weights = [self.curriculum.weight(template.key, key) for key in template.task_keys]
+        return self.rng.choices(template.task_keys, weights=weights)[0]
+
+    def state(self) -> dict:
+        """What a checkpoint keeps so a resumed run draws the same batches."""
+        return {"rng": self.rng.getstate()}
+
+    def restore(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
