@@ -1,7 +1,6 @@
 """Sandbox figures from one run: cold start, warm acquire+run, executions/s at concurrency 1 and 2, and the
 same trivial program through a plain `subprocess.run([sys.executable, file])` as the baseline."""
 
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -12,15 +11,10 @@ from django.conf import settings
 
 from workers.sandbox import Execution, SandboxImage, SandboxPool
 from workers.sandbox.backends import backend_named
+from workers.sandbox.pool import latency_summary
 
 TRIVIAL = "print(sum(range(100)))"
 IMAGE = SandboxImage(key="bench/python@1", layers=({"type": "base", "image": "python-3.11"},), warm_pool_size=2)
-
-
-def _summary(seconds: list[float]) -> dict:
-    data = sorted(seconds)
-    return {"p50_ms": round(statistics.median(data) * 1000, 2),
-            "p95_ms": round(data[int(0.95 * (len(data) - 1))] * 1000, 2), "n": len(data)}
 
 
 def _throughput(pool: SandboxPool, concurrency: int, seconds: float) -> float:
@@ -79,10 +73,10 @@ def run(*, samples: int = 100, backend: str | None = None, **_) -> dict:
             subprocess.run([sys.executable, handle.name], capture_output=True, check=True)
             baseline.append(time.perf_counter() - started)
 
-    warm_summary, baseline_summary = _summary(warm), _summary(baseline)
+    warm_summary, baseline_summary = latency_summary(warm), latency_summary(baseline)
     return {
         "backend": backend_impl.name, "program": TRIVIAL,
-        "cold_start": _summary(cold), "warm_acquire_run": warm_summary, "executions_per_second": per_second,
+        "cold_start": latency_summary(cold), "warm_acquire_run": warm_summary, "executions_per_second": per_second,
         "baseline_subprocess_run": {**baseline_summary, "executable": sys.executable},
         "warm_speedup_vs_baseline_p50": round(baseline_summary["p50_ms"] / warm_summary["p50_ms"], 1),
     }

@@ -2,13 +2,13 @@
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 from sandbox_support import reachable_cache, remove_cache, skip_without_bubblewrap
 
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.process import ProcessBackend, own_uid_range
+from workers.sandbox.soak import uid_process_counts
 from workers.sandbox.types import Limits
 
 
@@ -23,20 +23,9 @@ HOSTILE_IMAGE = SandboxImage(key="test/hostile@1", layers=({"type": "base", "ima
 
 
 def sandbox_processes() -> dict[int, int]:
-    """uid -> number of live processes (zombies aside), for every uid this test process hands to sandboxes
-    (other processes' sandboxes, a soak run say, are not ours to count)."""
-    ours = own_uid_range()
-    counts: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                uid = entry.stat().st_uid
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if uid in ours and state != "Z":
-                counts[uid] = counts.get(uid, 0) + 1
-    return counts
+    """uid -> live processes, for the uids this test process hands to sandboxes (other processes' sandboxes,
+    a soak run say, are not ours to count)."""
+    return uid_process_counts(own_uid_range())
 
 
 @pytest.fixture

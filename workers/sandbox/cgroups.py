@@ -15,6 +15,17 @@ GROUP = "posttrain-studio"
 ZYGOTE_MEMORY_MB = 64  # headroom for the warm interpreter itself
 
 
+def oom_kill_count(memory_group: Path) -> int:
+    """How many processes a v1 memory cgroup's limit has killed (0 where the group cannot be read)."""
+    try:
+        for line in (memory_group / "memory.oom_control").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 class SandboxCgroup:
     def __init__(self, name: str, *, memory_mb: int, max_processes: int, cpus: float):
         self.memory = ROOT / "memory" / GROUP / name
@@ -52,12 +63,7 @@ class SandboxCgroup:
                 (group / "cgroup.procs").write_text(str(os.getpid()))
 
     def oom_kills(self) -> int:
-        if self.memory is None:
-            return 0
-        for line in (self.memory / "memory.oom_control").read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-        return 0
+        return oom_kill_count(self.memory) if self.memory is not None else 0
 
     def kill_all(self) -> None:
         """SIGKILL whatever is still inside, then remove the groups."""

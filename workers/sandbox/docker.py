@@ -13,14 +13,13 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from .layers import SUPPORTED_BASES, LayerBuildError
+from .cgroups import oom_kill_count
+from .layers import SUPPORTED_BASES, LayerBuildError, install_python_packages, write_files
 from .process import ZYGOTE_SOURCE
 from .protocol import Channel
 from .rootfs import build_python_rootfs
@@ -104,19 +103,11 @@ class DockerBackend:
                               "image that carries them")
 
     def _layer_python_packages(self, layer: dict, context: Path) -> list[str]:
-        # Installed on this machine (same CPython ABI and glibc as the base) and copied in: builds have no network.
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                               "--no-compile", "--target", str(context / "site"), *layer["packages"]],
-                              capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            raise LayerBuildError(f"pip could not install {' '.join(layer['packages'])}: {done.stderr[-2000:]}")
+        install_python_packages(layer["packages"], context / "site")  # builds have no network: copied in
         return ["COPY site/ /image/site/"]
 
     def _layer_files(self, layer: dict, context: Path) -> list[str]:
-        for relative, content in layer["files"].items():
-            path = context / "files" / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
+        write_files(layer["files"], context / "files")
         return ["COPY files/ /image/files/"]
 
     def _layer_setup_script(self, layer: dict, context: Path) -> list[str]:
@@ -191,14 +182,7 @@ class DockerSandbox(ZygoteSandbox):
             return False
 
     def oom_kills(self) -> int:
-        control = CGROUP_MEMORY / self.container.id / "memory.oom_control"
-        try:
-            for line in control.read_text().splitlines():
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+        return oom_kill_count(CGROUP_MEMORY / self.container.id)
 
     def destroy(self) -> None:
         try:

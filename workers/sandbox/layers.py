@@ -23,6 +23,22 @@ class LayerBuildError(Exception):
     """An image this backend cannot build, with the reason in words."""
 
 
+def install_python_packages(packages: list[str], target: Path) -> None:
+    """pip on this machine into `target` (same CPython ABI and glibc as the sandboxes, which have no network)."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           "--no-compile", "--target", str(target), *packages],
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise LayerBuildError(f"pip could not install {' '.join(packages)}: {done.stderr[-2000:]}")
+
+
+def write_files(files: dict[str, str], folder: Path) -> None:
+    for relative, content in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+
+
 class LayerCache:
     def __init__(self, root: Path = DEFAULT_ROOT):
         self.root = root
@@ -78,17 +94,10 @@ class LayerCache:
                                   "process backend shares the machine's /usr (install them, or use docker)")
 
     def _apply_python_packages(self, layer: dict, work: Path) -> None:
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                   "--no-compile", "--target", str(work / "site"), *layer["packages"]]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            raise LayerBuildError(f"pip could not install {' '.join(layer['packages'])}: {done.stderr[-2000:]}")
+        install_python_packages(layer["packages"], work / "site")
 
     def _apply_files(self, layer: dict, work: Path) -> None:
-        for relative, content in layer["files"].items():
-            path = work / "files" / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
+        write_files(layer["files"], work / "files")
 
     def _apply_setup_script(self, layer: dict, work: Path) -> None:
         # Image authors write setup scripts, not the model; it still runs without network, as nobody.

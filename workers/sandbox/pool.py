@@ -38,8 +38,9 @@ class ImageUnavailable(Exception):
     """Sandboxes of this image keep failing to start; the reason is the last start error."""
 
 
-def _percentiles(values) -> dict:
-    data = sorted(values)
+def latency_summary(seconds) -> dict:
+    """p50 and p95 in milliseconds of durations in seconds (the pool's timings and the benchmarks')."""
+    data = sorted(seconds)
     if not data:
         return {"p50_ms": None, "p95_ms": None, "count": 0}
     return {"p50_ms": round(statistics.median(data) * 1000, 2),
@@ -189,7 +190,7 @@ class SandboxPool:
                 "image": key, "warm": len(entry.idle), "busy": len(entry.busy), "starting": entry.starting,
                 "resetting": entry.resetting, "failed_starts": entry.failed_starts, "target": entry.target,
                 "ceiling": entry.ceiling, "last_error": entry.last_error, "destroying": self._destroying,
-                "environment_assembly": _percentiles(entry.assembly), "wait_for_sandbox": _percentiles(entry.waits),
+                "environment_assembly": latency_summary(entry.assembly), "wait_for_sandbox": latency_summary(entry.waits),
             } for key, entry in sorted(self._images.items())]
 
     def close(self) -> None:

@@ -30,16 +30,19 @@ SOAK_IMAGE = SandboxImage(key="soak/python@1", layers=({"type": "base", "image":
                                         output_bytes=4096, output_hard_bytes=1 << 20), warm_pool_size=4)
 
 
-def sandbox_uid_processes(uids: range) -> int:
-    count = 0
+def uid_process_counts(uids: range) -> dict[int, int]:
+    """uid -> live processes (zombies aside) for the uids in `uids`."""
+    counts: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid in uids and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    count += 1
+                uid = entry.stat().st_uid
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except (FileNotFoundError, ProcessLookupError):
-                pass
-    return count
+                continue
+            if uid in uids and state != "Z":
+                counts[uid] = counts.get(uid, 0) + 1
+    return counts
 
 
 def _temporary_entries() -> set[str]:
@@ -89,7 +92,7 @@ def soak(*, backend, minutes: float, concurrency: int, seed: int = 0, progress=N
     return {
         "minutes": round(elapsed / 60, 2), "concurrency": concurrency, "executions": sum(outcomes.values()),
         "executions_per_second": round(sum(outcomes.values()) / elapsed, 1), "outcomes": dict(sorted(outcomes.items())),
-        "leaked_processes": sandbox_uid_processes(own_uid_range()),
+        "leaked_processes": sum(uid_process_counts(own_uid_range()).values()),
         "leaked_file_descriptors": len(os.listdir("/proc/self/fd")) - fds_before,
         "leaked_temporary_entries": sorted(_temporary_entries() - temp_before),
     }

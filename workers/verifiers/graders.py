@@ -7,6 +7,7 @@ cannot pose as the grade.
 
 import json
 import secrets
+from dataclasses import replace
 
 from workers.sandbox import Execution, Status
 
@@ -29,8 +30,6 @@ def python_grader_check(spec: dict, sample, item, context) -> Outcome:
     request = {"nonce": nonce, "item": {"key": item.key, "inputs": item.inputs, "hidden": item.hidden},
                "sample": {"response": sample.response,
                           "files": {n: b.decode("utf-8", "replace") for n, b in sample.files.items()}}}
-    from dataclasses import replace
-
     limits = replace(context.image.limits, wall_seconds=spec["timeout_seconds"], cpu_seconds=spec["timeout_seconds"])
     result = context.pool.execute(context.image, Execution(program=spec["source"] + "\n" + DRIVER,
                                                            stdin=json.dumps(request).encode(), limits=limits))

@@ -16,6 +16,7 @@ import ast
 import json
 import re
 import secrets
+from dataclasses import replace
 from pathlib import Path
 
 from workers.sandbox import Execution, Status
@@ -65,8 +66,6 @@ def unit_tests_check(spec: dict, sample, item, context) -> Outcome:
     request = {"nonce": nonce, "format": shape, "tests": tests, "entry_point": item.hidden.get("entry_point"),
                "call_timeout": spec.get("timeout_seconds", 30), "candidate_program": CANDIDATE}
     limits = context.image.limits
-    from dataclasses import replace
-
     run_limits = replace(limits, wall_seconds=spec.get("timeout_seconds", 30) + 5,
                          cpu_seconds=max(limits.cpu_seconds, spec.get("timeout_seconds", 30)))
     result = context.pool.execute(context.image, Execution(
