@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     "channels",
     "apps.accounts",
     "apps.registry",
+    "apps.runs",
+    "apps.trajectories",
     "apps.benchmarks",
 ]
 

@@ -1,0 +1,119 @@
+"""Training runs: what a run pins, where it stands, its checkpoints, metric points and events.
+
+A Run pins a bundle version (which pins every definition version it needs) and its resolved config, hashed
+together. Workers claim a run for an *attempt* (a fencing token): every write from a worker names its
+attempt, and a write from an attempt that is no longer current (a worker presumed dead that comes back) is
+refused. So a run resumed elsewhere never gets a second writer.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from apps.accounts.models import Project
+from apps.registry.models import Version
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"  # waiting for a worker (new, resumed, or requeued after its worker was lost)
+    RUNNING = "running"
+    PAUSED = "paused"  # checkpointed and stopped on request; resume queues it again
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED)
+
+
+class RunRequest(models.TextChoices):
+    """What the run's owner asked a running worker to do at its next step boundary."""
+
+    NONE = ""
+    PAUSE = "pause"
+    CANCEL = "cancel"
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200)
+    bundle = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="runs")
+    config = models.JSONField()  # the resolved RunConfig (workers/rl/config.py), every field present
+    config_hash = models.CharField(max_length=64)  # sha256 of the bundle's content hash and the config
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    requested = models.CharField(max_length=16, choices=RunRequest.choices, default=RunRequest.NONE, blank=True)
+    step = models.PositiveIntegerField(default=0)  # trainer steps completed
+    steps_total = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(default=0)  # bumped by every claim; the fencing token
+    worker = models.CharField(max_length=200, blank=True, default="")  # host:pid of the current attempt
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    summary = models.JSONField(default=dict, blank=True)  # the end-of-run summary (manage.py train --json)
+    error = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["project", "-created_at"]), models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return f"run {self.name} ({self.id})"
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=500)  # a directory under STUDIO_DATA_DIR/checkpoints
+    bytes = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "-step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_step_unique")]
+
+
+class MetricPoint(models.Model):
+    """One value of a namespaced series (`reward/mean`, `reward/arithmetic`, `idle/generation`, ...) at a
+    trainer step. A resumed run that replays a step overwrites that step's points instead of adding more."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_points")
+    name = models.CharField(max_length=120)
+    step = models.PositiveIntegerField()
+    wall_time = models.FloatField()  # unix seconds when the step ended
+    value = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name", "step"], name="metric_point_unique")]
+
+
+class EventKind(models.TextChoices):
+    CREATED = "created"
+    STARTED = "started"  # a worker claimed the run
+    RESUMED = "resumed"  # ... and restored it from a checkpoint
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    WORKER_LOST = "worker_lost"  # the heartbeat went stale; the run was queued again
+    RETRY = "retry"  # an infrastructure error retried (sandbox, verifier)
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REQUESTED = "requested"  # pause or cancel asked for; the worker acts on it at the next step
+
+
+class RunEvent(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=EventKind.choices)
+    message = models.TextField()
+    step = models.PositiveIntegerField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["run", "created_at"])]

@@ -1,0 +1,5 @@
+"""Placeholder: filled below."""
+
+
+def start_embedded_runner_if_enabled():
+    return None

@@ -1,0 +1,224 @@
+"""Writes for runs. Each is one transaction; the owner's actions leave an audit row, workers' writes are fenced.
+
+Fencing: `run_claim` bumps `Run.attempt` and hands the new number to the worker; every later write names it
+and is refused with RunLeaseLost once another claim has happened. Live updates are broadcast after the
+transaction commits (live.py), never before, so a page never shows what a rollback took back.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.accounts.models import Project
+from apps.accounts.services import audit_record
+from apps.registry.models import Version
+from workers.rl.config import ConfigError, RunConfig, config_hash
+
+from . import live
+from .models import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    Checkpoint,
+    EventKind,
+    MetricPoint,
+    Run,
+    RunEvent,
+    RunRequest,
+    RunStatus,
+)
+
+
+class RunError(ValueError):
+    """A request that does not fit the run's state, in words for the person who made it."""
+
+
+class RunLeaseLost(Exception):
+    """This worker's attempt is no longer the run's current one: stop without writing anything more."""
+
+
+def worker_name() -> str:
+    import os
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict | None = None, name: str = "",
+               actor=None, via: str = "web") -> Run:
+    """A queued run pinned to `bundle` (an exact bundle version) and the resolved config."""
+    if bundle.definition.kind != "bundle" or bundle.definition.project_id != project.pk:
+        raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
+    if not isinstance(steps, int) or steps < 1:
+        raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
+    try:
+        config = RunConfig.resolve(overrides)
+    except ConfigError as exc:
+        raise RunError(f"config: {exc}") from None
+    with transaction.atomic():
+        run = Run.objects.create(
+            project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}",
+            bundle=bundle, config=config, config_hash=config_hash(bundle_hash=bundle.content_hash, config=config),
+            steps_total=steps, created_by=actor if getattr(actor, "is_authenticated", False) else None)
+        _event(run, EventKind.CREATED, f"created: {steps} steps on {bundle.ref}", details={"config": overrides or {}})
+        audit_record(project=project, actor=actor, action="run.create", target=f"run/{run.id}",
+                     details={"bundle": bundle.ref, "steps": steps, "config_hash": run.config_hash}, via=via)
+    return run
+
+
+def run_request(*, run: Run, action: str, actor, via: str = "web") -> Run:
+    """pause | resume | cancel, from the page, the API or the CLI."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if action == "pause":
+            if run.status == RunStatus.QUEUED:
+                run.status = RunStatus.PAUSED
+                _event(run, EventKind.PAUSED, "paused before a worker started it")
+            elif run.status == RunStatus.RUNNING:
+                run.requested = RunRequest.PAUSE
+                _event(run, EventKind.REQUESTED, "pause requested: the worker checkpoints at the end of this step")
+            else:
+                raise RunError(f"a {run.status} run cannot be paused")
+        elif action == "resume":
+            if run.status != RunStatus.PAUSED:
+                raise RunError(f"only a paused run can be resumed; this one is {run.status}")
+            run.status, run.requested = RunStatus.QUEUED, RunRequest.NONE
+            _event(run, EventKind.REQUESTED, "resume requested: queued for a worker")
+        elif action == "cancel":
+            if run.status in FINISHED_STATUSES:
+                raise RunError(f"the run is already {run.status}")
+            if run.status == RunStatus.RUNNING:
+                run.requested = RunRequest.CANCEL
+                _event(run, EventKind.REQUESTED, "cancel requested: the worker stops at the end of this step")
+            else:
+                run.status, run.finished_at = RunStatus.CANCELLED, timezone.now()
+                _event(run, EventKind.CANCELLED, "cancelled")
+        else:
+            raise RunError(f"unknown action {action!r}; use pause, resume or cancel")
+        run.save(update_fields=["status", "requested", "finished_at"])
+        audit_record(project=run.project, actor=actor, action=f"run.{action}", target=f"run/{run.id}", via=via)
+        live.broadcast_run(run)
+    return run
+
+
+def run_claim(*, run_id, stale_after: float, worker: str | None = None) -> int | None:
+    """Claim a queued run, or a running one whose heartbeat is older than `stale_after` seconds (its worker is
+    presumed dead). Returns the new attempt number, or None if the run is not claimable (someone has it)."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        stale = run.heartbeat_at is None or run.heartbeat_at < now - timedelta(seconds=stale_after)
+        if not (run.status == RunStatus.QUEUED or (run.status == RunStatus.RUNNING and stale)):
+            return None
+        if run.status == RunStatus.RUNNING:
+            _event(run, EventKind.WORKER_LOST, f"worker {run.worker or '?'} stopped answering; taken over",
+                   details={"worker": run.worker, "attempt": run.attempt})
+        run.attempt += 1
+        run.status, run.worker, run.heartbeat_at = RunStatus.RUNNING, worker or worker_name(), now
+        run.started_at = run.started_at or now
+        run.save(update_fields=["attempt", "status", "worker", "heartbeat_at", "started_at"])
+        _event(run, EventKind.STARTED, f"attempt {run.attempt} on {run.worker}", attempt=run.attempt)
+        live.broadcast_run(run)
+        return run.attempt
+
+
+def runs_requeue_lost(*, stale_after: float) -> list[Run]:
+    """Runs whose worker stopped heartbeating go back to the queue, each with a worker_lost event."""
+    cutoff = timezone.now() - timedelta(seconds=stale_after)
+    requeued = []
+    with transaction.atomic():
+        for run in Run.objects.select_for_update().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff):
+            run.status = RunStatus.QUEUED
+            run.save(update_fields=["status"])
+            _event(run, EventKind.WORKER_LOST, f"worker {run.worker} stopped answering at step {run.step}; "
+                                               "queued to resume from its last checkpoint",
+                   step=run.step, details={"worker": run.worker, "attempt": run.attempt})
+            live.broadcast_run(run)
+            requeued.append(run)
+    return requeued
+
+
+def _fenced(run_id, attempt: int) -> Run:
+    run = Run.objects.select_for_update().get(pk=run_id)
+    if run.attempt != attempt or run.status != RunStatus.RUNNING:
+        raise RunLeaseLost(f"run {run_id} is at attempt {run.attempt} ({run.status}); this worker holds {attempt}")
+    return run
+
+
+def run_heartbeat(*, run_id, attempt: int) -> str:
+    """Proof of life; returns what the owner asked for meanwhile (pause, cancel or nothing)."""
+    with transaction.atomic():
+        run = _fenced(run_id, attempt)
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+        return run.requested
+
+
+def run_step_record(*, run_id, attempt: int, step: int, wall_time: float, points: dict[str, float],
+                    trajectories: list[dict], events: list[tuple[str, str, dict]] = ()) -> None:
+    """One trainer step: its metric points, the trajectories it archived and its events, all or nothing."""
+    from apps.trajectories.services import trajectories_record
+
+    with transaction.atomic():
+        run = _fenced(run_id, attempt)
+        if points:
+            MetricPoint.objects.bulk_create(
+                [MetricPoint(run=run, name=name, step=step, wall_time=wall_time, value=float(value))
+                 for name, value in points.items()],
+                update_conflicts=True, unique_fields=["run", "name", "step"], update_fields=["value", "wall_time"])
+        trajectories_record(run=run, attempt=attempt, trajectories=trajectories)
+        for kind, message, details in events:
+            _event(run, kind, message, step=step, attempt=attempt, details=details)
+        Run.objects.filter(pk=run.pk).update(step=max(run.step, step), heartbeat_at=timezone.now())
+        live.broadcast_step(run_id=run.pk, step=step, wall_time=wall_time, points=points,
+                            events=[(kind, message) for kind, message, _ in events])
+
+
+def run_checkpoint_record(*, run_id, attempt: int, step: int, path: str, size: int, removed: list[int] = ()) -> None:
+    with transaction.atomic():
+        run = _fenced(run_id, attempt)
+        Checkpoint.objects.update_or_create(run=run, step=step, defaults={"path": path, "bytes": size})
+        Checkpoint.objects.filter(run=run, step__in=list(removed)).delete()
+        _event(run, EventKind.CHECKPOINT_SAVED, f"checkpoint at step {step} ({size / 1e6:.1f} MB)", step=step,
+               attempt=attempt, details={"path": path, "bytes": size})
+
+
+def run_event_record(*, run_id, attempt: int, kind: str, message: str, step: int | None = None,
+                     details: dict | None = None) -> None:
+    with transaction.atomic():
+        run = _fenced(run_id, attempt)
+        _event(run, kind, message, step=step, attempt=attempt, details=details)
+
+
+def run_finish(*, run_id, attempt: int, status: str, summary: dict | None = None, error: str = "") -> None:
+    """The worker's last word: completed, paused (on request), cancelled (on request) or failed."""
+    kinds = {RunStatus.COMPLETED: EventKind.COMPLETED, RunStatus.PAUSED: EventKind.PAUSED,
+             RunStatus.CANCELLED: EventKind.CANCELLED, RunStatus.FAILED: EventKind.FAILED}
+    with transaction.atomic():
+        run = _fenced(run_id, attempt)
+        run.status, run.requested = status, RunRequest.NONE
+        if summary is not None:
+            run.summary = summary
+        run.error = error
+        if status in FINISHED_STATUSES:
+            run.finished_at = timezone.now()
+        run.save(update_fields=["status", "requested", "summary", "error", "finished_at"])
+        message = {RunStatus.COMPLETED: f"completed {run.step} steps", RunStatus.PAUSED: f"paused at step {run.step}",
+                   RunStatus.CANCELLED: f"cancelled at step {run.step}"}.get(status, f"failed: {error[:500]}")
+        _event(run, kinds[status], message, step=run.step, attempt=attempt)
+        live.broadcast_run(run)
+
+
+def _event(run: Run, kind: str, message: str, *, step: int | None = None, attempt: int | None = None,
+           details: dict | None = None) -> RunEvent:
+    event = RunEvent.objects.create(run=run, kind=kind, message=message, step=step,
+                                    attempt=run.attempt if attempt is None else attempt, details=details or {})
+    live.broadcast_event(event)
+    return event
+
+
+__all__ = ["ACTIVE_STATUSES", "RunError", "RunLeaseLost", "run_checkpoint_record", "run_claim", "run_create",
+           "run_event_record", "run_finish", "run_heartbeat", "run_request", "run_step_record", "runs_requeue_lost"]

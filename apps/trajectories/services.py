@@ -1,0 +1,51 @@
+"""Writes for the trajectory archive: idempotent by trajectory id, called inside the run's step transaction."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+
+from .artifacts import artifact_key, artifact_put
+from .models import Trajectory
+
+UPDATED_FIELDS = [f.name for f in Trajectory._meta.concrete_fields if f.name not in ("id", "project", "run", "seq",
+                                                                                        "sample")]
+
+
+def _timestamp(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds or 0, tz=UTC)
+
+
+def trajectory_row(*, run, attempt: int, data: dict) -> Trajectory:
+    """An archive row from workers.rl.types.Trajectory.to_json() (plus `artifacts` as base64, if any)."""
+    verdict = data.get("verdict") or {}
+    stored = []
+    for name, blob in (data.get("artifacts") or {}).items():
+        content = base64.b64decode(blob) if isinstance(blob, str) else blob
+        stored.append(artifact_put(key=artifact_key(run_id=run.pk, trajectory_id=data["id"], name=name),
+                                   content=content))
+    turns = data.get("turns", [])
+    return Trajectory(
+        id=data["id"], project_id=run.project_id, run=run, seq=data["seq"], sample=data["sample"], attempt=attempt,
+        domain=data["domain"], template=data["template"], task_key=data["task_key"], task_hash=data["task_hash"],
+        image=data["image"], verifier=data["verifier"], policy_version=data["policy_version"],
+        trained_step=data.get("trained_step"), effective=data.get("effective"), advantage=data.get("advantage"),
+        status=data["status"], status_reason=data.get("status_reason", ""), reward=data.get("reward"),
+        verdict_status=verdict.get("status", ""),
+        deciding_layer=(verdict.get("layers_run") or [""])[-1],  # the last layer that ran is the one that decided
+        num_turns=sum(t["role"] == "assistant" for t in turns),
+        num_tool_calls=sum(len(t.get("tool_calls", [])) for t in turns),
+        completion_tokens=sum(len(t.get("token_ids", [])) for t in turns if t["role"] == "assistant"),
+        duration_s=data.get("timings", {}).get("total", 0.0), cost=data.get("costs", {}).get("total", 0.0),
+        prompt_ids=data.get("prompt_ids", []), turns=turns, verdict=verdict, timings=data.get("timings", {}),
+        costs=data.get("costs", {}), artifacts=stored, started_at=_timestamp(data.get("started_at")),
+        finished_at=_timestamp(data.get("finished_at")))
+
+
+def trajectories_record(*, run, attempt: int, trajectories: list[dict]) -> int:
+    """Insert or overwrite by id: the newest attempt's version of a trajectory is the archived one."""
+    if not trajectories:
+        return 0
+    rows = [trajectory_row(run=run, attempt=attempt, data=data) for data in trajectories]
+    Trajectory.objects.bulk_create(rows, update_conflicts=True, unique_fields=["id"], update_fields=UPDATED_FIELDS)
+    return len(rows)

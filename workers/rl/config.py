@@ -1,0 +1,147 @@
+"""A run's configuration: every knob of the pipeline, the engine and the trainer, with its default.
+
+A Run stores `RunConfig.resolve(overrides)` — every field present — so a run is reproducible from its row
+even after the defaults here change, and the config hash names exactly what ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+class ConfigError(ValueError):
+    """Every problem with a set of overrides, each naming its field."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 0
+    """Seeds the task draws, the sampling and the trainer: the same seed and config give the same run (sync)."""
+    mode: Literal["async", "sync"] = "async"
+    """async: generation, tools, verification and training overlap; sync: sample → roll out → verify → train."""
+    groups_per_step: int = 8
+    """Task groups per trainer step."""
+    group_size: int = 8
+    """Samples per task (the GRPO group)."""
+    max_staleness: int = 1
+    """async: how many policy versions a trajectory may lag the weights it is trained against. Generation is
+    held back so nothing beyond this is produced; a trajectory that still arrives too late is not trained on."""
+    rollout_concurrency: int = 8
+    """Groups rolled out at once (each runs its tool calls in the sandbox pool)."""
+    verify_concurrency: int = 4
+    """Verifications running at once."""
+    dynamic_sampling: bool = True
+    """Fill each step with groups that carry signal (reward variance); the others are counted, not trained."""
+    curriculum: bool = True
+    """Draw tasks the policy always or never solves a tenth as often."""
+    domain_weights: dict = field(default_factory=dict)
+    """Per-domain sampling weights replacing the domains' own (domain slug -> weight)."""
+    domain_quotas: dict = field(default_factory=dict)
+    """Largest share of one step a domain may take (domain slug -> fraction)."""
+    model: str = "builtin:demo-tiny"
+    """builtin:demo-tiny (pretrained here on first use) or the local path of a Hugging Face causal LM."""
+    engine: Literal["torch", "transformers", "vllm"] = "torch"
+    """Inference engine: torch (the built-in model, KV cache), transformers (any HF causal LM), vllm (GPU)."""
+    device: str = "auto"
+    """cpu, cuda, cuda:1 ... or auto (cuda when available)."""
+    temperature: float = 1.0
+    learning_rate: float = 3e-4
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 64
+    """Sequences per forward/backward; a step's batch is accumulated over as many as it needs."""
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    normalize_std: bool = True
+    kl_coef: float = 0.0
+    """Weight of the k3 KL penalty to the initial policy (0: no reference model is kept)."""
+    lora_rank: int = 0
+    """LoRA rank through peft for Hugging Face models (0: train every weight)."""
+    lora_alpha: int = 16
+    checkpoint_every: int = 10
+    """Steps between checkpoints (the last step always checkpoints)."""
+    keep_checkpoints: int = 3
+    max_tool_output_chars: int = 2000
+    """A tool result longer than this is cut (and says so) before it enters the context."""
+
+    @classmethod
+    def resolve(cls, overrides: dict | None = None) -> dict:
+        """Defaults with `overrides` applied and checked; the dict a Run stores."""
+        overrides = dict(overrides or {})
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        errors = [f"{name}: unknown setting" for name in overrides if name not in known]
+        values = {}
+        for name, value in overrides.items():
+            if name not in known:
+                continue
+            default = getattr(cls(), name)
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, int):
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+                value = float(value) if ok else value
+            elif isinstance(default, dict):
+                ok = isinstance(value, dict)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                errors.append(f"{name}: expected {type(default).__name__}, got {value!r}")
+            values[name] = value
+        if not errors:
+            try:
+                config = cls(**values)
+                config.check()
+            except ConfigError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ConfigError("; ".join(errors))
+        return dataclasses.asdict(config)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def check(self) -> None:
+        problems = []
+        for name in ("groups_per_step", "group_size", "rollout_concurrency", "verify_concurrency",
+                     "micro_batch_size", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}: must be at least 1")
+        if self.group_size < 2:
+            problems.append("group_size: GRPO compares samples, so a group needs at least 2")
+        if self.max_staleness < 0:
+            problems.append("max_staleness: must be 0 or more")
+        if self.mode not in ("async", "sync"):
+            problems.append(f"mode: {self.mode!r} is not async or sync")
+        if self.engine not in ("torch", "transformers", "vllm"):
+            problems.append(f"engine: {self.engine!r} is not torch, transformers or vllm")
+        if self.model.startswith("builtin:") and self.engine != "torch":
+            problems.append(f"engine: the built-in model runs on the torch engine, not {self.engine}")
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            problems.append("clip_low must be in [0, 1) and clip_high at least 0")
+        if self.temperature <= 0:
+            problems.append("temperature: must be above 0")
+        if self.learning_rate <= 0:
+            problems.append("learning_rate: must be above 0")
+        if self.lr_schedule not in ("constant", "linear"):
+            problems.append(f"lr_schedule: {self.lr_schedule!r} is not constant or linear")
+        if any(not isinstance(w, int | float) or w < 0 for w in self.domain_weights.values()):
+            problems.append("domain_weights: weights must be numbers of 0 or more")
+        if any(not isinstance(q, int | float) or not 0 < q <= 1 for q in self.domain_quotas.values()):
+            problems.append("domain_quotas: quotas must be fractions in (0, 1]")
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+
+def config_hash(*, bundle_hash: str, config: dict) -> str:
+    payload = json.dumps({"bundle": bundle_hash, "config": config}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()

@@ -1,0 +1,169 @@
+"""What flows through the RL engine. Plain dataclasses: no Django, no torch.
+
+A `TaskTemplate` is a pinned task-template version as the engine needs it (its prompt, tools, limits, sandbox
+image and verifier spec); a `Task` is one drawn task instance of it; a `Trajectory` is one attempt at a task
+by the policy: its turns (messages, token ids, logprobs, tool calls and their sandbox results), its verdict,
+timings and cost. A GRPO group is the `group_size` trajectories of one task.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from workers.sandbox import SandboxImage
+from workers.verifiers import Item
+
+
+class TrajectoryStatus(StrEnum):
+    OK = "ok"  # the rollout ended on its own (its reward may still be 0)
+    POLICY_ERROR = "policy_error"  # the policy broke the protocol: a malformed tool call, an unknown tool
+    TIMEOUT = "timeout"  # the rollout hit its time limit
+    INFRA_ERROR = "infra_error"  # the machinery failed (sandbox, verifier): never scored, never trained on
+
+
+class Phase(StrEnum):
+    """Where an unfinished trajectory is; the trainer's idle time is attributed to these."""
+
+    ENVIRONMENT_ASSEMBLY = "environment_assembly"  # waiting for a sandbox to be ready
+    GENERATION = "generation"  # waiting for or inside the inference engine
+    TOOLS = "tools"  # a tool call running in the sandbox
+    VERIFICATION = "verification"  # queued for or inside the verifier
+
+
+@dataclass(frozen=True)
+class TaskTemplate:
+    key: str  # the exact version, "task_template/add-two@1"
+    domain: str
+    system_prompt: str
+    prompt_template: str
+    tools: tuple[dict, ...]
+    limits: dict  # max_turns, max_tokens, max_seconds
+    image: SandboxImage
+    verifier_key: str  # "verifier/numeric-exact@1"
+    verifier_spec: dict
+
+    @classmethod
+    def from_spec(cls, *, key: str, domain: str, spec: dict, image: SandboxImage, verifier_key: str,
+                  verifier_spec: dict) -> TaskTemplate:
+        return cls(key=key, domain=domain, system_prompt=spec.get("system_prompt", ""),
+                   prompt_template=spec["prompt_template"], tools=tuple(spec.get("tools", ())),
+                   limits=dict(spec["limits"]), image=image, verifier_key=verifier_key, verifier_spec=verifier_spec)
+
+    def messages(self, item: Item) -> list[dict]:
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return messages + [{"role": "user", "content": self.prompt_template.format(**item.inputs)}]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One drawn task. `seq` numbers the draws of a run; a trajectory's id derives from (run, seq, sample)."""
+
+    seq: int
+    template: TaskTemplate
+    item: Item
+    item_hash: str = ""
+
+    @property
+    def domain(self) -> str:
+        return self.template.domain
+
+
+def trajectory_id(run_id: str, seq: int, sample: int) -> str:
+    """Deterministic: a resumed run that replays draw `seq` writes the same rows again, not new ones."""
+    return str(uuid.uuid5(uuid.UUID(run_id), f"{seq}/{sample}"))
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict
+
+
+@dataclass
+class Turn:
+    """One message of the conversation. Assistant turns carry the sampled token ids and their logprobs;
+    user and tool turns carry the token ids they added to the context (masked out of the loss)."""
+
+    role: str  # system | user | assistant | tool
+    content: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str = ""
+    name: str = ""  # the tool, on a tool turn
+    result: dict = field(default_factory=dict)  # a tool turn's sandbox result: status, stdout, stderr, ...
+    finish_reason: str = ""  # assistant: stop | length | tool_calls | context
+    started_s: float = 0.0  # seconds since the trajectory started (the replay's timeline)
+    duration_s: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    id: str
+    run_id: str
+    seq: int
+    sample: int
+    domain: str
+    template: str
+    task_key: str
+    task_hash: str
+    image: str
+    verifier: str
+    policy_version: int
+    prompt_ids: list[int] = field(default_factory=list)  # what the policy saw before its first turn
+    turns: list[Turn] = field(default_factory=list)
+    status: TrajectoryStatus = TrajectoryStatus.OK
+    status_reason: str = ""
+    reward: float | None = None
+    verdict: dict = field(default_factory=dict)  # Verdict.to_json() without the artifacts
+    artifacts: dict[str, bytes] = field(default_factory=dict)  # rendered screenshots, logs
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per Phase, plus queue and total
+    costs: dict[str, float] = field(default_factory=dict)  # policy_seconds, sandbox_cpu_seconds, judge, total
+    tool_retries: int = 0
+    started_at: float = 0.0  # wall clock (time.time())
+    finished_at: float = 0.0
+    # Set by the trainer: the step that used it, its advantage, whether its group carried signal.
+    trained_step: int | None = None
+    advantage: float | None = None
+    effective: bool | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(len(t.token_ids) for t in self.turns if t.role == "assistant")
+
+    @property
+    def response(self) -> str:
+        """The final answer: the last assistant message."""
+        return next((t.content for t in reversed(self.turns) if t.role == "assistant"), "")
+
+    def training_sequence(self) -> tuple[list[int], list[int], list[float]]:
+        """(token ids, loss mask, sampling logprobs) over the whole context: the prompt and tool results are
+        context (mask 0), the policy's own tokens are trained on (mask 1)."""
+        ids, mask, logprobs = list(self.prompt_ids), [0] * len(self.prompt_ids), [0.0] * len(self.prompt_ids)
+        for turn in self.turns:
+            if turn.role == "assistant":
+                ids += turn.token_ids
+                mask += [1] * len(turn.token_ids)
+                logprobs += turn.logprobs
+            elif turn.token_ids:
+                ids += turn.token_ids
+                mask += [0] * len(turn.token_ids)
+                logprobs += [0.0] * len(turn.token_ids)
+        return ids, mask, logprobs
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = str(self.status)
+        data.pop("artifacts")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Trajectory:
+        data = dict(data)
+        turns = [Turn(**{**t, "tool_calls": [ToolCall(**c) for c in t.get("tool_calls", [])]})
+                 for t in data.pop("turns", [])]
+        return cls(**{**data, "turns": turns, "status": TrajectoryStatus(data.get("status", "ok"))})
