@@ -25,9 +25,11 @@ class Trajectory(models.Model):
     task_hash = models.CharField(max_length=64)
     image = models.CharField(max_length=140)  # sandbox_image/slug@N
     verifier = models.CharField(max_length=140)  # verifier/slug@N
-    policy_version = models.PositiveIntegerField()  # trainer steps behind the weights that generated it
-    trained_step = models.PositiveIntegerField(null=True, blank=True)  # the step that trained on it
-    effective = models.BooleanField(null=True)  # its group had reward variance (a learning signal)
+    policy_version = models.PositiveIntegerField()  # trainer steps completed by the weights that generated it
+    # The trainer step that consumed it: trained on it when `effective`, or dropped it (its group had no reward
+    # variance, it came too late for the staleness bound, or its infrastructure failed).
+    step = models.PositiveIntegerField()
+    effective = models.BooleanField(null=True)  # its group had reward variance and was trained on
     advantage = models.FloatField(null=True, blank=True)
     status = models.CharField(max_length=16)  # ok | policy_error | timeout | infra_error
     status_reason = models.TextField(blank=True, default="")

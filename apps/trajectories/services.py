@@ -29,7 +29,7 @@ def trajectory_row(*, run, attempt: int, data: dict) -> Trajectory:
         id=data["id"], project_id=run.project_id, run=run, seq=data["seq"], sample=data["sample"], attempt=attempt,
         domain=data["domain"], template=data["template"], task_key=data["task_key"], task_hash=data["task_hash"],
         image=data["image"], verifier=data["verifier"], policy_version=data["policy_version"],
-        trained_step=data.get("trained_step"), effective=data.get("effective"), advantage=data.get("advantage"),
+        step=data["step"], effective=data.get("effective"), advantage=data.get("advantage"),
         status=data["status"], status_reason=data.get("status_reason", ""), reward=data.get("reward"),
         verdict_status=verdict.get("status", ""),
         deciding_layer=(verdict.get("layers_run") or [""])[-1],  # the last layer that ran is the one that decided

@@ -126,8 +126,9 @@ class Trajectory:
     tool_retries: int = 0
     started_at: float = 0.0  # wall clock (time.time())
     finished_at: float = 0.0
-    # Set by the trainer: the step that used it, its advantage, whether its group carried signal.
-    trained_step: int | None = None
+    # Set by the trainer: the step that consumed it (trained on it, or dropped it: no signal, too stale, infra
+    # error), its advantage, and whether its group carried signal (reward variance) and was trained on.
+    step: int | None = None
     advantage: float | None = None
     effective: bool | None = None
 
