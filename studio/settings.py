@@ -101,7 +101,13 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", REDIS_URL or "cache+memory://")
 CELERY_TASK_ALWAYS_EAGER = not (REDIS_URL or os.environ.get("CELERY_BROKER_URL"))
 CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ROUTES = {"workers.tasks.train_run": {"queue": "gpu"}, "workers.tasks.execute_tool_call": {"queue": "rollout"},
+                      "workers.tasks.verify_trajectory": {"queue": "verify"}, "workers.tasks.runs_watchdog": {"queue": "gpu"}}
+CELERY_BEAT_SCHEDULE = {"runs-watchdog": {"task": "workers.tasks.runs_watchdog",
+                                          "schedule": float(os.environ.get("STUDIO_RUN_WATCHDOG_SECONDS", 15))}}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 4}},
@@ -144,3 +150,16 @@ JUDGE_TIMEOUT_SECONDS = float(os.environ.get("JUDGE_TIMEOUT_SECONDS", 60))
 JUDGE_MAX_CONCURRENCY = int(os.environ.get("JUDGE_MAX_CONCURRENCY", 8))
 JUDGE_PRICE_PER_1K_INPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_INPUT_TOKENS", 0))
 JUDGE_PRICE_PER_1K_OUTPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_OUTPUT_TOKENS", 0))
+
+# Training runs. A worker heartbeats its run every 2 s; a run whose heartbeat is older than RUN_STALE_SECONDS is
+# presumed lost and queued again (the watchdog: Celery beat, or the embedded runner), to resume from its last
+# checkpoint. REMOTE_ROLLOUTS sends tool calls and verifications to the rollout and verify queues.
+RUN_STALE_SECONDS = float(os.environ.get("STUDIO_RUN_STALE_SECONDS", 60))
+REMOTE_ROLLOUTS = env_flag("STUDIO_REMOTE_ROLLOUTS", not CELERY_TASK_ALWAYS_EAGER)
+# The embedded studio trains in the web process (a thread) when this is on; `make demo` turns it on.
+EMBEDDED_RUNNER = env_flag("STUDIO_EMBEDDED_RUNNER", False)
+# Seconds of CPU pretraining for the built-in demo base model (cached per bundle under DATA_DIR/models).
+DEMO_PRETRAIN_SECONDS = float(os.environ.get("STUDIO_DEMO_PRETRAIN_SECONDS", 75))
+# Cost per task: policy compute (the accelerator the model runs on, the CPU here) and sandbox CPU, per hour.
+GPU_PRICE_PER_HOUR = float(os.environ.get("STUDIO_GPU_PRICE_PER_HOUR", 2.50))
+SANDBOX_CPU_PRICE_PER_HOUR = float(os.environ.get("STUDIO_SANDBOX_CPU_PRICE_PER_HOUR", 0.05))

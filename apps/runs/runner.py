@@ -1,5 +1,54 @@
-"""Placeholder: filled below."""
+"""The embedded studio's runner: a thread in the web process that trains queued runs, one at a time.
+
+There is no Celery broker in the embedded default, so this thread does what the `gpu` workers and the
+watchdog do elsewhere: it claims the oldest queued run, runs its attempt (apps.runs.driver), and queues again
+runs whose heartbeat went stale (a process that was killed mid-run), which it then resumes from their last
+checkpoint. Training in the web process is what lets the in-memory channel layer push live points to the
+pages. Turned on by STUDIO_EMBEDDED_RUNNER=1 (`make demo` does); never in tests or management commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+_started = threading.Event()
+POLL_SECONDS = 1.0
 
 
-def start_embedded_runner_if_enabled():
-    return None
+def start_embedded_runner_if_enabled() -> None:
+    if not settings.EMBEDDED_RUNNER or not settings.CELERY_TASK_ALWAYS_EAGER or _started.is_set():
+        return
+    _started.set()
+    threading.Thread(target=_loop, name="embedded-runner", daemon=True).start()
+
+
+def _loop() -> None:
+    from django.db import close_old_connections
+
+    while True:
+        try:
+            close_old_connections()
+            run_next_queued()
+        except Exception:
+            log.exception("embedded runner: a run failed")
+        time.sleep(POLL_SECONDS)
+
+
+def run_next_queued() -> bool:
+    """Requeue lost runs, then claim and run the oldest queued one. Returns whether a run was attempted."""
+    from .driver import run_attempt
+    from .models import Run, RunStatus
+    from .services import run_claim, runs_requeue_lost
+
+    runs_requeue_lost(stale_after=settings.RUN_STALE_SECONDS)
+    for run in Run.objects.filter(status=RunStatus.QUEUED).order_by("created_at")[:5]:
+        attempt = run_claim(run_id=run.pk, stale_after=settings.RUN_STALE_SECONDS)
+        if attempt is not None:
+            run_attempt(run_id=run.pk, attempt=attempt)
+            return True
+    return False

@@ -67,6 +67,9 @@ class RunConfig:
     checkpoint_every: int = 10
     """Steps between checkpoints (the last step always checkpoints)."""
     keep_checkpoints: int = 3
+    eval_tasks_per_domain: int = 32
+    """Tasks per domain in the evaluation at the start and the end of the run (one sample each; 0: none). The
+    summary's reward lift comes from it: training rewards are biased by the curriculum's choice of tasks."""
     max_tool_output_chars: int = 2000
     """A tool result longer than this is cut (and says so) before it enters the context."""
 

@@ -33,8 +33,12 @@ def group_advantages(rewards: torch.Tensor, *, normalize_std: bool = True, eps: 
 
 
 def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-              mask: torch.Tensor, config: GRPOConfig, ref_logprobs: torch.Tensor | None = None):
-    """All tensors (N, T) per token except advantages (N,). Returns the loss and its statistics."""
+              mask: torch.Tensor, config: GRPOConfig, ref_logprobs: torch.Tensor | None = None,
+              token_count: int | None = None):
+    """All tensors (N, T) per token except advantages (N,). Returns the loss and its statistics.
+
+    token_count: the tokens of the whole batch when this is one micro-batch of it, so that the micro-batches'
+    losses add up to the batch's token-level mean (gradient accumulation without re-weighting)."""
     ratio = torch.exp(new_logprobs - old_logprobs)
     advantage = advantages.unsqueeze(1)
     unclipped = ratio * advantage
@@ -47,7 +51,7 @@ def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
     else:
         kl = torch.zeros_like(per_token)
     tokens = mask.sum().clamp(min=1)
-    loss = (per_token * mask).sum() / tokens
+    loss = (per_token * mask).sum() / (tokens if token_count is None else max(token_count, 1))
     with torch.no_grad():
         clipped_fraction = (((ratio < 1 - config.clip_low) | (ratio > 1 + config.clip_high)) & mask.bool()).sum()
         stats = {"loss": loss.item(), "kl": float((kl * mask).sum() / tokens),

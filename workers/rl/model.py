@@ -80,26 +80,29 @@ class TinyLM(nn.Module):
         return self.head(self.ln(x)), new
 
     @torch.no_grad()
-    def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int, stop: int | None = None,
+    def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int, stop: int | tuple[int, ...] | None = None,
                  temperature: float = 1.0, generator: torch.Generator | None = None):
         """`samples` completions of one prompt: tokens (samples, n) and their logprobs (samples, n) under the
-        sampling distribution; positions after `stop` are padded with `stop` and logprob 0."""
-        idx = torch.tensor([prompt] * samples)
+        sampling distribution; positions after a stop token are padded with that token and logprob 0."""
+        device = self.head.weight.device
+        stops = torch.tensor([stop] if isinstance(stop, int) else list(stop or ()), device=device)
+        idx = torch.tensor([prompt] * samples, device=device)
         logits, caches = self(idx)
         start = len(prompt)
         tokens, logprobs = [], []
-        finished = torch.zeros(samples, dtype=torch.bool)
+        finished = torch.zeros(samples, dtype=torch.bool, device=device)
+        padding = torch.full((samples, 1), int(stops[0]) if len(stops) else 0, device=device)
         for step in range(max_new_tokens):
             distribution = F.log_softmax(logits[:, -1, :] / temperature, dim=-1)
             token = torch.multinomial(distribution.exp(), 1, generator=generator)  # (samples, 1)
             logprob = distribution.gather(1, token).squeeze(1)
-            if stop is not None:
-                token[finished] = stop
+            if len(stops):
+                token = torch.where(finished.unsqueeze(1), padding, token)
                 logprob = torch.where(finished, torch.zeros_like(logprob), logprob)
-                finished |= token.squeeze(1) == stop
+                finished |= torch.isin(token.squeeze(1), stops)
             tokens.append(token)
             logprobs.append(logprob)
-            if stop is not None and bool(finished.all()) or start + step + 1 >= self.config.block_size:
+            if len(stops) and bool(finished.all()) or start + step + 1 >= self.config.block_size:
                 break
             logits, caches = self(token, caches, start=start + step)
         return torch.cat(tokens, dim=1), torch.stack(logprobs, dim=1)

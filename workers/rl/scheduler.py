@@ -94,8 +94,17 @@ class Scheduler:
         return self.rng.choices(template.task_keys, weights=weights)[0]
 
     def state(self) -> dict:
-        """What a checkpoint keeps so a resumed run draws the same batches."""
-        return {"rng": self.rng.getstate()}
+        """What a checkpoint keeps so a resumed run draws the same batches (JSON-safe)."""
+        version, internal, gauss = self.rng.getstate()
+        state = {"rng": [version, list(internal), gauss]}
+        if self.curriculum is not None:
+            state["curriculum"] = [[template, task, rate, self.curriculum.observations[(template, task)]]
+                                   for (template, task), rate in sorted(self.curriculum.pass_rates.items())]
+        return state
 
     def restore(self, state: dict) -> None:
-        self.rng.setstate(state["rng"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        if self.curriculum is not None:
+            self.curriculum.pass_rates = {(t, k): rate for t, k, rate, _ in state.get("curriculum", [])}
+            self.curriculum.observations = defaultdict(int, {(t, k): n for t, k, _, n in state.get("curriculum", [])})

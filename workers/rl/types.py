@@ -154,7 +154,9 @@ class Trajectory:
                 ids += turn.token_ids
                 mask += [0] * len(turn.token_ids)
                 logprobs += [0.0] * len(turn.token_ids)
-        return ids, mask, logprobs
+        # Context after the policy's last token (a final tool result) teaches nothing and may not fit the model.
+        end = max((i + 1 for i, m in enumerate(mask) if m), default=len(ids))
+        return ids[:end], mask[:end], logprobs[:end]
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

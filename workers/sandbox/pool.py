@@ -162,12 +162,17 @@ class SandboxPool:
                     entry.waiting -= 1
 
     def execute(self, image: SandboxImage, execution: Execution, *, timeout: float = 30.0,
-                retries: int = 2) -> ExecutionResult:
-        """One program in a fresh lease. Infrastructure errors are retried up to `retries` times."""
+                retries: int = 2, on_acquired=None) -> ExecutionResult:
+        """One program in a fresh lease. Infrastructure errors are retried up to `retries` times.
+
+        on_acquired: called once a sandbox is leased and the program is about to run (a caller that tells
+        waiting for a sandbox from running in it, as the RL pipeline's idle accounting does)."""
         reason = ""
         for attempt in range(1, retries + 2):
             try:
                 with self.acquire(image, timeout=timeout) as lease:
+                    if on_acquired is not None:
+                        on_acquired()
                     result = lease.run(execution)
             except (AcquireTimeout, ImageUnavailable, LeaseExpired) as exc:
                 reason = str(exc)

@@ -1,0 +1,89 @@
+"""`manage.py train --bundle SLUG[@N] --steps N [--headless] [--json] [--set KEY=VALUE ...]`: start a run.
+
+Headless, the run trains in this process with a progress bar on stderr and ends with its summary (JSON with
+--json): per-domain reward at the start and the end, trajectories and effective trajectories per hour,
+cost per task, the trainer's idle time by cause. Without --headless the run is queued for the studio's
+workers (Celery's gpu queue, or the embedded runner of `make demo`) and its page is printed.
+"""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from apps.accounts.selectors import project_for_command
+from apps.registry.errors import VersionNotFound
+from apps.registry.refs import Ref, split_slug_ref
+from apps.registry.selectors import version_resolve
+from apps.runs.dispatch import run_enqueue
+from apps.runs.driver import run_attempt
+from apps.runs.services import RunError, run_claim, run_create
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise CommandError(f"--set {text!r}: write KEY=VALUE, e.g. --set mode=sync")
+    try:
+        return name.strip(), json.loads(raw)
+    except ValueError:
+        return name.strip(), raw
+
+
+class Command(BaseCommand):
+    help = "Start a training run on a bundle (headless: train here and print the summary)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--bundle", required=True, help="bundle SLUG, SLUG@N or SLUG@alias")
+        parser.add_argument("--steps", type=int, required=True, help="trainer steps")
+        parser.add_argument("--project", help="project slug (default: the only project)")
+        parser.add_argument("--name", default="", help="the run's name (default: bundle and time)")
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                            help="a RunConfig field (workers/rl/config.py), VALUE as JSON or text; repeatable")
+        parser.add_argument("--headless", action="store_true", help="train in this process until the run ends")
+        parser.add_argument("--json", action="store_true", dest="as_json", help="print the summary as one JSON object")
+
+    def handle(self, *args, bundle, steps, project, name, settings, headless, as_json, **_):
+        try:
+            scope = project_for_command(slug=project)
+            version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
+            run = run_create(project=scope, bundle=version, steps=steps, name=name, via="cli",
+                             overrides=dict(parse_setting(s) for s in settings))
+        except (LookupError, VersionNotFound, RunError) as exc:
+            raise CommandError(str(exc))
+        console = Console(stderr=True)
+        if not headless:
+            run_enqueue(run)
+            console.print(f"queued run [bold]{run.name}[/] ({run.id}) on {version.ref}; "
+                          f"its page: /p/{scope.slug}/runs/{run.id}/")
+            return
+        attempt = run_claim(run_id=run.pk, stale_after=0)
+        summary = self.train(run, attempt, console)
+        if summary is None:
+            raise CommandError("another worker took this run over")
+        self.stdout.write(_dumps(summary, indent=None if as_json else 2))
+
+    def train(self, run, attempt, console):
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[status]}"))
+        with Progress(*columns, console=console, transient=False) as progress:
+            pretraining = progress.add_task("pretraining the base model", total=None, status="", visible=False)
+            training = progress.add_task(f"training {run.name}", total=run.steps_total, status="")
+
+            def pretrain_progress(step, loss, seconds):
+                progress.update(pretraining, visible=True, completed=step, status=f"loss {loss:.3f} {seconds:.0f}s")
+
+            def step_progress(step, total, points):
+                reward = points.get("reward/mean")
+                per_hour = points.get("throughput/effective_trajectories_per_hour", 0)
+                progress.update(training, completed=step, status=(
+                    f"reward {reward:.3f} · " if reward is not None else "") + f"{per_hour:,.0f} effective traj/h · "
+                    f"busy {points.get('trainer/busy_fraction', 0):.0%}")
+
+            return run_attempt(run_id=run.pk, attempt=attempt, progress=step_progress,
+                               pretrain_progress=pretrain_progress)
+
+
+def _dumps(data, indent):
+    return json.dumps(data, indent=indent, default=str)

@@ -1,0 +1,89 @@
+"""The policy a run trains and the engine that samples from it, built from the run's config.
+
+`builtin:demo-tiny` is the project's own base model: pretrained here from the run's bundle (its task
+instances rendered with their references, half of them wrong) on first use and cached under
+STUDIO_DATA_DIR/models by the hash of its corpus, so every later run on the same bundle starts from the
+same weights. Anything else is the local path of a Hugging Face causal LM.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import torch
+from django.conf import settings
+
+from workers.rl.base_model import pretrain, reference_turns
+from workers.rl.chat import CharChat, HFChat
+from workers.rl.config import RunConfig
+from workers.rl.policy import HFPolicy, TinyLMPolicy
+
+from .pinned import PinnedBundle
+
+PRETRAIN_SEED = 0
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device on this worker")
+    return name
+
+
+def demo_corpus(pinned: PinnedBundle) -> list[tuple[str, list[dict]]]:
+    rng = random.Random(PRETRAIN_SEED)
+    corpus = []
+    for key, template in sorted(pinned.templates.items()):
+        for item in pinned.items[key].values():
+            turns = reference_turns(tools=list(template.tools), inputs=item.inputs, hidden=item.hidden, rng=rng)
+            if turns is not None:
+                corpus.append((template.prompt_template.format(**item.inputs), turns))
+    return corpus
+
+
+def demo_base_model(pinned: PinnedBundle, *, progress=None) -> Path:
+    """The directory of the demo base model for this bundle's tasks, pretraining it if it is not cached."""
+    corpus = demo_corpus(pinned)
+    seconds = settings.DEMO_PRETRAIN_SECONDS
+    digest = hashlib.sha256(json.dumps([corpus, seconds, PRETRAIN_SEED], sort_keys=True).encode()).hexdigest()[:16]
+    directory = Path(settings.DATA_DIR) / "models" / f"demo-tiny-{digest}"
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two workers starting at once pretrain once
+        if (directory / "model.safetensors").is_file():
+            return directory
+        model, report = pretrain(corpus, seconds=seconds, seed=PRETRAIN_SEED, progress=progress)
+        partial = directory.with_name(directory.name + ".partial")
+        policy = TinyLMPolicy(model)
+        policy.save_pretrained(partial)
+        (partial / "pretraining.json").write_text(json.dumps(report))
+        partial.rename(directory)
+    return directory
+
+
+def build_policy(config: RunConfig, pinned: PinnedBundle, *, progress=None):
+    """(policy, engine, chat format) for the run, on the device the config asks for."""
+    device = resolve_device(config.device)
+    if config.model.startswith("builtin:"):
+        if config.model != "builtin:demo-tiny":
+            raise ValueError(f"unknown built-in model {config.model!r}; the built-in one is builtin:demo-tiny")
+        from workers.rl.engines.torch_engine import TorchEngine
+
+        policy = TinyLMPolicy.load(demo_base_model(pinned, progress=progress), device=device)
+        return policy, TorchEngine(policy.model, device=device), CharChat()
+    policy = HFPolicy(config.model, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
+    chat = HFChat(policy.tokenizer)
+    if config.engine == "vllm":
+        from workers.rl.engines.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(config.model, seed=config.seed)
+    else:
+        from workers.rl.engines.hf import TransformersEngine
+
+        engine = TransformersEngine(config.model, device=device)
+    return policy, engine, chat

@@ -1,0 +1,253 @@
+"""The agent loop: a group of samples of one task, each a multi-turn conversation in which the policy may call
+the template's tools, and the calls run in the sandbox pool.
+
+Per sample: the policy writes a turn; if it calls tools, they run (concurrently across the group) and their
+results join the context; repeat until the policy answers without a tool call or a limit ends it:
+- turns (`max_turns` assistant turns), tokens (`max_tokens` sampled over all turns, and the model's context),
+  time (`max_seconds` of wall clock: the sample ends as a timeout, reward 0);
+- a malformed tool call ends the sample as a policy error (reward 0); a sandbox that keeps failing after its
+  retries ends it as an infrastructure error (never scored, never trained on).
+The first turn of a group is one engine request for all samples (they share the prompt and its KV cache).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from .engines import GenerationRequest
+from .tools import PolicyToolError, parse_tool_calls
+from .types import Phase, Task, ToolCall, Trajectory, TrajectoryStatus, Turn, trajectory_id
+
+
+class PhaseBoard:
+    """Which phase each unfinished trajectory is in, and the trainer's idle time shared out among them.
+
+    While the trainer waits for data, `accrue(dt)` splits dt evenly over the unfinished trajectories and adds
+    each share to that trajectory's current phase. A trajectory that ends in a timeout hands everything
+    accrued to it to `timeouts`: the trainer was really waiting on a rollout that was never going to finish.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._phase: dict[str, Phase] = {}
+        self._accrued: dict[str, Counter] = {}
+        self._finished = Counter()
+
+    def set(self, key: str, phase: Phase) -> None:
+        with self._lock:
+            self._phase[key] = phase
+
+    def finish(self, key: str, *, timed_out: bool = False) -> None:
+        with self._lock:
+            self._phase.pop(key, None)
+            accrued = self._accrued.pop(key, Counter())
+            if timed_out:
+                self._finished["timeouts"] += sum(accrued.values())
+            else:
+                self._finished.update(accrued)
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._phase)
+
+    def accrue(self, seconds: float) -> None:
+        with self._lock:
+            if not self._phase:
+                self._finished[str(Phase.GENERATION)] += seconds  # nothing in flight: generation has yet to start
+                return
+            share = seconds / len(self._phase)
+            for key, phase in self._phase.items():
+                self._accrued.setdefault(key, Counter())[str(phase)] += share
+
+    def drain(self) -> dict[str, float]:
+        """Idle seconds by cause since the last drain (what is accrued to unfinished trajectories included)."""
+        with self._lock:
+            totals = Counter(self._finished)
+            for accrued in self._accrued.values():
+                totals.update(accrued)
+                accrued.clear()
+            self._finished.clear()
+        return {cause: totals.get(cause, 0.0) for cause in (*(str(p) for p in Phase), "timeouts")}
+
+
+@dataclass
+class _Sample:
+    trajectory: Trajectory
+    messages: list[dict]
+    context: list[int]
+    tokens_used: int = 0
+    done: bool = False
+
+
+def request_seed(seed: int, seq: int, sample: int, turn: int) -> int:
+    """A per-request sampling seed: the same draw, sample and turn sample the same way in any order."""
+    return (((seed * 1_000_003 + seq) * 1009 + sample) * 131 + turn) % (2 ** 62)
+
+
+def rollout_group(task: Task, *, run_id: str, group_size: int, engine, chat, tool_runner, tool_executor: Executor,
+                  board: PhaseBoard, seed: int, temperature: float = 1.0) -> list[Trajectory]:
+    template, item = task.template, task.item
+    limits = template.limits
+    tools = list(template.tools)
+    messages = template.messages(item)
+    prompt_ids = chat.prompt(messages, tools)
+    reserve = limits["max_tokens"]
+    if engine.max_context:
+        reserve = min(reserve, engine.max_context // 2)
+        prompt_ids = prompt_ids[-(engine.max_context - reserve):]  # the tail: where the question ends
+    started, wall_started = time.monotonic(), time.time()
+    samples = []
+    for index in range(group_size):
+        trajectory = Trajectory(
+            id=trajectory_id(run_id, task.seq, index), run_id=run_id, seq=task.seq, sample=index,
+            domain=template.domain, template=template.key, task_key=item.key, task_hash=task.item_hash,
+            image=template.image.key, verifier=template.verifier_key, policy_version=engine.policy_version,
+            prompt_ids=list(prompt_ids), turns=[Turn(role=m["role"], content=m["content"]) for m in messages],
+            started_at=wall_started)
+        samples.append(_Sample(trajectory, list(messages), list(prompt_ids)))
+        board.set(trajectory.id, Phase.GENERATION)
+    try:
+        for turn in range(limits["max_turns"]):
+            active = [s for s in samples if not s.done]
+            if not active:
+                break
+            if time.monotonic() - started > limits["max_seconds"]:
+                for sample in active:
+                    _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits['max_seconds']:g} s reached")
+                break
+            _generate_turn(active, turn, task, engine, chat, tools, seed, temperature, limits, started, board)
+            calling = [s for s in active if not s.done and s.trajectory.turns[-1].tool_calls]
+            if calling and turn == limits["max_turns"] - 1:
+                for sample in calling:
+                    _end(sample, TrajectoryStatus.OK, f"turn limit of {limits['max_turns']} reached with a tool "
+                                                      "call unanswered")
+                break
+            if calling:
+                list(tool_executor.map(lambda s: _run_tools(s, task, chat, tools, tool_runner, board, started,
+                                                            engine.max_context), calling))
+        for sample in samples:
+            if not sample.done:
+                _end(sample, TrajectoryStatus.OK, "turn limit reached")
+    except Exception:
+        for sample in samples:
+            board.finish(sample.trajectory.id)
+        raise
+    for sample in samples:
+        sample.trajectory.timings["rollout"] = time.monotonic() - started
+        if sample.trajectory.status == TrajectoryStatus.TIMEOUT:
+            board.finish(sample.trajectory.id, timed_out=True)
+        else:
+            board.set(sample.trajectory.id, Phase.VERIFICATION)
+    return [s.trajectory for s in samples]
+
+
+def _add(totals: dict, key: str, value: float) -> None:
+    totals[key] = totals.get(key, 0.0) + value
+
+
+def _end(sample: _Sample, status: TrajectoryStatus, reason: str) -> None:
+    sample.done = True
+    if sample.trajectory.status == TrajectoryStatus.OK:
+        sample.trajectory.status = status
+        sample.trajectory.status_reason = reason
+
+
+def _generate_turn(active, turn, task, engine, chat, tools, seed, temperature, limits, started, board):
+    budgets = []
+    for sample in active:
+        room = limits["max_tokens"] - sample.tokens_used
+        if engine.max_context:
+            room = min(room, engine.max_context - len(sample.context))
+        budgets.append(room)
+    if turn == 0:
+        requests = [GenerationRequest(active[0].context, len(active), budgets[0], chat.stop_ids, temperature,
+                                      request_seed(seed, task.seq, -1, 0))]
+    else:
+        requests = [GenerationRequest(s.context, 1, budget, chat.stop_ids, temperature,
+                                      request_seed(seed, task.seq, s.trajectory.sample, turn))
+                    for s, budget in zip(active, budgets, strict=True) if budget > 0]
+    for sample, budget in zip(active, budgets, strict=True):
+        if budget <= 0:
+            _end(sample, TrajectoryStatus.OK, "no token budget left")
+    live = [s for s in active if not s.done]
+    if not live:
+        return
+    for sample in live:
+        board.set(sample.trajectory.id, Phase.GENERATION)
+    call_started = time.monotonic()
+    results = engine.generate(requests)
+    seconds = time.monotonic() - call_started
+    completions = results[0] if turn == 0 else [group[0] for group in results]
+    total_tokens = max(1, sum(len(c.token_ids) for c in completions))
+    for sample, completion in zip(live, completions, strict=True):
+        trajectory = sample.trajectory
+        text = chat.decode(completion.token_ids)
+        assistant = Turn(role="assistant", content=text, token_ids=completion.token_ids, logprobs=completion.logprobs,
+                         finish_reason=completion.finish_reason, started_s=round(call_started - started, 4),
+                         duration_s=round(seconds, 4))
+        trajectory.turns.append(assistant)
+        _add(trajectory.timings, "generation", seconds)
+        _add(trajectory.costs, "policy_seconds", seconds * len(completion.token_ids) / total_tokens)
+        sample.context += completion.token_ids
+        sample.tokens_used += len(completion.token_ids)
+        sample.messages.append({"role": "assistant", "content": text})
+        if not tools:
+            _end(sample, TrajectoryStatus.OK, "answered")
+            continue
+        try:
+            calls = parse_tool_calls(text, tools)
+        except PolicyToolError as exc:
+            assistant.finish_reason = "tool_calls"
+            _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
+            continue
+        if not calls:
+            _end(sample, TrajectoryStatus.OK, "answered" if completion.finish_reason == "stop" else
+                 "stopped at the token limit")
+            continue
+        assistant.finish_reason = "tool_calls"
+        assistant.tool_calls = [ToolCall(id=f"call-{turn}-{n}", name=c.name, arguments=c.arguments)
+                                for n, c in enumerate(calls)]
+
+
+def _run_tools(sample: _Sample, task: Task, chat, tools, tool_runner, board: PhaseBoard, started: float,
+               max_context: int | None) -> None:
+    trajectory = sample.trajectory
+    calls = trajectory.turns[-1].tool_calls
+    new_messages = []
+    for call in calls:
+        board.set(trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
+        call_started = time.monotonic()
+        try:
+            result = tool_runner.run(task.template.image, call.name, call.arguments,
+                                     on_acquired=lambda: board.set(trajectory.id, Phase.TOOLS))
+        except PolicyToolError as exc:
+            _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
+            return
+        _add(trajectory.timings, "environment_assembly", result.assembly_seconds)
+        _add(trajectory.timings, "tools", max(0.0, time.monotonic() - call_started - result.assembly_seconds))
+        _add(trajectory.costs, "sandbox_cpu_seconds", result.cpu_seconds)
+        trajectory.tool_retries += result.attempts - 1
+        if result.status == "infra_error":
+            _end(sample, TrajectoryStatus.INFRA_ERROR, f"{call.name}: the sandbox failed: {result.reason}")
+            return
+        message = {"role": "tool", "content": result.text, "tool_call_id": call.id, "name": call.name}
+        new_messages.append(message)
+        trajectory.turns.append(Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name,
+                                     result=result.to_json(), started_s=round(call_started - started, 4),
+                                     duration_s=round(time.monotonic() - call_started, 4)))
+    ids = chat.continuation(sample.messages, new_messages, tools)
+    # The continuation's ids belong to the first of the new tool turns (they are one block of context).
+    first_tool = len(trajectory.turns) - len(new_messages)
+    trajectory.turns[first_tool].token_ids = ids
+    sample.context += ids
+    sample.messages += new_messages
+    board.set(trajectory.id, Phase.GENERATION)
+    if time.monotonic() - started > task.template.limits["max_seconds"]:
+        _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {task.template.limits['max_seconds']:g} s reached "
+                                               "during a tool call")
+    elif max_context and len(sample.context) >= max_context:
+        _end(sample, TrajectoryStatus.OK, "the context is full")

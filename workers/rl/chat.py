@@ -1,0 +1,119 @@
+"""From messages to the token ids a policy sees, and back.
+
+A conversation grows by token ids, never by re-tokenising text: the ids the policy sampled are exactly the
+ids it is trained on, and each tool result appends only its own ids. Two formats:
+- `CharChat` for the project's character-level model: a user message, then \\x02 (the assistant begins);
+  the assistant ends its turn with \\x03; tool results are `<tool_response>...</tool_response>` followed by
+  \\x02 again. The system prompt is left out: a model of a few hundred thousand parameters cannot use
+  instructions, and every character of context costs it.
+- `HFChat` for Hugging Face models: the tokenizer's own chat template (with the tools), and the ids a new
+  message adds are the template's rendering of the longer conversation minus that of the shorter one.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+ASSISTANT = "\x02"
+END_OF_TURN = "\x03"
+# Printable ASCII, newline, and the two turn markers: everything the demo domains write.
+CHAR_VOCABULARY = "\n" + "".join(chr(c) for c in range(32, 127)) + ASSISTANT + END_OF_TURN
+
+
+class ChatFormat(Protocol):
+    stop_ids: tuple[int, ...]
+
+    def prompt(self, messages: list[dict], tools: list[dict]) -> list[int]:
+        """The ids of the conversation so far, ending where the assistant's first turn begins."""
+
+    def continuation(self, messages: list[dict], new: list[dict], tools: list[dict]) -> list[int]:
+        """The ids that `new` (tool results) append after `messages`, ending where the next assistant turn
+        begins. `messages` ends with the assistant turn whose sampled ids are already in the context."""
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of sampled ids, without the stop token."""
+
+
+class CharTokenizer:
+    """One id per character. Characters outside the vocabulary (in a prompt) become '?'."""
+
+    def __init__(self, vocabulary: str = CHAR_VOCABULARY):
+        self.vocabulary = vocabulary
+        self._ids = {c: i for i, c in enumerate(vocabulary)}
+        self._unknown = self._ids.get("?", 0)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocabulary)
+
+    def id_of(self, char: str) -> int:
+        return self._ids[char]
+
+    def encode(self, text: str) -> list[int]:
+        return [self._ids.get(c, self._unknown) for c in text.replace("\t", "    ")]
+
+    def decode(self, ids) -> str:
+        return "".join(self.vocabulary[int(i)] for i in ids)
+
+
+class CharChat:
+    def __init__(self, tokenizer: CharTokenizer | None = None):
+        self.tokenizer = tokenizer or CharTokenizer()
+        self.end = self.tokenizer.id_of(END_OF_TURN)
+        self.stop_ids = (self.end,)
+
+    def render(self, messages: list[dict]) -> str:
+        """The text of a whole conversation as the model is trained on it (pretraining uses this too)."""
+        parts = []
+        for message in messages:
+            role, content = message["role"], message.get("content", "")
+            if role == "user":
+                parts.append(content + ASSISTANT)
+            elif role == "assistant":
+                parts.append(content + END_OF_TURN)
+            elif role == "tool":
+                parts.append(f"<tool_response>{content}</tool_response>" + ASSISTANT)
+        return "".join(parts)
+
+    def prompt(self, messages: list[dict], tools: list[dict]) -> list[int]:
+        return self.tokenizer.encode(self.render([m for m in messages if m["role"] != "system"]))
+
+    def continuation(self, messages: list[dict], new: list[dict], tools: list[dict]) -> list[int]:
+        return self.tokenizer.encode(self.render(new))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(i for i in ids if i != self.end)
+
+
+class HFChat:
+    """Any Hugging Face tokenizer with a chat template."""
+
+    def __init__(self, tokenizer):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("this tokenizer has no chat template; set tokenizer.chat_template or use a chat model")
+        self.tokenizer = tokenizer
+        stops = {tokenizer.eos_token_id}
+        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+            token_id = tokenizer.convert_tokens_to_ids(marker) if marker in tokenizer.get_vocab() else None
+            if token_id is not None:
+                stops.add(token_id)
+        self.stop_ids = tuple(sorted(i for i in stops if i is not None))
+
+    def _render(self, messages, tools, *, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                  add_generation_prompt=generation_prompt)
+
+    def prompt(self, messages: list[dict], tools: list[dict]) -> list[int]:
+        text = self._render(messages, tools, generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def continuation(self, messages: list[dict], new: list[dict], tools: list[dict]) -> list[int]:
+        before = self._render(messages, tools, generation_prompt=False)
+        after = self._render(messages + new, tools, generation_prompt=True)
+        if not after.startswith(before):
+            # Some templates rewrite earlier turns (e.g. drop reasoning); append the new messages on their own.
+            after, before = self._render(new, tools, generation_prompt=True), ""
+        return self.tokenizer(after[len(before):], add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode([i for i in ids if i not in self.stop_ids], skip_special_tokens=False)

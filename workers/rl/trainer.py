@@ -1,0 +1,138 @@
+"""The GRPO trainer: one policy update from a batch of groups, gradient accumulation, and its resumable state.
+
+A step takes groups of trajectories of the same task. Rewards become group-relative advantages (grpo.py);
+each trajectory's whole context is one sequence, and only the policy's own tokens are in the loss (the
+prompt and tool results are context). The loss is the token-level mean over the whole batch, accumulated
+over micro-batches of `micro_batch_size` sequences, so the update does not depend on how the batch was split.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .config import RunConfig
+from .grpo import GRPOConfig, group_advantages, grpo_loss
+from .types import Trajectory
+
+
+@dataclass
+class StepStats:
+    loss: float
+    kl: float
+    entropy: float
+    clip_fraction: float
+    grad_norm: float
+    tokens: int
+    sequences: int
+    learning_rate: float
+    seconds: float
+
+
+def assign_advantages(group: list[Trajectory], *, normalize_std: bool) -> bool:
+    """Sets each trajectory's advantage; returns whether the group carries signal (its rewards differ)."""
+    rewards = torch.tensor([[t.reward for t in group]], dtype=torch.float64)
+    advantages, effective = group_advantages(rewards, normalize_std=normalize_std)
+    for trajectory, advantage in zip(group, advantages[0].tolist(), strict=True):
+        trajectory.advantage = advantage
+    return bool(effective[0])
+
+
+class GRPOTrainer:
+    def __init__(self, policy, *, config: RunConfig, total_steps: int):
+        self.policy = policy
+        self.config = config
+        self.grpo = GRPOConfig(clip_low=config.clip_low, clip_high=config.clip_high,
+                               normalize_std=config.normalize_std, kl_coef=config.kl_coef)
+        self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
+                                           weight_decay=config.weight_decay)
+        warmup, total = config.warmup_steps, max(total_steps, 1)
+
+        def factor(step: int) -> float:
+            if warmup and step < warmup:
+                return (step + 1) / warmup
+            if config.lr_schedule == "linear":
+                return max(0.0, 1 - (step - warmup) / max(1, total - warmup))
+            return 1.0
+
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        self.reference = policy.frozen_copy() if config.kl_coef > 0 else None
+        self.step = 0  # updates done: the policy version of the weights
+
+    def train(self, groups: list[list[Trajectory]]) -> StepStats:
+        """One update from groups whose advantages are assigned (assign_advantages)."""
+        started = time.monotonic()
+        self.policy.train()
+        device = self.policy.device
+        rows = [(t.training_sequence(), t.advantage) for group in groups for t in group]
+        rows.sort(key=lambda row: len(row[0][0]))  # similar lengths share a micro-batch: less padding
+        total_tokens = sum(sum(mask[1:]) for (_, mask, _), _ in rows)
+        totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
+        size = self.config.micro_batch_size
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
+            width = max(len(ids) for (ids, _, _), _ in chunk)
+            ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            mask = torch.zeros(len(chunk), width)
+            attention = torch.zeros(len(chunk), width, dtype=torch.long)
+            old = torch.zeros(len(chunk), width)
+            for row, ((seq, seq_mask, seq_old), _) in enumerate(chunk):
+                ids[row, :len(seq)] = torch.tensor(seq)
+                mask[row, :len(seq)] = torch.tensor(seq_mask, dtype=torch.float)
+                attention[row, :len(seq)] = 1
+                old[row, :len(seq)] = torch.tensor(seq_old)
+            ids, mask, attention, old = ids.to(device), mask.to(device), attention.to(device), old.to(device)
+            advantages = torch.tensor([adv for _, adv in chunk], dtype=torch.float, device=device)
+            new, entropy = self.policy.logprobs(ids, attention, self.config.temperature)
+            ref = self.reference.logprobs(ids, attention, self.config.temperature) if self.reference else None
+            target_mask = mask[:, 1:]
+            loss, stats = grpo_loss(new, old[:, 1:], advantages, target_mask, self.grpo, ref_logprobs=ref,
+                                    token_count=total_tokens)
+            loss.backward()
+            tokens = stats["tokens"]
+            totals["loss"] += float(loss)
+            totals["kl"] += stats["kl"] * tokens
+            totals["clip_fraction"] += stats["clip_fraction"] * tokens
+            totals["entropy"] += float((entropy * target_mask).sum())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), self.config.max_grad_norm)
+        learning_rate = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        denominator = max(total_tokens, 1)
+        return StepStats(loss=totals["loss"], kl=totals["kl"] / denominator, entropy=totals["entropy"] / denominator,
+                         clip_fraction=totals["clip_fraction"] / denominator, grad_norm=float(grad_norm),
+                         tokens=total_tokens, sequences=len(rows), learning_rate=learning_rate,
+                         seconds=time.monotonic() - started)
+
+    # --- resumable state ---------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        """Everything but the weights (saved as safetensors beside it): optimizer, schedule, RNG."""
+        return {"optimizer": self.optimizer.state_dict(), "lr_scheduler": self.lr_scheduler.state_dict(),
+                "step": self.step, "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "python_rng": _python_rng_to_json(random.getstate())}
+
+    def restore(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.step = state["step"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        random.setstate(_python_rng_from_json(state["python_rng"]))
+
+
+def _python_rng_to_json(state) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _python_rng_from_json(data) -> tuple:
+    version, internal, gauss = data
+    return version, tuple(internal), gauss
