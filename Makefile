@@ -9,9 +9,10 @@ PORT ?= 8000
 
 setup: system-packages $(VENV)/.installed
 
-# Debian packages the studio runs: bubblewrap for the process sandbox. Installed when we are root (as on these
-# machines and in CI); otherwise the missing ones are named and the tests that need them are skipped.
-SYSTEM_PACKAGES := bubblewrap
+# Debian packages the studio runs: bubblewrap for the process sandbox, chromium for the browser tests (Playwright
+# drives it; no browser is ever downloaded). Installed when we are root (as on these machines and in CI);
+# otherwise the missing ones are named and the tests that need them are skipped.
+SYSTEM_PACKAGES := bubblewrap chromium
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

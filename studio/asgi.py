@@ -1,4 +1,4 @@
-"""HTTP and websocket routing. Websocket consumers join later issues' routes (runs, live metrics)."""
+"""HTTP and websocket routing. Websockets: a run's live metrics, events and status (apps/runs/routing.py)."""
 
 import os
 
@@ -11,7 +11,9 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the app regi
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-websocket_urlpatterns: list = []
+from apps.runs.routing import websocket_urlpatterns as run_websockets  # noqa: E402
+
+websocket_urlpatterns: list = [*run_websockets]
 
 application = ProtocolTypeRouter(
     {

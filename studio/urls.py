@@ -7,5 +7,8 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    path("", include("apps.runs.urls")),
+    path("", include("apps.trajectories.urls")),
+    path("", include("apps.explorer.urls")),
     path("", include("apps.registry.urls")),
 ]

@@ -4,17 +4,47 @@ Observability never blocks training: a failed or slow send is logged and dropped
 something fetches it from the history endpoint when it reconnects. Messages (the `type` routes them to
 the consumer's handler):
   {"type": "run.step", "run": id, "step": n, "wall_time": t, "points": {name: value}, "events": [[kind, message]]}
-  {"type": "run.event", "run": id, "event": {kind, message, step, created_at}}
+  {"type": "run.event", "run": id, "event": {id, kind, message, step, created_at}}
   {"type": "run.status", "run": id, "status": s, "step": n, "requested": r}
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from django.db import transaction
 
 log = logging.getLogger(__name__)
+
+# The event loop of the server that holds this process's websockets (embedded mode), set by the consumer.
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Called by the run consumer on connect. The in-memory channel layer is plain asyncio queues: a
+    group_send from another thread (a training thread, through async_to_sync and a loop of its own) fills the
+    queue but never wakes the server's loop, so a point would sit there until something else woke it. Sends
+    from other threads are therefore handed to the server's loop itself."""
+    global _server_loop
+    _server_loop = loop
+
+
+def _group_send(layer, group: str, message: dict) -> None:
+    from asgiref.sync import async_to_sync
+    from channels.layers import InMemoryChannelLayer
+
+    loop = _server_loop
+    if isinstance(layer, InMemoryChannelLayer) and loop is not None and not loop.is_closed():
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not loop:
+            # Fire and forget: observability never waits on a page.
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
+            return
+    async_to_sync(layer.group_send)(group, message)
 
 
 def group_name(run_id) -> str:
@@ -23,14 +53,13 @@ def group_name(run_id) -> str:
 
 def _send_on_commit(run_id, message: dict) -> None:
     def send():
-        from asgiref.sync import async_to_sync
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
         if layer is None:
             return
         try:
-            async_to_sync(layer.group_send)(group_name(run_id), message)
+            _group_send(layer, group_name(run_id), message)
         except Exception:  # a dead channel layer costs the run nothing
             log.warning("live update for run %s dropped", run_id, exc_info=True)
 
@@ -44,7 +73,7 @@ def broadcast_step(*, run_id, step: int, wall_time: float, points: dict, events:
 
 def broadcast_event(event) -> None:
     _send_on_commit(event.run_id, {"type": "run.event", "run": str(event.run_id), "event": {
-        "kind": event.kind, "message": event.message, "step": event.step,
+        "id": event.id, "kind": event.kind, "message": event.message, "step": event.step,
         "created_at": event.created_at.isoformat() if event.created_at else None}})
 
 

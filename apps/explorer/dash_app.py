@@ -1,0 +1,151 @@
+"""The Dash explorer of one project: slice its trajectories by run, domain, template, verifier layer, status and
+policy version; reward distributions, cost and latency histograms, and the trainer's idle time over steps.
+
+One Dash app per project, built on first use, mounted at /p/<slug>/explore/ (views.py checks membership
+before a request reaches it). Its figures come from apps.runs.figures, as the run pages' do.
+
+Why plain Dash and not django-plotly-dash: that package re-implements Dash's callback dispatch through private
+APIs (it breaks on Dash 4.4) and its websocket consumer lets any client subscribe to any channel. Dash's own
+Flask server, called from one Django view, keeps every endpoint behind our login with no private API.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import defaultdict
+
+from dash import Dash, Input, Output, dcc, html
+from flask import Flask
+
+from apps.runs import figures
+from apps.runs.models import Run
+from apps.runs.selectors import metric_history, metric_names
+from apps.trajectories.selectors import trajectory_slice
+
+_apps: dict[int, Dash] = {}
+_lock = threading.Lock()
+
+INDEX = """<!DOCTYPE html>
+<html><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}
+<link rel="stylesheet" href="/static/css/studio.css"><link rel="stylesheet" href="/static/css/live.css"></head>
+<body><nav class="topnav"><a class="brand" href="/">Posttrain Studio</a><a href="../runs/">Runs</a>
+<a href="../trajectories/">Trajectories</a><span>Explorer</span></nav>
+<main class="explorer">{%app_entry%}</main>
+<footer>{%config%}{%scripts%}{%renderer%}</footer></body></html>"""
+
+
+def explorer_app(project) -> Dash:
+    with _lock:
+        app = _apps.get(project.pk)
+        if app is None:
+            app = _apps[project.pk] = _build(project)
+        return app
+
+
+def _build(project) -> Dash:
+    prefix = f"/p/{project.slug}/explore/"
+    app = Dash(f"explorer-{project.slug}", server=Flask(f"explorer-{project.slug}"), requests_pathname_prefix=prefix,
+               routes_pathname_prefix=prefix, serve_locally=True, title=f"Explorer · {project.name}",
+               index_string=INDEX, csrf_token_name="csrftoken", csrf_header_name="X-CSRFToken",
+               suppress_callback_exceptions=True, update_title=None)
+    app.layout = lambda: _layout(project)
+    _callbacks(app, project)
+    return app
+
+
+def _options(values) -> list[dict]:
+    return [{"label": v or "(none)", "value": v} for v in sorted(set(values))]
+
+
+def _layout(project):
+    runs = list(Run.objects.filter(project=project).order_by("-created_at").values("id", "name")[:200])
+    recent = trajectory_slice(project=project, limit=5000)
+    dropdown = dict(multi=True, placeholder="any", style={"minWidth": "11rem"})
+    return html.Div([
+        dcc.Location(id="url"),
+        html.H1(f"Explorer · {project.name}"),
+        html.P("Slices of the newest 20,000 trajectories that match; every figure follows the filters.",
+               className="muted"),
+        html.Div(className="explorer-filters", children=[
+            html.Label(["Run", dcc.Dropdown(id="run", options=[{"label": r["name"], "value": str(r["id"])}
+                                                               for r in runs], placeholder="all runs",
+                                            style={"minWidth": "14rem"})]),
+            html.Label(["Domain", dcc.Dropdown(id="domain", options=_options(r["domain"] for r in recent),
+                                               **dropdown)]),
+            html.Label(["Template", dcc.Dropdown(id="template", options=_options(r["template"] for r in recent),
+                                                 **dropdown)]),
+            html.Label(["Verifier layer", dcc.Dropdown(id="layer", options=_options(r["deciding_layer"]
+                                                                                    for r in recent), **dropdown)]),
+            html.Label(["Status", dcc.Dropdown(id="status", options=_options(
+                ["ok", "policy_error", "timeout", "infra_error"]), **dropdown)]),
+            html.Label(["Policy versions", html.Div([dcc.Input(id="policy-min", type="number", min=0,
+                                                               placeholder="from", style={"width": "5rem"}),
+                                                     dcc.Input(id="policy-max", type="number", min=0,
+                                                               placeholder="to", style={"width": "5rem"})])]),
+        ]),
+        html.P(id="summary", className="summary"),
+        html.Div(className="explorer-grid", children=[
+            dcc.Graph(id="reward-hist"), dcc.Graph(id="reward-by-version"),
+            dcc.Graph(id="cost-hist"), dcc.Graph(id="latency-hist"), dcc.Graph(id="idle-time"),
+        ]),
+    ])
+
+
+def _callbacks(app: Dash, project) -> None:
+    @app.callback(Output("run", "value"), Input("url", "search"))
+    def run_from_url(search):
+        from urllib.parse import parse_qs
+
+        values = parse_qs((search or "").lstrip("?")).get("run")
+        return values[0] if values else None
+
+    @app.callback(
+        Output("summary", "children"), Output("reward-hist", "figure"), Output("reward-by-version", "figure"),
+        Output("cost-hist", "figure"), Output("latency-hist", "figure"), Output("idle-time", "figure"),
+        Input("run", "value"), Input("domain", "value"), Input("template", "value"), Input("layer", "value"),
+        Input("status", "value"), Input("policy-min", "value"), Input("policy-max", "value"))
+    def update(run, domains, templates, layers, statuses, policy_min, policy_max):
+        rows = trajectory_slice(project=project, run=run or None, domains=domains or (), templates=templates or (),
+                                layers=layers or (), statuses=statuses or (), policy_min=policy_min,
+                                policy_max=policy_max)
+        return (_summary(rows), *explorer_figures(project=project, rows=rows, run_id=run or None))
+
+
+def _summary(rows) -> str:
+    rewards = [r["reward"] for r in rows if r["reward"] is not None]
+    if not rows:
+        return "No trajectories match."
+    mean = f"{statistics.fmean(rewards):.3f}" if rewards else "—"
+    return (f"{len(rows):,} trajectories · mean reward {mean} · "
+            f"{sum(r['status'] != 'ok' for r in rows):,} not ok · cost {sum(r['cost'] for r in rows):.4f}")
+
+
+def explorer_figures(*, project, rows: list[dict], run_id=None) -> list:
+    """The explorer's five figures for a slice of trajectories (and one run's idle time)."""
+    by_domain, by_status, costs = defaultdict(list), defaultdict(list), defaultdict(list)
+    by_version = defaultdict(list)
+    for r in rows:
+        if r["reward"] is not None:
+            by_domain[r["domain"]].append(r["reward"])
+            by_version[r["policy_version"]].append(r["reward"])
+        by_status[r["status"]].append(r["duration_s"])
+        costs[r["domain"]].append(r["cost"])
+    versions = sorted(by_version)
+    mean_by_version = {"reward/mean": {"step": versions, "wall_time": versions,
+                                       "value": [statistics.fmean(by_version[v]) for v in versions]}}
+    version_panel = figures.Panel("by-version", "Mean reward by policy version", y_title="reward")
+    version_figure = figures.panel_figure(version_panel, ["reward/mean"], mean_by_version)
+    version_figure.update_xaxes(title="policy version")
+    run = Run.objects.filter(project=project, pk=run_id).first() if run_id else \
+        Run.objects.filter(project=project).order_by("-created_at").first()
+    idle_panel = next(p for p in figures.RUN_PANELS if p.key == "idle")
+    if run is not None:
+        names = [n for n in metric_names(run=run) if idle_panel.matches(n)]
+        idle = figures.panel_figure(idle_panel, names, metric_history(run=run, names=names, max_points=500)["series"])
+        idle.update_layout(title=dict(text=f"{idle_panel.title}: {run.name}"))
+    else:
+        idle = figures.panel_figure(idle_panel, [])
+    return [figures.histogram_figure("Reward by domain", dict(by_domain), "reward"), version_figure,
+            figures.histogram_figure("Cost per trajectory", dict(costs), "money"),
+            figures.histogram_figure("Latency by status", dict(by_status), "seconds"), idle]

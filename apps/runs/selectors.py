@@ -1,0 +1,86 @@
+"""Reads for runs: the list, one run, its metric history (downsampled here, not in the browser) and its events.
+
+History and live updates meet by step: the page asks for everything after the last step it holds (and the
+events after the last event id), so a reconnect fetches only what it missed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from django.db.models import Avg, Count, F, Max, Min, OuterRef, QuerySet, Subquery
+from django.http import Http404
+
+from .models import MetricPoint, Run, RunEvent
+
+MAX_POINTS = 1000  # per series: enough for a chart as wide as a screen
+
+
+def run_list(*, project, status: str | None = None, with_reward: bool = False) -> QuerySet[Run]:
+    """Newest first; `with_reward` adds `reward_last`, the run's latest reward/mean (one subquery)."""
+    runs = Run.objects.filter(project=project).select_related("bundle__definition", "created_by")
+    if with_reward:
+        latest = MetricPoint.objects.filter(run=OuterRef("pk"), name="reward/mean").order_by("-step")
+        runs = runs.annotate(reward_last=Subquery(latest.values("value")[:1]))
+    return runs.filter(status=status) if status else runs
+
+
+def run_get(*, project, run_id) -> Run:
+    """The run if it belongs to `project`: another project's run is as absent as one that does not exist."""
+    run = run_list(project=project).filter(pk=run_id).first()
+    if run is None:
+        raise Http404(f"No run {run_id} in this project.")
+    return run
+
+
+def runs_get(*, project, run_ids) -> list[Run]:
+    """Runs of `project` in the order asked for; ids of other projects' runs are left out."""
+    found = {str(r.pk): r for r in run_list(project=project).filter(pk__in=list(run_ids))}
+    return [found[str(i)] for i in run_ids if str(i) in found]
+
+
+def metric_names(*, run: Run) -> list[str]:
+    return list(MetricPoint.objects.filter(run=run).values_list("name", flat=True).distinct().order_by("name"))
+
+
+def metric_history(*, run: Run, after_step: int = 0, names: list[str] | None = None,
+                   max_points: int = MAX_POINTS) -> dict:
+    """{"series": {name: {"step": [...], "wall_time": [...], "value": [...]}}, "last_step": n, "bucket": w}.
+
+    Points after `after_step`. When a series holds more than `max_points` of them, consecutive steps are
+    averaged in buckets of `w` steps (the point sits at the bucket's last step), in the database: a run of a
+    million steps costs the page a thousand points a series. The last bucket may be partial; the browser
+    replaces it with the raw points that follow.
+    """
+    points = MetricPoint.objects.filter(run=run, step__gt=after_step)
+    if names:
+        points = points.filter(name__in=names)
+    span = points.aggregate(low=Min("step"), high=Max("step"), n=Count("id"))
+    series: dict[str, dict[str, list]] = {}
+    if span["n"] == 0:
+        return {"series": series, "last_step": after_step, "bucket": 1}
+    width = max(1, math.ceil((span["high"] - span["low"] + 1) / max_points))
+    if width == 1:
+        rows = points.order_by("name", "step").values_list("name", "step", "wall_time", "value")
+    else:
+        # Integer division on both PostgreSQL and SQLite: steps low..low+w-1 share a bucket.
+        rows = (points.annotate(bucket=(F("step") - span["low"]) / width).values("name", "bucket")
+                .annotate(s=Max("step"), t=Max("wall_time"), v=Avg("value")).order_by("name", "bucket")
+                .values_list("name", "s", "t", "v"))
+    for name, step, wall_time, value in rows:
+        entry = series.setdefault(name, {"step": [], "wall_time": [], "value": []})
+        entry["step"].append(step)
+        entry["wall_time"].append(wall_time)
+        entry["value"].append(value)
+    return {"series": series, "last_step": span["high"], "bucket": width}
+
+
+def event_list(*, run: Run, after_id: int = 0, limit: int = 500) -> list[RunEvent]:
+    """The run's events after event id `after_id`, oldest first (the newest `limit` when there are more)."""
+    events = list(RunEvent.objects.filter(run=run, id__gt=after_id).order_by("-id")[:limit])
+    return events[::-1]
+
+
+def event_json(event: RunEvent) -> dict:
+    return {"id": event.id, "kind": event.kind, "message": event.message, "step": event.step,
+            "created_at": event.created_at.isoformat() if event.created_at else None}

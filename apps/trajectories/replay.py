@@ -1,0 +1,147 @@
+"""One trajectory, built once for the replay page: its turns in order (each a step of the replay), the model's
+tokens with their logprobs, tool calls beside the sandbox's answers, the verdict by layer, and a timeline.
+
+Views and templates read a TrajectoryInfo and never dig through the JSON columns themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from django.urls import reverse
+
+from apps.runs import figures
+
+from .models import Trajectory
+
+MAX_TOKENS_SHOWN = 4000  # per turn; past this the text is shown plain
+
+
+@dataclass
+class Token:
+    text: str
+    logprob: float | None
+
+    @property
+    def probability(self) -> float | None:
+        return None if self.logprob is None else math.exp(self.logprob)
+
+
+@dataclass
+class Step:
+    index: int
+    role: str
+    content: str
+    title: str
+    tokens: list[Token] = field(default_factory=list)
+    tool_calls: list[dict] = field(default_factory=list)
+    result: dict = field(default_factory=dict)
+    finish_reason: str = ""
+    started_s: float = 0.0
+    duration_s: float = 0.0
+    artifacts: list[dict] = field(default_factory=list)
+    tokens_note: str = ""
+
+
+@dataclass
+class Layer:
+    name: str
+    components: list[dict]
+
+
+@dataclass
+class TrajectoryInfo:
+    row: Trajectory
+    steps: list[Step]
+    layers: list[Layer]
+    artifacts: list[dict]
+    timeline_json: str
+    mean_logprob: float | None
+
+
+def _pieces(model: str, ids: list[int], content: str) -> tuple[list[str] | None, str]:
+    """The text of each sampled token. One id per character (the demo's model) is read off the content; a
+    Hugging Face model on this machine lends its tokenizer; otherwise only the text is shown."""
+    if not ids:
+        return None, ""
+    if len(ids) == len(content):
+        return list(content), ""
+    if len(ids) == len(content) + 1:  # the stop token the content leaves out
+        return [*content, "⏎"], ""
+    tokenizer = _tokenizer(model) if model and Path(model).is_dir() else None
+    if tokenizer is None:
+        return None, f"{len(ids)} tokens; per-token colours need the run's tokenizer ({model or 'unknown'})"
+    return [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(ids)], ""
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(path: str):
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception:  # a path that is not a tokenizer: show text only
+        return None
+
+
+def artifact_url(row: Trajectory, name: str) -> str:
+    return reverse("trajectories:artifact", kwargs={"project": row.project.slug, "trajectory_id": row.pk,
+                                                    "name": name})
+
+
+def trajectory_info(row: Trajectory) -> TrajectoryInfo:
+    model = (row.run.config or {}).get("model", "") if row.run_id else ""
+    artifacts = [{**a, "url": artifact_url(row, a["name"]), "image": a.get("content_type", "").startswith("image/")}
+                 for a in row.artifacts or []]
+    steps = []
+    for index, turn in enumerate(row.turns or []):
+        role = turn.get("role", "")
+        step = Step(index=index, role=role, content=turn.get("content", ""), title=role,
+                    finish_reason=turn.get("finish_reason", ""), started_s=turn.get("started_s", 0.0),
+                    duration_s=turn.get("duration_s", 0.0))
+        if role == "assistant":
+            ids, logprobs = turn.get("token_ids", []), turn.get("logprobs", [])
+            pieces, step.tokens_note = _pieces(model, ids, step.content)
+            if pieces and len(pieces) <= MAX_TOKENS_SHOWN:
+                step.tokens = [Token(p, logprobs[i] if i < len(logprobs) else None) for i, p in enumerate(pieces)]
+            step.tool_calls = [{**call, "code": call.get("arguments", {}).get("code"),
+                                "arguments_json": json.dumps(call.get("arguments", {}), indent=2)}
+                               for call in turn.get("tool_calls", [])]
+            step.title = "model" + (f" → {', '.join(c['name'] for c in step.tool_calls)}" if step.tool_calls else "")
+        elif role == "tool":
+            step.result = turn.get("result", {})
+            step.title = f"tool {turn.get('name', '')}".strip()
+            files = set(step.result.get("files", []))
+            step.artifacts = [a for a in artifacts if a["name"] in files or a["name"].rsplit("/", 1)[-1] in files]
+        steps.append(step)
+    layers: dict[str, Layer] = {}
+    for component in (row.verdict or {}).get("components", []):
+        layers.setdefault(component.get("layer", ""), Layer(component.get("layer", ""), [])).components.append(component)
+    assistant_logprobs = [lp for t in row.turns or [] if t.get("role") == "assistant" for lp in t.get("logprobs", [])]
+    return TrajectoryInfo(row=row, steps=steps, layers=list(layers.values()), artifacts=artifacts,
+                          timeline_json=figures.to_json(figures.timeline_figure(timeline_rows(row))),
+                          mean_logprob=sum(assistant_logprobs) / len(assistant_logprobs) if assistant_logprobs
+                          else None)
+
+
+def timeline_rows(row: Trajectory) -> list[dict]:
+    """Each model turn and tool call where it happened, then verification after the last turn."""
+    rows, end = [], 0.0
+    for index, turn in enumerate(row.turns or []):
+        role = turn.get("role")
+        if role not in ("assistant", "tool"):
+            continue
+        start, duration = turn.get("started_s", 0.0), turn.get("duration_s", 0.0)
+        end = max(end, start + duration)
+        label = f"{index}: model" if role == "assistant" else f"{index}: {turn.get('name') or 'tool'}"
+        rows.append({"label": label, "start": start, "duration": duration,
+                     "kind": "generation" if role == "assistant" else "tool"})
+    timings = row.timings or {}
+    if timings.get("verification"):
+        rows.append({"label": "verification", "start": end, "duration": timings["verification"],
+                     "kind": "verification"})
+    return rows

@@ -1,0 +1,148 @@
+"""Reads for the trajectory archive: a keyset-paginated, filtered list, and one trajectory built for replay.
+
+Pages are keyset-paginated (WHERE (key, id) beyond the last row seen, ORDER BY key, id, LIMIT n): the thousandth
+page costs what the first does, where OFFSET would read and throw away every row before it. Each sort walks an
+index that starts with the filter most pages use (project or run) and ends with the sort key and id (migration
+0002). No page counts rows: COUNT(*) over millions of rows is the slow part of a paginated list.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Q, QuerySet
+from django.http import Http404
+
+from .models import Trajectory
+
+PAGE_SIZE = 50
+# sort name -> (column, descending, id descending); the id direction matches the index so one scan serves both.
+SORTS = {
+    "recent": ("finished_at", True, False),
+    "oldest": ("finished_at", False, True),
+    "reward_high": ("reward", True, True),
+    "reward_low": ("reward", False, False),
+    "slowest": ("duration_s", True, True),
+}
+FILTERS = ("run", "domain", "template", "status", "verdict_status", "deciding_layer", "policy_version", "task_key")
+LIST_COLUMNS = ("id", "run_id", "run__name", "seq", "sample", "domain", "template", "task_key", "policy_version",
+                "step", "effective", "advantage", "status", "reward", "verdict_status", "deciding_layer", "num_turns",
+                "num_tool_calls", "completion_tokens", "duration_s", "cost", "finished_at")
+
+
+class BadCursor(ValueError):
+    pass
+
+
+@dataclass
+class TrajectoryPage:
+    rows: list[Trajectory]
+    next_cursor: str | None
+    sort: str
+    filters: dict = field(default_factory=dict)
+
+
+def _encode(value, pk) -> str:
+    if isinstance(value, datetime):
+        value = {"t": value.isoformat()}
+    return base64.urlsafe_b64encode(json.dumps([value, str(pk)]).encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str):
+    try:
+        value, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, TypeError):
+        raise BadCursor("this page link is damaged; start again from the first page") from None
+    if isinstance(value, dict) and "t" in value:
+        value = datetime.fromisoformat(value["t"])
+    return value, pk
+
+
+def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
+    rows = Trajectory.objects.filter(project=project)
+    for name in FILTERS:
+        value = filters.get(name)
+        if value in (None, ""):
+            continue
+        if name == "template" and "@" not in value:
+            rows = rows.filter(template__startswith=f"{value}@")  # any version of the template
+        else:
+            rows = rows.filter(**{name: value})
+    return rows
+
+
+def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent", after: str = "",
+                    limit: int = PAGE_SIZE) -> TrajectoryPage:
+    filters = {k: v for k, v in (filters or {}).items() if k in FILTERS and v not in (None, "")}
+    column, descending, id_descending = SORTS.get(sort, SORTS["recent"])
+    rows = trajectory_filter(project=project, filters=filters)
+    if column == "reward":
+        rows = rows.filter(reward__isnull=False)  # rows without a reward (infra errors) sort nowhere
+    if after:
+        value, pk = _decode(after)
+        beyond, tie = ("lt" if descending else "gt"), ("lt" if id_descending else "gt")
+        # The redundant `column <= value` bounds the index range; the OR alone would be a filter on a full walk.
+        rows = rows.filter(**{f"{column}__{beyond}e": value}).filter(
+            Q(**{f"{column}__{beyond}": value}) | Q(**{column: value, f"id__{tie}": pk}))
+    order = [f"{'-' if descending else ''}{column}", f"{'-' if id_descending else ''}id"]
+    page = list(rows.select_related("run").only(*LIST_COLUMNS).order_by(*order)[:limit + 1])
+    next_cursor = None
+    if len(page) > limit:
+        page = page[:limit]
+        last = page[-1]
+        next_cursor = _encode(getattr(last, column), last.pk)
+    return TrajectoryPage(rows=page, next_cursor=next_cursor, sort=sort if sort in SORTS else "recent",
+                          filters=filters)
+
+
+def trajectory_get(*, project, trajectory_id) -> Trajectory:
+    row = Trajectory.objects.select_related("run", "run__bundle__definition").filter(
+        project=project, pk=trajectory_id).first()
+    if row is None:
+        raise Http404(f"No trajectory {trajectory_id} in this project.")
+    return row
+
+
+def trajectory_neighbours(*, trajectory: Trajectory) -> tuple[str | None, str | None]:
+    """The previous and next trajectory of the same run, in draw order: what [ and ] step to."""
+    same_run = Trajectory.objects.filter(run_id=trajectory.run_id)
+    before = same_run.filter(Q(seq__lt=trajectory.seq) | Q(seq=trajectory.seq, sample__lt=trajectory.sample)) \
+        .order_by("-seq", "-sample").values_list("id", flat=True).first()
+    after = same_run.filter(Q(seq__gt=trajectory.seq) | Q(seq=trajectory.seq, sample__gt=trajectory.sample)) \
+        .order_by("seq", "sample").values_list("id", flat=True).first()
+    return before, after
+
+
+def trajectory_same_task(*, trajectory: Trajectory, limit: int = 20) -> list[Trajectory]:
+    """Other attempts at the same task (other samples of the group, other runs or checkpoints)."""
+    return list(Trajectory.objects.filter(project_id=trajectory.project_id, task_key=trajectory.task_key,
+                                          template__startswith=trajectory.template.split("@")[0] + "@")
+                .exclude(pk=trajectory.pk).select_related("run").only(*LIST_COLUMNS)
+                .order_by("-finished_at", "id")[:limit])
+
+
+EXPLORER_SAMPLE = 20_000
+SLICE_COLUMNS = ("domain", "template", "deciding_layer", "status", "verdict_status", "policy_version", "reward",
+                 "cost", "duration_s")
+
+
+def trajectory_slice(*, project, run=None, domains=(), templates=(), layers=(), statuses=(),
+                     policy_min: int | None = None, policy_max: int | None = None,
+                     limit: int = EXPLORER_SAMPLE) -> list[dict]:
+    """The explorer's rows: the newest `limit` trajectories matching the slice, only the columns it plots.
+    Distributions over the newest 20,000 are what a person reads; they stay fast at millions of rows."""
+    rows = Trajectory.objects.filter(project=project)
+    if run:
+        rows = rows.filter(run_id=run)
+    for column, values in (("domain", domains), ("template", templates), ("deciding_layer", layers),
+                           ("status", statuses)):
+        if values:
+            rows = rows.filter(**{f"{column}__in": list(values)})
+    if policy_min is not None:
+        rows = rows.filter(policy_version__gte=policy_min)
+    if policy_max is not None:
+        rows = rows.filter(policy_version__lte=policy_max)
+    return list(rows.order_by("-finished_at", "id").values(*SLICE_COLUMNS)[:limit])

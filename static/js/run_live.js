@@ -1,0 +1,221 @@
+// The run page: history from the JSON endpoint (downsampled on the server), then live points over the websocket.
+// The socket opens first and buffers; the history fetch names the last step held, so nothing falls in between,
+// and a reconnect fetches only what it missed. Smoothing and the x axis are the browser's business.
+(function () {
+  "use strict";
+  const root = document.getElementById("run-live");
+  if (!root) return;
+  const urls = JSON.parse(document.getElementById("run-urls").textContent);
+  const rules = JSON.parse(document.getElementById("run-panel-rules").textContent);
+  const initialPanels = JSON.parse(document.getElementById("run-panels").textContent);
+  const COLOURS = ["#2f5bd3", "#d9672b", "#2e9b46", "#a23fb5", "#c99a16", "#1a9bb0", "#c03434", "#6b7486", "#7a5c2e"];
+  const runId = root.dataset.run;
+
+  const series = {}; // name -> {step: [], wall_time: [], value: []}
+  const panels = {}; // key -> {div, figure, names: []}
+  const dirty = new Set();
+  let lastStep = 0, lastEventId = 0, xKey = "step", smoothing = 0.6, pendingSteps = [];
+  // What the benchmark and the tests read: when each step became visible (ms since the epoch).
+  const live = window.studioLive = { run: runId, rendered: [], connected: false, reconnects: 0 };
+
+  function panelKeyFor(name) {
+    for (const rule of rules) {
+      if ((rule.exclude || []).includes(name)) continue;
+      if ((rule.names || []).includes(name) || (rule.prefixes || []).some(p => name.startsWith(p))) return rule.key;
+    }
+    return "ns-" + name.split("/")[0];
+  }
+  function ruleOf(key) { return rules.find(r => r.key === key) || { stacked: false, secondary: [] }; }
+  function label(name) { return name.includes("/") ? name.split("/").slice(1).join("/").replace(/_/g, " ") : name; }
+
+  function addPanel(key, figure) {
+    const div = document.createElement("div");
+    div.className = "panel";
+    div.dataset.panel = key;
+    document.getElementById("panels").appendChild(div);
+    document.getElementById("no-metrics").hidden = true;
+    panels[key] = { div, figure, names: figure.data.map(t => t.meta) };
+    Plotly.newPlot(div, figure.data, figure.layout, { displaylogo: false, responsive: true });
+  }
+
+  function ensureSeries(name) {
+    if (series[name]) return;
+    series[name] = { step: [], wall_time: [], value: [] };
+    const key = panelKeyFor(name);
+    if (!panels[key]) {
+      // A namespace the page had no panel for: borrow the first panel's look.
+      const template = initialPanels.length ? JSON.parse(initialPanels[0].figure).layout : {};
+      const layout = Object.assign({}, template, { title: { text: key.replace(/^ns-/, ""), x: 0.01 } });
+      delete layout.yaxis2;
+      layout.yaxis = { title: { text: "" } };
+      addPanel(key, { data: [], layout });
+    }
+    const panel = panels[key];
+    if (!panel.names.includes(name)) {
+      const rule = ruleOf(key);
+      const trace = { x: [], y: [], name: label(name), meta: name, mode: "lines", type: "scatter",
+        line: { color: COLOURS[panel.names.length % COLOURS.length], width: name === "reward/mean" ? 2.5 : 1.6 } };
+      if (rule.stacked) trace.stackgroup = "idle";
+      if ((rule.secondary || []).includes(name)) trace.yaxis = "y2";
+      panel.figure.data.push(trace);
+      panel.names.push(name);
+    }
+    dirty.add(key);
+  }
+
+  function append(name, step, wallTime, value) {
+    ensureSeries(name);
+    const s = series[name];
+    const n = s.step.length;
+    if (n && step <= s.step[n - 1]) {
+      if (step === s.step[n - 1]) s.value[n - 1] = value; // a replayed step overwrites
+      return;
+    }
+    s.step.push(step); s.wall_time.push(wallTime); s.value.push(value);
+    dirty.add(panelKeyFor(name));
+  }
+
+  function smooth(values) {
+    if (!smoothing) return values;
+    // Debiased exponential moving average (as TensorBoard's smoothing slider).
+    const out = new Array(values.length);
+    let last = 0, weight = 0;
+    for (let i = 0; i < values.length; i++) {
+      last = last * smoothing + (1 - smoothing) * values[i];
+      weight = weight * smoothing + (1 - smoothing);
+      out[i] = last / weight;
+    }
+    return out;
+  }
+
+  let frame = null;
+  function schedule() { if (!frame) frame = requestAnimationFrame(render); }
+  function render() {
+    frame = null;
+    const steps = pendingSteps; pendingSteps = [];
+    const jobs = [];
+    for (const key of dirty) {
+      const panel = panels[key];
+      if (!panel) continue;
+      const data = panel.figure.data.map(trace => {
+        const s = series[trace.meta] || { step: [], wall_time: [], value: [] };
+        const x = xKey === "step" ? s.step : s.wall_time.map(t => new Date(t * 1000));
+        return Object.assign({}, trace, { x, y: smooth(s.value) });
+      });
+      const layout = Object.assign({}, panel.figure.layout);
+      layout.xaxis = Object.assign({}, layout.xaxis || {}, { title: { text: xKey === "step" ? "step" : "wall time" },
+        type: xKey === "step" ? "linear" : "date" });
+      jobs.push(Plotly.react(panel.div, data, layout));
+    }
+    dirty.clear();
+    root.dataset.lastStep = String(lastStep);
+    Promise.all(jobs).then(() => {
+      const at = Date.now();
+      for (const step of steps) live.rendered.push({ step, at });
+    });
+  }
+
+  function setStatus(status, step, steps) {
+    root.dataset.status = status;
+    root.querySelectorAll("[data-status]").forEach(el => {
+      if (el.classList.contains("badge")) { el.textContent = status; el.className = "badge status-" + status; }
+    });
+    if (step !== undefined) {
+      root.querySelector("[data-step]").textContent = step;
+      root.querySelector("[data-progress]").value = step;
+    }
+    root.querySelectorAll("[data-when]").forEach(b => { b.hidden = !b.dataset.when.split(" ").includes(status); });
+  }
+
+  function addEvent(event) {
+    if (event.id && event.id <= lastEventId) return;
+    if (event.id) lastEventId = event.id;
+    const li = document.createElement("li");
+    li.className = "event kind-" + event.kind;
+    const when = event.created_at ? new Date(event.created_at).toLocaleTimeString() : "";
+    li.innerHTML = '<span class="badge"></span> <span class="message"></span> <span class="muted"></span>';
+    li.children[0].textContent = event.kind.replace(/_/g, " ");
+    li.children[1].textContent = event.message;
+    li.children[2].textContent = (event.step != null ? "step " + event.step + " · " : "") + when;
+    const list = document.getElementById("events");
+    list.insertBefore(li, list.firstChild);
+    while (list.children.length > 300) list.removeChild(list.lastChild);
+  }
+
+  function applyHistory(body) {
+    for (const [name, s] of Object.entries(body.series)) {
+      for (let i = 0; i < s.step.length; i++) append(name, s.step[i], s.wall_time[i], s.value[i]);
+    }
+    lastStep = Math.max(lastStep, body.last_step || 0);
+    body.events.forEach(addEvent);
+    setStatus(body.run.status, body.run.step);
+    const bucket = root.parentNode.querySelector("[data-bucket]");
+    if (bucket && body.bucket > 1) bucket.textContent = "history averaged over " + body.bucket + " steps a point";
+  }
+
+  function handle(message) {
+    if (message.type === "run.step") {
+      for (const [name, value] of Object.entries(message.points)) append(name, message.step, message.wall_time, value);
+      lastStep = Math.max(lastStep, message.step);
+      setStatus(root.dataset.status, lastStep);
+      pendingSteps.push(message.step);
+    } else if (message.type === "run.event") {
+      addEvent(message.event);
+    } else if (message.type === "run.status") {
+      setStatus(message.status, message.step);
+    }
+    schedule();
+  }
+
+  const state = root.querySelector("[data-live-state]");
+  let backoff = 500, socket = null;
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + urls.ws);
+    let buffer = [];
+    socket.onopen = () => {
+      state.textContent = "live"; state.className = "live-state on";
+      const query = "?after_step=" + lastStep + "&after_event=" + lastEventId;
+      fetch(urls.history + query, { credentials: "same-origin" })
+        .then(r => { if (!r.ok) throw new Error(r.status); return r.json(); })
+        .then(body => {
+          applyHistory(body);
+          const held = buffer; buffer = null;
+          held.forEach(handle);
+          live.connected = true;
+          backoff = 500;
+          schedule();
+        })
+        .catch(() => socket.close());
+    };
+    socket.onmessage = (e) => {
+      const message = JSON.parse(e.data);
+      if (buffer) buffer.push(message); else handle(message);
+    };
+    socket.onclose = () => {
+      live.connected = false;
+      state.textContent = "reconnecting…"; state.className = "live-state off";
+      live.reconnects += 1;
+      setTimeout(connect, backoff);
+      backoff = Math.min(backoff * 2, 10000);
+    };
+  }
+  // Testing hook: drop the socket as a network blip would (the page reconnects and catches up).
+  live.dropSocket = () => socket && socket.close();
+
+  document.querySelector("[data-x-axis]").addEventListener("change", e => {
+    xKey = e.target.value; Object.keys(panels).forEach(k => dirty.add(k)); schedule();
+  });
+  const slider = document.querySelector("[data-smoothing]");
+  slider.addEventListener("input", e => {
+    smoothing = parseFloat(e.target.value);
+    document.querySelector("[data-smoothing-value]").textContent = smoothing.toFixed(2);
+    Object.keys(panels).forEach(k => dirty.add(k)); schedule();
+  });
+  smoothing = parseFloat(slider.value);
+
+  initialPanels.forEach(p => addPanel(p.key, JSON.parse(p.figure)));
+  Object.values(panels).forEach(p => p.names.forEach(n => { series[n] = series[n] || { step: [], wall_time: [], value: [] }; }));
+  setStatus(root.dataset.status);
+  connect();
+})();
