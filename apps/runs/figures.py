@@ -50,6 +50,7 @@ RUN_PANELS = (
     Panel("staleness", "Staleness (policy versions behind)", prefixes=("staleness/",), y_title="versions"),
     Panel("policy", "KL and entropy", names=("policy/kl", "policy/entropy"), y_title="KL",
           secondary=("policy/entropy",)),
+    Panel("slope", "Reward slope per hour", names=("reward/slope_per_hour",), y_title="reward per hour"),
 )
 
 
@@ -91,7 +92,7 @@ def panel_figure(panel: Panel, names: list[str], series: dict | None = None, x_k
               for i, name in enumerate(names)]
     figure = go.Figure(traces)
     figure.update_layout(**LAYOUT, title=dict(text=panel.title, x=0.01, font=dict(size=14)),
-                         xaxis=dict(AXIS, title="step" if x_key == "step" else "wall time"),
+                         xaxis=dict(AXIS),  # step or wall time, as the page's x-axis control says
                          yaxis=dict(AXIS, title=panel.y_title, rangemode="tozero" if panel.stacked else "normal"))
     if panel.secondary:
         figure.update_layout(yaxis2=dict(title=_label(panel.secondary[0]), overlaying="y", side="right",
@@ -104,7 +105,7 @@ def compare_figure(name: str, runs: list) -> go.Figure:
     figure = go.Figure([go.Scatter(x=[], y=[], name=run.name, meta=str(run.pk), mode="lines",
                                    line=dict(color=COLOURS[i % len(COLOURS)], width=1.8))
                         for i, run in enumerate(runs)])
-    figure.update_layout(**LAYOUT, title=dict(text=name, x=0.01, font=dict(size=14)), xaxis=dict(AXIS, title="step"),
+    figure.update_layout(**LAYOUT, title=dict(text=name, x=0.01, font=dict(size=14)), xaxis=AXIS,
                          yaxis=AXIS)
     return figure
 

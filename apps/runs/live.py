@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from django.db import transaction
 
@@ -30,21 +31,30 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
+_sender: ThreadPoolExecutor | None = None
+
+
 def _group_send(layer, group: str, message: dict) -> None:
     from asgiref.sync import async_to_sync
     from channels.layers import InMemoryChannelLayer
 
+    global _sender
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
     loop = _server_loop
-    if isinstance(layer, InMemoryChannelLayer) and loop is not None and not loop.is_closed():
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not loop:
-            # Fire and forget: observability never waits on a page.
-            asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
-            return
-    async_to_sync(layer.group_send)(group, message)
+    if isinstance(layer, InMemoryChannelLayer) and loop is not None and not loop.is_closed() and running is not loop:
+        # Fire and forget: observability never waits on a page.
+        asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
+    elif running is not None:
+        # Sync code called from inside an event loop (a notebook, a test driving a browser): async_to_sync
+        # cannot run here, so one sender thread does it, keeping the messages in order.
+        if _sender is None:
+            _sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-send")
+        _sender.submit(async_to_sync(layer.group_send), group, message)
+    else:
+        async_to_sync(layer.group_send)(group, message)
 
 
 def group_name(run_id) -> str:

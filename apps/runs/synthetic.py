@@ -248,11 +248,13 @@ def _modelling(rng: random.Random):
     return trajectory, {"geometry/solid/iso.png": render_png("iso")}
 
 
-def run_synthetic_steps(*, run: Run, steps: int, seconds_per_step: float = 0.0, trajectories_per_step: int = 3,
-                        seed: int = 0, finish: bool = True, on_step=None) -> None:
-    """Claim `run` and write `steps` steps from its current one, one transaction each, like a worker."""
+def run_synthetic_steps(*, run: Run, steps: int, attempt: int | None = None, seconds_per_step: float = 0.0,
+                        trajectories_per_step: int = 3, seed: int = 0, finish: bool = True, on_step=None) -> int:
+    """Write `steps` steps after the run's current one, one transaction each, like a worker: under `attempt`,
+    or a fresh claim. Returns the attempt, to write more steps later."""
     rng = random.Random(seed)
-    attempt = run_claim(run_id=run.pk, stale_after=0)
+    if attempt is None:
+        attempt = run_claim(run_id=run.pk, stale_after=0)
     if attempt is None:
         raise RuntimeError(f"{run} could not be claimed (status {run.status})")
     start = Run.objects.get(pk=run.pk).step
@@ -270,3 +272,4 @@ def run_synthetic_steps(*, run: Run, steps: int, seconds_per_step: float = 0.0, 
     if finish:
         run_finish(run_id=run.pk, attempt=attempt,
                    status="completed" if start + steps >= run.steps_total else "paused")
+    return attempt

@@ -103,8 +103,7 @@
         return Object.assign({}, trace, { x, y: smooth(s.value) });
       });
       const layout = Object.assign({}, panel.figure.layout);
-      layout.xaxis = Object.assign({}, layout.xaxis || {}, { title: { text: xKey === "step" ? "step" : "wall time" },
-        type: xKey === "step" ? "linear" : "date" });
+      layout.xaxis = Object.assign({}, layout.xaxis || {}, { type: xKey === "step" ? "linear" : "date" });
       jobs.push(Plotly.react(panel.div, data, layout));
     }
     dirty.clear();
