@@ -48,7 +48,8 @@ def _build(project) -> Dash:
     app = Dash(f"explorer-{project.slug}", server=Flask(f"explorer-{project.slug}"), requests_pathname_prefix=prefix,
                routes_pathname_prefix=prefix, serve_locally=True, title=f"Explorer · {project.name}",
                index_string=INDEX, csrf_token_name="csrftoken", csrf_header_name="X-CSRFToken",
-               suppress_callback_exceptions=True, update_title=None)
+               suppress_callback_exceptions=True, update_title=None,
+               use_async=False)  # callbacks run in the request's own thread (and database connection)
     app.layout = lambda: _layout(project)
     _callbacks(app, project)
     return app

@@ -115,7 +115,8 @@ def histogram_figure(title: str, groups: dict[str, list[float]], x_title: str, b
     figure = go.Figure([go.Histogram(x=values, name=group, nbinsx=bins, opacity=0.65,
                                      marker=dict(color=COLOURS[i % len(COLOURS)]))
                         for i, (group, values) in enumerate(groups.items())])
-    figure.update_layout(**{**LAYOUT, "hovermode": "closest"}, barmode="overlay",
+    figure.update_layout(**{**LAYOUT, "hovermode": "closest", "legend": dict(orientation="h", y=-0.32),
+                            "margin": dict(l=50, r=20, t=36, b=56)}, barmode="overlay",
                          title=dict(text=title, x=0.01, font=dict(size=14)), xaxis=dict(AXIS, title=x_title),
                          yaxis=dict(AXIS, title="trajectories"))
     return figure

@@ -68,3 +68,23 @@ def test_the_x_axis_switches_to_wall_time_and_controls_follow_the_status(page_as
     page.get_by_text("Pause requested.").wait_for()
     run.refresh_from_db()
     assert run.requested == "pause"
+
+
+def test_a_member_of_another_project_gets_nothing_in_the_browser(page_as, live_url, project, outsider, studio_run):
+    run, attempt = studio_run
+    page = page_as(outsider)
+    response = page.goto(f"{live_url}/p/{project.slug}/runs/{run.pk}/")
+    assert response.status == 404 and "live-run" not in page.content()
+    assert page.goto(f"{live_url}/p/{project.slug}/runs/{run.pk}/history.json").status == 404
+    assert page.goto(f"{live_url}/p/{project.slug}/explore/").status == 404
+    page.evaluate("""url => { window.seen = {opened: false, messages: 0, closed: false};
+        const socket = new WebSocket(url);
+        socket.onopen = () => { window.seen.opened = true; };
+        socket.onmessage = () => { window.seen.messages += 1; };
+        socket.onclose = () => { window.seen.closed = true; }; }""",
+                  live_url.replace("http://", "ws://") + f"/ws/runs/{run.pk}/")
+    page.wait_for_function("window.seen.closed")
+    run_step_record(run_id=run.pk, attempt=attempt, step=31, wall_time=time.time(), trajectories=[],
+                    points={"reward/mean": 0.9})
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.seen") == {"opened": False, "messages": 0, "closed": True}
