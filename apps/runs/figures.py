@@ -14,7 +14,8 @@ import plotly.io as pio
 
 COLOURS = ["#2f5bd3", "#d9672b", "#2e9b46", "#a23fb5", "#c99a16", "#1a9bb0", "#c03434", "#6b7486", "#7a5c2e"]
 # No plotly template: its JSON would ride along with every figure; these few settings are the look.
-AXIS = dict(gridcolor="#eef1f5", zerolinecolor="#d9dee6", linecolor="#d9dee6", automargin=True)
+# Fixed margins, not automargin: automargin lays a chart out twice, and a run page redraws charts live.
+AXIS = dict(gridcolor="#eef1f5", zerolinecolor="#d9dee6", linecolor="#d9dee6")
 LAYOUT = dict(template="none", paper_bgcolor="#ffffff", plot_bgcolor="#ffffff", colorway=COLOURS,
               height=260, margin=dict(l=50, r=20, t=36, b=36),
               font=dict(family="system-ui, sans-serif", size=12), legend=dict(orientation="h", y=-0.2),
@@ -85,8 +86,10 @@ def trace_for(panel: Panel, name: str, index: int, x=(), y=()) -> go.Scatter:
                       yaxis="y2" if name in panel.secondary else "y")
 
 
-def panel_figure(panel: Panel, names: list[str], series: dict | None = None, x_key: str = "step") -> go.Figure:
-    """One panel; with `series` ({name: {"step", "wall_time", "value"}}) it carries the data too."""
+def panel_figure(panel: Panel, names: list[str], series: dict | None = None, x_key: str = "step",
+                 legend: bool = True) -> go.Figure:
+    """One panel; with `series` ({name: {"step", "wall_time", "value"}}) it carries the data too. The live run
+    page draws its legends in HTML (`legend=False`): a Plotly legend is a third of a redraw's cost."""
     series = series or {}
     traces = [trace_for(panel, name, i, series.get(name, {}).get(x_key, ()), series.get(name, {}).get("value", ()))
               for i, name in enumerate(names)]
@@ -96,7 +99,9 @@ def panel_figure(panel: Panel, names: list[str], series: dict | None = None, x_k
                          yaxis=dict(AXIS, title=panel.y_title, rangemode="tozero" if panel.stacked else "normal"))
     if panel.secondary:
         figure.update_layout(yaxis2=dict(title=_label(panel.secondary[0]), overlaying="y", side="right",
-                                         showgrid=False))
+                                         showgrid=False), margin=dict(l=50, r=50, t=36, b=36))
+    if not legend:
+        figure.update_layout(showlegend=False, margin=dict(l=50, r=50 if panel.secondary else 20, t=36, b=24))
     return figure
 
 

@@ -96,7 +96,7 @@ def run_detail(request, project, run_id):
     run = selectors.run_get(project=project, run_id=run_id)
     panels = figures.panels_for(selectors.metric_names(run=run))
     context = {"project": project, "can_edit": can_edit, "run": run,
-               "panels": [{"key": p.key, "figure": figures.to_json(figures.panel_figure(p, names))}
+               "panels": [{"key": p.key, "figure": figures.to_json(figures.panel_figure(p, names, legend=False))}
                           for p, names in panels],
                "panel_rules": figures.panel_rules(),
                "checkpoints": run.checkpoints.all()[:20]}

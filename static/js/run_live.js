@@ -16,7 +16,8 @@
   const dirty = new Set();
   let lastStep = 0, lastEventId = 0, xKey = "step", smoothing = 0.6, pendingSteps = [];
   // What the benchmark and the tests read: when each step became visible (ms since the epoch).
-  const live = window.studioLive = { run: runId, rendered: [], connected: false, reconnects: 0 };
+  const live = window.studioLive = { run: runId, rendered: [], received: [], renderMs: [], connected: false,
+    reconnects: 0 };
 
   function panelKeyFor(name) {
     for (const rule of rules) {
@@ -29,14 +30,43 @@
   function label(name) { return name.includes("/") ? name.split("/").slice(1).join("/").replace(/_/g, " ") : name; }
 
   function addPanel(key, figure) {
+    const box = document.createElement("div");
+    box.className = "panel";
     const div = document.createElement("div");
-    div.className = "panel";
     div.dataset.panel = key;
-    document.getElementById("panels").appendChild(div);
+    const legend = document.createElement("div");
+    legend.className = "legend";
+    box.append(div, legend);
+    document.getElementById("panels").appendChild(box);
     document.getElementById("no-metrics").hidden = true;
-    panels[key] = { div, figure, names: figure.data.map(t => t.meta) };
+    figure.layout.showlegend = false;
+    panels[key] = { div, legend, figure, names: figure.data.map(t => t.meta), visible: false };
     Plotly.newPlot(div, figure.data, figure.layout, { displaylogo: false, responsive: true });
+    drawLegend(panels[key]);
+    watcher.observe(div);
   }
+
+  // Legends are HTML beside the chart, drawn when a series is added, not on every redraw.
+  function drawLegend(panel) {
+    panel.legend.replaceChildren(...panel.figure.data.map(trace => {
+      const item = document.createElement("span");
+      const swatch = document.createElement("i");
+      swatch.style.background = (trace.line && trace.line.color) || "#888";
+      item.append(swatch, document.createTextNode(trace.name));
+      return item;
+    }));
+  }
+
+  // A panel out of view is not redrawn (a redraw costs tens of milliseconds a chart); it catches up when it
+  // scrolls into view. So what the reader sees is drawn first, however many panels the run has.
+  const watcher = new IntersectionObserver(entries => {
+    for (const entry of entries) {
+      const panel = panels[entry.target.dataset.panel];
+      if (!panel) continue;
+      panel.visible = entry.isIntersecting;
+      if (panel.visible && dirty.has(entry.target.dataset.panel)) schedule();
+    }
+  }, { rootMargin: "100px" });
 
   function ensureSeries(name) {
     if (series[name]) return;
@@ -59,6 +89,7 @@
       if ((rule.secondary || []).includes(name)) trace.yaxis = "y2";
       panel.figure.data.push(trace);
       panel.names.push(name);
+      drawLegend(panel);
     }
     dirty.add(key);
   }
@@ -92,11 +123,14 @@
   function schedule() { if (!frame) frame = requestAnimationFrame(render); }
   function render() {
     frame = null;
+    const began = performance.now();
     const steps = pendingSteps; pendingSteps = [];
     const jobs = [];
-    for (const key of dirty) {
+    for (const key of Array.from(dirty)) {
       const panel = panels[key];
-      if (!panel) continue;
+      if (!panel) { dirty.delete(key); continue; }
+      if (!panel.visible) continue;
+      dirty.delete(key);
       const data = panel.figure.data.map(trace => {
         const s = series[trace.meta] || { step: [], wall_time: [], value: [] };
         const x = xKey === "step" ? s.step : s.wall_time.map(t => new Date(t * 1000));
@@ -106,10 +140,10 @@
       layout.xaxis = Object.assign({}, layout.xaxis || {}, { type: xKey === "step" ? "linear" : "date" });
       jobs.push(Plotly.react(panel.div, data, layout));
     }
-    dirty.clear();
     root.dataset.lastStep = String(lastStep);
     Promise.all(jobs).then(() => {
       const at = Date.now();
+      live.renderMs.push(performance.now() - began);
       for (const step of steps) live.rendered.push({ step, at });
     });
   }
@@ -154,6 +188,7 @@
 
   function handle(message) {
     if (message.type === "run.step") {
+      live.received.push({ step: message.step, at: Date.now() });
       for (const [name, value] of Object.entries(message.points)) append(name, message.step, message.wall_time, value);
       lastStep = Math.max(lastStep, message.step);
       setStatus(root.dataset.status, lastStep);

@@ -9,7 +9,7 @@ import json
 from django.core.management.base import BaseCommand
 
 AREAS = {"registry": "apps.benchmarks.registry", "sandbox": "apps.benchmarks.sandbox",
-         "verify": "apps.benchmarks.verify"}
+         "verify": "apps.benchmarks.verify", "ui": "apps.benchmarks.ui"}
 
 
 class Command(BaseCommand):
@@ -21,6 +21,12 @@ class Command(BaseCommand):
         parser.add_argument("--instances", type=int, default=20_000, help="registry: task instances per template")
         parser.add_argument("--samples", type=int, default=100, help="sandbox: warm runs to time")
         parser.add_argument("--backend", help="sandbox: process or docker (default: settings.SANDBOX_BACKEND)")
+        parser.add_argument("--trajectories", type=int, default=1_000_000, help="ui: rows generated for the list")
+        parser.add_argument("--streams", type=int, default=10, help="ui: runs streaming to open run pages at once")
+        parser.add_argument("--stream-steps", type=int, default=20, help="ui: steps each streaming run writes")
+        parser.add_argument("--step-seconds", type=float, default=1.0, help="ui: seconds between a run's steps")
+        parser.add_argument("--skip-push", action="store_true", help="ui: only the trajectory list")
+        parser.add_argument("--skip-list", action="store_true", help="ui: only the push latency")
 
     def handle(self, *args, area, **options):
         result = importlib.import_module(AREAS[area]).run(**options)

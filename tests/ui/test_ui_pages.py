@@ -1,0 +1,92 @@
+"""Run and trajectory pages without a browser: history downsampled on the server and fetched after a step,
+keyset pages that visit every row once in order, starting, comparing and controlling runs."""
+
+import json
+
+from django.urls import reverse
+
+from apps.runs.models import Run
+from apps.runs.selectors import metric_history
+from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
+from apps.trajectories.models import Trajectory
+from apps.trajectories.selectors import SORTS, trajectory_page
+
+
+def test_history_is_downsampled_on_the_server_and_fetched_after_a_step(client, owner, project, studio_run):
+    run, _ = studio_run
+    full = metric_history(run=run)
+    assert full["bucket"] == 1 and full["series"]["reward/mean"]["step"] == list(range(1, 31))
+    coarse = metric_history(run=run, max_points=10)
+    assert coarse["bucket"] == 3 and coarse["series"]["reward/mean"]["step"] == list(range(3, 31, 3))
+    values = full["series"]["reward/mean"]["value"]
+    assert abs(coarse["series"]["reward/mean"]["value"][0] - sum(values[:3]) / 3) < 1e-9  # a bucket's mean
+    client.force_login(owner)
+    url = reverse("runs:run_history", kwargs={"project": project.slug, "run_id": run.pk})
+    body = json.loads(client.get(url + "?after_step=28&after_event=0").content)
+    assert body["series"]["reward/mean"]["step"] == [29, 30] and body["last_step"] == 30
+    assert [e["kind"] for e in body["events"]][:2] == ["created", "started"]
+    last_event = body["events"][-1]["id"]
+    assert json.loads(client.get(url + f"?after_step=30&after_event={last_event}").content)["events"] == []
+
+
+def test_keyset_pages_visit_every_row_once_in_order_for_every_sort(project, studio_run):
+    run, _ = studio_run
+    total = Trajectory.objects.filter(project=project).count()
+    for sort, (column, descending, _) in SORTS.items():
+        seen, after = [], ""
+        while True:
+            page = trajectory_page(project=project, sort=sort, after=after, limit=7)
+            seen += page.rows
+            if not page.next_cursor:
+                break
+            after = page.next_cursor
+        expected = Trajectory.objects.filter(project=project)
+        if column == "reward":
+            expected = expected.filter(reward__isnull=False)
+        assert len(seen) == expected.count() == total, sort
+        assert len({t.pk for t in seen}) == len(seen), sort
+        keys = [getattr(t, column) for t in seen]
+        assert keys == sorted(keys, reverse=descending), sort
+
+
+def test_filters_narrow_the_list(client, owner, project, studio_run):
+    run, _ = studio_run
+    client.force_login(owner)
+    url = reverse("trajectories:trajectory_list", kwargs={"project": project.slug})
+    page = client.get(url, {"domain": "3d-modelling", "template": "task_template/primitive-solids"})
+    assert page.content.count(b"data-trajectory=") == 30
+    assert client.get(url, {"status": "timeout"}).content.count(b"data-trajectory=") == 0
+    assert client.get(url, {"after": "not-a-cursor"}).status_code == 400
+
+
+def test_start_a_run_from_the_list_and_compare_two_runs(client, owner, project, registry, studio_run):
+    run, _ = studio_run
+    client.force_login(owner)
+    url = reverse("runs:run_list", kwargs={"project": project.slug})
+    response = client.post(url, {"bundle": registry["bundle"].pk, "steps": 5, "name": "from-the-page",
+                                 "config": '{"group_size": 4}'})
+    started = Run.objects.get(name="from-the-page")
+    assert response.status_code == 302 and started.status == "queued" and started.config["group_size"] == 4
+    assert client.post(url, {"bundle": registry["bundle"].pk, "steps": 5, "config": "[1]"}).status_code == 400
+    other = run_synthetic_create(project=project, bundle=registry["bundle"], steps=10, name="second", actor=owner)
+    run_synthetic_steps(run=other, steps=3)
+    page = client.get(reverse("runs:run_compare", kwargs={"project": project.slug}),
+                      {"run": [str(run.pk), str(other.pk)]})
+    assert page.status_code == 200
+    assert b"~ steps_total" not in page.content  # configs are compared, not the run rows
+    assert b"Same bundle, same pinned versions." in page.content
+    assert b"Identical configs." in page.content
+    figures = json.loads(page.context["figures"][0]["figure"])
+    assert [t["meta"] for t in figures["data"]] == [str(run.pk), str(other.pk)]
+
+
+def test_pause_resume_cancel_from_the_run_page(client, owner, project, registry):
+    client.force_login(owner)
+    run = run_synthetic_create(project=project, bundle=registry["bundle"], steps=10, actor=owner)
+    control = reverse("runs:run_control", kwargs={"project": project.slug, "run_id": run.pk})
+    for action, status in (("pause", "paused"), ("resume", "queued"), ("cancel", "cancelled")):
+        client.post(control, {"action": action})
+        run.refresh_from_db()
+        assert run.status == status, action
+    page = client.post(control, {"action": "pause"}, follow=True)
+    assert b"a cancelled run cannot be paused" in page.content
