@@ -33,6 +33,7 @@ class Panel:
     stacked: bool = False  # stacked areas (idle time by cause)
     secondary: tuple[str, ...] = ()  # series on a right-hand axis (entropy beside KL)
     per_domain: bool = False
+    y_format: str = ""  # d3 format of the y ticks
 
     def matches(self, name: str) -> bool:
         if name in self.exclude:
@@ -46,7 +47,7 @@ RUN_PANELS = (
           y_title="reward", per_domain=True),
     Panel("throughput", "Trajectories per hour: effective vs all",
           names=("throughput/trajectories_per_hour", "throughput/effective_trajectories_per_hour"), y_title="per hour"),
-    Panel("cost", "Cost per task", names=("cost/per_task",), y_title="money per task"),
+    Panel("cost", "Cost per task", names=("cost/per_task",), y_title="money per task", y_format=".2~e"),
     Panel("idle", "Trainer idle time by cause", prefixes=("idle/",), y_title="seconds per step", stacked=True),
     Panel("staleness", "Staleness (policy versions behind)", prefixes=("staleness/",), y_title="versions"),
     Panel("policy", "KL and entropy", names=("policy/kl", "policy/entropy"), y_title="KL",
@@ -96,12 +97,13 @@ def panel_figure(panel: Panel, names: list[str], series: dict | None = None, x_k
     figure = go.Figure(traces)
     figure.update_layout(**LAYOUT, title=dict(text=panel.title, x=0.01, font=dict(size=14)),
                          xaxis=dict(AXIS),  # step or wall time, as the page's x-axis control says
-                         yaxis=dict(AXIS, title=panel.y_title, rangemode="tozero" if panel.stacked else "normal"))
+                         yaxis=dict(AXIS, title=panel.y_title, rangemode="tozero" if panel.stacked else "normal",
+                                    tickformat=panel.y_format or None))
     if panel.secondary:
         figure.update_layout(yaxis2=dict(title=_label(panel.secondary[0]), overlaying="y", side="right",
                                          showgrid=False), margin=dict(l=50, r=50, t=36, b=36))
     if not legend:
-        figure.update_layout(showlegend=False, margin=dict(l=50, r=50 if panel.secondary else 20, t=36, b=24))
+        figure.update_layout(showlegend=False, margin=dict(l=60, r=50 if panel.secondary else 20, t=36, b=24))
     return figure
 
 

@@ -141,11 +141,30 @@
       jobs.push(Plotly.react(panel.div, data, layout));
     }
     root.dataset.lastStep = String(lastStep);
+    if (Array.from(dirty).some(k => panels[k] && !panels[k].visible)) catchUpLater();
     Promise.all(jobs).then(() => {
       const at = Date.now();
       live.renderMs.push(performance.now() - began);
       for (const step of steps) live.rendered.push({ step, at });
     });
+  }
+
+  // Panels out of view catch up every few seconds, when the browser is idle, one at a time.
+  let catchUp = null;
+  function catchUpLater() {
+    if (catchUp) return;
+    catchUp = setTimeout(() => {
+      const idle = window.requestIdleCallback || (f => setTimeout(f, 0));
+      idle(function drawOne() {
+        const key = Array.from(dirty).find(k => panels[k] && !panels[k].visible);
+        if (key === undefined) { catchUp = null; return; }
+        panels[key].visible = true; // drawn once now; the observer resets it
+        dirty.delete(key); dirty.add(key);
+        render();
+        panels[key].visible = false;
+        idle(drawOne);
+      });
+    }, 3000);
   }
 
   function setStatus(status, step, steps) {
