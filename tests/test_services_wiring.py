@@ -1,9 +1,10 @@
 """The settings wire the real services named in the environment (CI sets DATABASE_URL and REDIS_URL)."""
 
+import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
@@ -20,11 +21,20 @@ def test_database_is_the_one_database_url_names():
 def test_channel_layer_round_trips_through_real_redis():
     layer = get_channel_layer()
     assert type(layer).__name__ == "RedisChannelLayer"
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)("wiring-check", channel)
-    async_to_sync(layer.group_send)("wiring-check", {"type": "ping", "n": 7})
-    assert async_to_sync(layer.receive)(channel) == {"type": "ping", "n": 7}
-    async_to_sync(layer.group_discard)("wiring-check", channel)
+
+    async def round_trip():
+        channel = await layer.new_channel()
+        await layer.group_add("wiring-check", channel)
+        await layer.group_send("wiring-check", {"type": "ping", "n": 7})
+        try:
+            return await layer.receive(channel)
+        finally:
+            await layer.group_discard("wiring-check", channel)
+
+    # A thread of its own: once a Playwright test has run, the main thread carries Playwright's event loop,
+    # and async_to_sync refuses to run there.
+    with ThreadPoolExecutor(1) as thread:
+        assert thread.submit(asyncio.run, round_trip()).result(timeout=10) == {"type": "ping", "n": 7}
 
 
 def test_without_redis_celery_runs_tasks_in_process():
