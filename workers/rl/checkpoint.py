@@ -30,15 +30,21 @@ class Checkpoint:
     size: int
 
 
-def _fsync_tree(path: Path) -> None:
-    for file in path.iterdir():
-        with file.open("rb") as handle:
-            os.fsync(handle.fileno())
+def _fsync_directory(path: Path) -> None:
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _fsync_files(path: Path) -> None:
+    """Every file of `path` and the directory entry itself on disk (a rename is only as durable as this)."""
+    for file in path.iterdir():
+        if file.is_file():
+            with file.open("rb") as handle:
+                os.fsync(handle.fileno())
+    _fsync_directory(path)
 
 
 def save_checkpoint(root: Path, *, step: int, policy, trainer_state: dict, pipeline_state: dict,
@@ -54,11 +60,11 @@ def save_checkpoint(root: Path, *, step: int, policy, trainer_state: dict, pipel
     policy.save(partial / "model.safetensors")
     torch.save(trainer_state, partial / "trainer.pt")
     (partial / "pipeline.json").write_text(json.dumps(pipeline_state))
-    _fsync_tree(partial)
+    _fsync_files(partial)
     if final.exists():  # the same step written again by a resumed attempt
         shutil.rmtree(final)
     partial.rename(final)
-    _fsync_tree(root)
+    _fsync_directory(root)
     removed = []
     for old in sorted(checkpoints(root), key=lambda c: c.step)[:-keep]:
         shutil.rmtree(old.path, ignore_errors=True)

@@ -174,6 +174,8 @@ class Pipeline:
                 step_started = time.monotonic()
                 groups, consumed = self._collect_sync() if self.config.mode == "sync" else self._collect_async()
                 self._train_and_record(groups, consumed, step_started)
+                # Asked at every step's end as well as by the heartbeat thread: a pause lands on this step.
+                self._requested = self.tracker.heartbeat() or ""
                 requested = self._requested
                 if requested in ("pause", "cancel"):
                     outcome = "paused" if requested == "pause" else "cancelled"
@@ -431,7 +433,7 @@ class Pipeline:
         self._check_lease()
         self.tracker.step(step=step, wall_time=time.time(), points=points, trajectories=all_trajectories,
                           events=events)
-        if step % self.config.checkpoint_every == 0 or step == self.total_steps or self._requested == "pause":
+        if step % self.config.checkpoint_every == 0 or step == self.total_steps:
             self._save_checkpoint()
         if self.progress:
             self.progress(step, self.total_steps, points)

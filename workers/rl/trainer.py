@@ -93,7 +93,7 @@ class GRPOTrainer:
                                     token_count=total_tokens)
             loss.backward()
             tokens = stats["tokens"]
-            totals["loss"] += float(loss)
+            totals["loss"] += loss.item()
             totals["kl"] += stats["kl"] * tokens
             totals["clip_fraction"] += stats["clip_fraction"] * tokens
             totals["entropy"] += float((entropy * target_mask).sum())

@@ -1,0 +1,74 @@
+"""A small world for the engine's tests, no Django: a+b tasks, a numeric verifier, a tiny pretrained policy.
+
+The policy is the project's own TinyLM, pretrained for a few seconds on the noisy a+b corpus: it writes numbers
+and is right some of the time, so groups carry signal and GRPO has something to do — the same story as the
+demo, small enough for a test.
+"""
+
+import copy
+
+import pytest
+
+from apps.registry.specs import validate_spec
+from workers.rl.base_model import pretrain
+from workers.rl.chat import CharChat
+from workers.rl.config import RunConfig
+from workers.rl.engines.torch_engine import TorchEngine
+from workers.rl.pipeline import LocalVerifier, MemoryTracker, Pipeline, TaskCatalog
+from workers.rl.policy import TinyLMPolicy
+from workers.rl.scheduler import Curriculum, DomainMix, Scheduler, TemplateMix
+from workers.rl.trainer import GRPOTrainer
+from workers.rl.types import TaskTemplate
+from workers.sandbox import SandboxImage
+from workers.verifiers import Item
+
+RUN_ID = "00000000-0000-4000-8000-000000000001"
+LIMIT = 10  # a, b below this
+NUMERIC = validate_spec("verifier", {"layers": [
+    {"name": "number", "kind": "exact", "checks": [{"type": "numeric", "name": "answer", "reference": "{answer}",
+                                                    "abs_tolerance": 0, "rel_tolerance": 0}]}]})
+PLAIN_PYTHON = SandboxImage(key="sandbox_image/plain-python@1", layers=({"type": "base", "image": "python-3.11"},),
+                            warm_pool_size=2)
+
+
+def addition_template(**limits) -> TaskTemplate:
+    return TaskTemplate(key="task_template/add@1", domain="arithmetic", system_prompt="", prompt_template="{a}+{b}=",
+                        tools=(), limits={"max_turns": 1, "max_tokens": 4, "max_seconds": 10, **limits},
+                        image=PLAIN_PYTHON, verifier_key="verifier/numeric@1", verifier_spec=NUMERIC)
+
+
+ITEMS = {f"add-{a}-{b}": Item(key=f"add-{a}-{b}", inputs={"a": a, "b": b}, hidden={"answer": a + b})
+         for a in range(LIMIT) for b in range(LIMIT)}
+
+
+@pytest.fixture(scope="session")
+def addition_base_model():
+    """A TinyLM that knows the a+b format and is unreliable about the sums (about 10 s on two cores)."""
+    corpus = [(f"{item.inputs['a']}+{item.inputs['b']}=", [{"role": "assistant", "content": str(item.hidden['answer'])}])
+              for item in ITEMS.values()]
+    model, _ = pretrain(corpus, steps=100, seed=0, block_size=64, wrong_fraction=0.0)
+    return model
+
+
+@pytest.fixture
+def make_pipeline(addition_base_model, tmp_path):
+    """make_pipeline(steps, checkpoint_dir=..., **config) -> (pipeline, tracker), each from the same base weights."""
+
+    def make(steps: int, *, checkpoint_dir=None, tracker=None, **overrides):
+        config = RunConfig.from_dict(RunConfig.resolve({"groups_per_step": 4, "group_size": 6, "micro_batch_size": 32,
+                                                        "learning_rate": 3e-3, "eval_tasks_per_domain": 0,
+                                                        "checkpoint_every": 2, **overrides}))
+        template = addition_template()
+        policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
+        scheduler = Scheduler([DomainMix("arithmetic", 1.0, (TemplateMix(template.key, 1.0, tuple(ITEMS)),))],
+                              seed=config.seed, curriculum=Curriculum() if config.curriculum else None)
+        tracker = tracker or MemoryTracker()
+        pipeline = Pipeline(
+            run_id=RUN_ID, config=config, total_steps=steps,
+            catalog=TaskCatalog({template.key: template}, lambda _t, key: ITEMS[key], lambda _t, key: key),
+            scheduler=scheduler, engine=TorchEngine(policy.model), chat=CharChat(), policy=policy,
+            trainer=GRPOTrainer(policy, config=config, total_steps=steps), tool_runner=None,
+            verifier=LocalVerifier(pool=None), tracker=tracker, checkpoint_dir=checkpoint_dir or tmp_path / "ckpt")
+        return pipeline, tracker
+
+    return make
