@@ -20,7 +20,8 @@ from apps.registry.selectors import version_resolve
 from apps.registry.specs import prompt_placeholders
 
 DOMAINS = {
-    "arithmetic": {"add-two", "multi-step"},
+    "arithmetic": {"add-two"},
+    "word-problems": {"multi-step"},
     "python-coding": {"python-functions"},
     "document-qa": {"cite-figures"},
     "3d-modelling": {"primitive-solids"},
@@ -48,7 +49,7 @@ def stored_instances(version) -> list[TaskInstance]:
             .select_related("instance").order_by("key")]
 
 
-def test_seed_publishes_four_domains_with_hundreds_of_instances_per_template(seeded):
+def test_seed_publishes_five_domains_with_hundreds_of_instances_per_template(seeded):
     project, output = seeded
     for domain, templates in DOMAINS.items():
         spec = latest(project, "domain", domain).spec

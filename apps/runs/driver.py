@@ -82,7 +82,7 @@ def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) 
     run = Run.objects.select_related("bundle__definition__project", "project").get(pk=run_id)
     config = RunConfig.from_dict(run.config)
     tracker = DatabaseTracker(run.pk, attempt)
-    pool = None
+    pool = engine = None
     try:
         pinned = pinned_bundle(bundle=run.bundle, config=config)
         policy, engine, chat = build_policy(config, pinned, progress=pretrain_progress)
@@ -115,6 +115,8 @@ def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) 
         _fail(run.pk, attempt, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-4000:]}")
         raise
     finally:
+        if engine is not None:
+            engine.close()
         if pool is not None:
             pool.close()
         connection.close()

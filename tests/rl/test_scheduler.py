@@ -54,3 +54,17 @@ def test_a_mix_without_tasks_or_weight_is_refused():
         Scheduler([DomainMix("x", 0.0, CODE.templates)], seed=0)
     with pytest.raises(ValueError, match="templates without tasks: task_template/empty@1"):
         Scheduler([DomainMix("x", 1.0, (TemplateMix("task_template/empty@1", 1.0, ()),))], seed=0)
+
+
+def test_a_template_never_solved_shrinks_its_domains_share_and_the_state_keeps_it():
+    curriculum = Curriculum()
+    for index in range(4):  # four groups of coding, all failed: no signal left in that template
+        curriculum.observe(ScheduledTask("coding", CODE.templates[0].key, f"c{index}"), [0.0] * 8)
+    scheduler = Scheduler([DomainMix("arithmetic", 1.0, ARITH.templates), CODE], seed=5, curriculum=curriculum)
+    saved = scheduler.state()
+    batch = scheduler.sample(4000)
+    coding = sum(task.domain == "coding" for task in batch) / len(batch)
+    assert 0.07 < coding < 0.11  # 0.1 against 1: 1/11 of the draws instead of half
+    resumed = Scheduler([DomainMix("arithmetic", 1.0, ARITH.templates), CODE], seed=0, curriculum=Curriculum())
+    resumed.restore(saved)
+    assert resumed.sample(4000) == batch

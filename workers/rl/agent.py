@@ -182,7 +182,6 @@ def _generate_turn(active, turn, task, engine, chat, tools, seed, temperature, l
     results = engine.generate(requests)
     seconds = time.monotonic() - call_started
     completions = results[0] if turn == 0 else [group[0] for group in results]
-    total_tokens = max(1, sum(len(c.token_ids) for c in completions))
     for sample, completion in zip(live, completions, strict=True):
         trajectory = sample.trajectory
         text = chat.decode(completion.token_ids)
@@ -191,7 +190,7 @@ def _generate_turn(active, turn, task, engine, chat, tools, seed, temperature, l
                          duration_s=round(seconds, 4))
         trajectory.turns.append(assistant)
         _add(trajectory.timings, "generation", seconds)
-        _add(trajectory.costs, "policy_seconds", seconds * len(completion.token_ids) / total_tokens)
+        _add(trajectory.costs, "policy_seconds", completion.compute_seconds)
         sample.context += completion.token_ids
         sample.tokens_used += len(completion.token_ids)
         sample.messages.append({"role": "assistant", "content": text})

@@ -85,19 +85,35 @@ def corrupt(text: str, rng: random.Random) -> str:
 
 def pretraining_example(*, prompt: str, turns: list[dict], rng: random.Random, wrong_fraction: float) -> str:
     """One rendered conversation; with probability wrong_fraction its final answer is corrupted."""
+    ids, _ = _noisy_conversation(prompt, turns, rng, wrong_fraction)
+    return CharChat().tokenizer.decode(ids)
+
+
+def _noisy_conversation(prompt: str, turns: list[dict], rng: random.Random, wrong_fraction: float,
+                        chat: CharChat | None = None) -> tuple[list[int], list[int]]:
+    """(ids, loss mask) of one conversation, its final answer corrupted with probability wrong_fraction. The
+    mask covers the assistant's characters (its end-of-turn mark included): what the model writes."""
+    chat = chat or CharChat()
     turns = [dict(t) for t in turns]
     if rng.random() < wrong_fraction:
         turns[-1]["content"] = corrupt(turns[-1]["content"], rng)
-    return CharChat().render([{"role": "user", "content": prompt}, *turns])
+    ids, mask = [], []
+    for message in [{"role": "user", "content": prompt}, *turns]:
+        part = chat.tokenizer.encode(chat.render([message]))
+        ids += part
+        mask += [int(message["role"] == "assistant")] * len(part)
+    return ids, mask
 
 
 def pretrain(conversations, *, seconds: float = 60.0, steps: int | None = None, seed: int = 0,
-             wrong_fraction: float = 0.5, block_size: int = 512, short_fraction: float = 0.6,
-             lr: float = 3e-3, progress=None) -> tuple[TinyLM, dict]:
+             wrong_fraction: float = 0.5, block_size: int = 512, short_fraction: float = 0.8,
+             short_batch: int = 128, long_batch: int = 8, lr: float = 3e-3, progress=None) -> tuple[TinyLM, dict]:
     """Pretrain a TinyLM on `conversations`, a list of (prompt, reference turns), for `seconds` (or `steps`).
 
-    Each batch packs freshly noised conversations into windows: short ones into 64-character windows (most
-    steps: cheap, and the arithmetic the demo's RL story lifts), the rest into `block_size` windows."""
+    Each step is a batch of freshly noised whole conversations, the loss on what the assistant writes (the
+    prompts are mostly unpredictable digits and specs; learning them would spend the model's few parameters on
+    noise). Short conversations (`12+7=`) go in wide cheap batches, most steps (`short_fraction`); long ones
+    (code, JSON, scripts) in small batches, cut to their last `block_size` characters as rollouts cut prompts."""
     if not conversations:
         raise ValueError("no conversations to pretrain on")
     torch.manual_seed(seed)
@@ -112,22 +128,26 @@ def pretrain(conversations, *, seconds: float = 60.0, steps: int | None = None, 
             conversation)
     started, step, losses = time.monotonic(), 0, []
 
-    def window(pool, width, batch):
-        rows = []
-        for _ in range(batch):
-            text = ""
-            while len(text) < 2 * width + 1:
-                prompt, turns = rng.choice(pool)
-                text += pretraining_example(prompt=prompt, turns=turns, rng=rng, wrong_fraction=wrong_fraction)
-            offset = rng.randrange(0, len(text) - width - 1)
-            rows.append(chat.tokenizer.encode(text[offset:offset + width + 1]))
-        return torch.tensor(rows)
+    def batch(pool, size):
+        rows = [_noisy_conversation(*rng.choice(pool), rng, wrong_fraction, chat) for _ in range(size)]
+        rows = [(ids[-block_size:], mask[-block_size:]) for ids, mask in rows]
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.full((size, width), chat.end)
+        mask = torch.zeros(size, width)
+        for row, (row_ids, row_mask) in enumerate(rows):
+            ids[row, :len(row_ids)] = torch.tensor(row_ids)
+            mask[row, :len(row_mask)] = torch.tensor(row_mask, dtype=torch.float)
+        return ids, mask
 
+    model.train()
     while (steps is None and time.monotonic() - started < seconds) or (steps is not None and step < steps):
         use_short = short and (not long or rng.random() < short_fraction)
-        data = window(short, 64, 64) if use_short else window(long, block_size, 16)
-        logits, _ = model(data[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, chat.tokenizer.vocab_size), data[:, 1:].reshape(-1))
+        ids, mask = batch(short, short_batch) if use_short else batch(long, long_batch)
+        logits, _ = model(ids[:, :-1])  # (B, T-1, vocab)
+        per_token = F.cross_entropy(logits.reshape(-1, chat.tokenizer.vocab_size), ids[:, 1:].reshape(-1),
+                                    reduction="none")
+        target_mask = mask[:, 1:].reshape(-1)
+        loss = (per_token * target_mask).sum() / target_mask.sum().clamp(min=1)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

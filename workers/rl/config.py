@@ -36,6 +36,10 @@ class RunConfig:
     """Verifications running at once."""
     dynamic_sampling: bool = True
     """Fill each step with groups that carry signal (reward variance); the others are counted, not trained."""
+    oversampling: int = 4
+    """With dynamic sampling, a step consumes at most oversampling × groups_per_step groups looking for signal,
+    then trains on the groups with signal it found, however few: a mix the policy cannot yet solve at all must
+    not stall the run."""
     curriculum: bool = True
     """Draw tasks the policy always or never solves a tenth as often."""
     domain_weights: dict = field(default_factory=dict)
@@ -116,7 +120,7 @@ class RunConfig:
     def check(self) -> None:
         problems = []
         for name in ("groups_per_step", "group_size", "rollout_concurrency", "verify_concurrency",
-                     "micro_batch_size", "checkpoint_every", "keep_checkpoints"):
+                     "micro_batch_size", "checkpoint_every", "keep_checkpoints", "oversampling"):
             if getattr(self, name) < 1:
                 problems.append(f"{name}: must be at least 1")
         if self.group_size < 2:

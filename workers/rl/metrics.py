@@ -116,7 +116,7 @@ def step_points(*, counters: RunCounters, consumed: list[Trajectory], trained: l
         points["staleness/mean"] = sum(staleness) / len(staleness)
         points["staleness/max"] = max(staleness)
         counters.staleness_max = max(counters.staleness_max, max(staleness))
-    if stats is not None:
+    if stats is not None and stats.sequences:  # a step without signal updated nothing
         points.update({"policy/kl": stats.kl, "policy/entropy": stats.entropy,
                        "policy/clip_fraction": stats.clip_fraction, "policy/grad_norm": stats.grad_norm,
                        "loss/policy": stats.loss})

@@ -28,16 +28,29 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.proj = nn.Linear(config.n_embd, config.n_embd)
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, key_mask=None):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
         if cache is not None and cache[0] is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
-        # With a cache, the new queries sit after every cached key: only the new block needs a causal mask.
-        offset = k.shape[2] - T
-        mask = torch.ones(T, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=offset)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        S = k.shape[2]
+        # With a cache, the new queries sit after every cached key: only the new block needs a causal mask
+        # (none at all for the one-token steps of sampling).
+        offset = S - T
+        if key_mask is not None:  # (B, S): left padding in a batch of prompts of different lengths
+            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=offset)
+            itself = torch.zeros(T, S, dtype=torch.bool, device=x.device)
+            itself[torch.arange(T), torch.arange(offset, S)] = True  # a pad query sees itself: no empty row
+            mask = causal & (key_mask[:, None, None, :] | itself)  # (B, 1, T, S)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif offset == 0:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif T == 1:
+            y = F.scaled_dot_product_attention(q, k, v)
+        else:
+            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=offset)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, C)), (k, v)
 
 
@@ -49,8 +62,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(config.n_embd, 4 * config.n_embd), nn.GELU(),
                                  nn.Linear(4 * config.n_embd, config.n_embd))
 
-    def forward(self, x, cache=None):
-        attended, cache = self.attn(self.ln1(x), cache)
+    def forward(self, x, cache=None, key_mask=None):
+        attended, cache = self.attn(self.ln1(x), cache, key_mask)
         x = x + attended
         return x + self.mlp(self.ln2(x)), cache
 
@@ -65,17 +78,23 @@ class TinyLM(nn.Module):
         self.ln = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
 
-    def forward(self, idx, caches=None, start: int = 0):
-        """idx (B, T) -> logits (B, T, vocab), and the per-layer KV caches extended by these T positions."""
+    def forward(self, idx, caches=None, start: int = 0, positions=None, key_mask=None):
+        """idx (B, T) -> logits (B, T, vocab), and the per-layer KV caches extended by these T positions.
+
+        positions (B, T) and key_mask (B, S) serve batches of left-padded prompts: each row's own positions, and
+        which of the S keys (cached + new) are real tokens."""
         T = idx.shape[1]
-        if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} exceeds block_size {self.config.block_size}")
-        positions = torch.arange(start, start + T, device=idx.device)
+        if positions is None:
+            if start + T > self.config.block_size:
+                raise ValueError(f"sequence of {start + T} exceeds block_size {self.config.block_size}")
+            positions = torch.arange(start, start + T, device=idx.device)
+        elif int(positions.max()) >= self.config.block_size:
+            raise ValueError(f"position {int(positions.max())} exceeds block_size {self.config.block_size}")
         x = self.token(idx) + self.position(positions)
         caches = caches or [None] * len(self.blocks)
         new = []
         for block, cache in zip(self.blocks, caches, strict=True):
-            x, cache = block(x, cache)
+            x, cache = block(x, cache, key_mask)
             new.append(cache)
         return self.head(self.ln(x)), new
 
@@ -84,28 +103,90 @@ class TinyLM(nn.Module):
                  temperature: float = 1.0, generator: torch.Generator | None = None):
         """`samples` completions of one prompt: tokens (samples, n) and their logprobs (samples, n) under the
         sampling distribution; positions after a stop token are padded with that token and logprob 0."""
-        device = self.head.weight.device
-        stops = torch.tensor([stop] if isinstance(stop, int) else list(stop or ()), device=device)
-        idx = torch.tensor([prompt] * samples, device=device)
-        logits, caches = self(idx)
-        start = len(prompt)
-        tokens, logprobs = [], []
-        finished = torch.zeros(samples, dtype=torch.bool, device=device)
-        padding = torch.full((samples, 1), int(stops[0]) if len(stops) else 0, device=device)
-        for step in range(max_new_tokens):
-            distribution = F.log_softmax(logits[:, -1, :] / temperature, dim=-1)
-            token = torch.multinomial(distribution.exp(), 1, generator=generator)  # (samples, 1)
-            logprob = distribution.gather(1, token).squeeze(1)
-            if len(stops):
-                token = torch.where(finished.unsqueeze(1), padding, token)
-                logprob = torch.where(finished, torch.zeros_like(logprob), logprob)
-                finished |= torch.isin(token.squeeze(1), stops)
-            tokens.append(token)
-            logprobs.append(logprob)
-            if len(stops) and bool(finished.all()) or start + step + 1 >= self.config.block_size:
-                break
-            logits, caches = self(token, caches, start=start + step)
-        return torch.cat(tokens, dim=1), torch.stack(logprobs, dim=1)
+        stops = (stop,) if isinstance(stop, int) else tuple(stop or ())
+        [rows] = sample_batch(self, [SamplingRequest(prompt, samples, max_new_tokens, stops, temperature, generator)])
+        width = max(len(tokens) for tokens, _ in rows)
+        pad = stops[0] if stops else 0
+        tokens = torch.tensor([t + [pad] * (width - len(t)) for t, _ in rows])
+        logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for _, lp in rows])
+        return tokens, logprobs
+
+
+@dataclass
+class SamplingRequest:
+    prompt: list[int]
+    n: int
+    max_new_tokens: int
+    stops: tuple[int, ...]
+    temperature: float = 1.0
+    generator: torch.Generator | None = None
+
+
+@torch.no_grad()
+def sample_batch(model: TinyLM, requests: list[SamplingRequest]) -> list[list[tuple[list[int], list[float]]]]:
+    """Sample every request's `n` rows together, one forward pass per token for all rows: prompts of different
+    lengths are left-padded (each row keeps its own positions), and a row that stops leaves the batch (its KV
+    cache rows are dropped), so a long tail of rows costs only what it computes.
+
+    Each request draws from its own generator, so its samples do not depend on which requests share the batch
+    beyond floating-point rounding. Returns per request, per row: (token ids, logprobs), the stop id included.
+    """
+    device = model.head.weight.device
+    owners = [index for index, request in enumerate(requests) for _ in range(request.n)]
+    prompts = [requests[owner].prompt for owner in owners]
+    budgets = [min(requests[o].max_new_tokens, model.config.block_size - len(requests[o].prompt)) for o in owners]
+    if min(budgets, default=1) < 1:
+        raise ValueError(f"a prompt of {max(len(p) for p in prompts)} tokens leaves no room in a context of "
+                         f"{model.config.block_size}")
+    width = max(len(p) for p in prompts)
+    pads = torch.tensor([width - len(p) for p in prompts], device=device)
+    idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+    positions = (torch.arange(width, device=device)[None, :] - pads[:, None]).clamp(min=0)
+    key_mask = positions.new_ones(idx.shape, dtype=torch.bool) & (torch.arange(width, device=device)[None, :] >= pads[:, None])
+    padded = bool(pads.any())
+    logits, caches = model(idx, positions=positions, key_mask=key_mask if padded else None)
+    last = logits[:, -1, :]
+    next_position = torch.tensor([len(p) for p in prompts], device=device)
+    temperatures = torch.tensor([requests[o].temperature for o in owners], device=device)[:, None]
+    stop_sets = [set(requests[o].stops) for o in owners]
+    out = [[([], []) for _ in range(request.n)] for request in requests]
+    row_slot = [(index, slot) for index, request in enumerate(requests) for slot in range(request.n)]
+    active = list(range(len(owners)))  # original row numbers, in batch order
+    for step in range(max(budgets)):
+        distribution = F.log_softmax(last.float() / temperatures, dim=-1)  # (rows, vocab)
+        probabilities = distribution.exp()
+        tokens = torch.empty(len(active), dtype=torch.long, device=device)
+        by_request: dict[int, list[int]] = {}
+        for position, row in enumerate(active):
+            by_request.setdefault(owners[row], []).append(position)
+        for owner, batch_rows in by_request.items():
+            chosen = torch.tensor(batch_rows, device=device)
+            tokens[chosen] = torch.multinomial(probabilities[chosen], 1, generator=requests[owner].generator).squeeze(1)
+        logprobs = distribution.gather(1, tokens[:, None]).squeeze(1)
+        keep = []
+        for position, row in enumerate(active):
+            token = int(tokens[position])
+            owner, slot = row_slot[row]
+            out[owner][slot][0].append(token)
+            out[owner][slot][1].append(float(logprobs[position]))
+            if token not in stop_sets[row] and step + 1 < budgets[row]:
+                keep.append(position)
+        if not keep:
+            break
+        if len(keep) < len(active):  # finished rows leave the batch
+            index = torch.tensor(keep, device=device)
+            caches = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
+            tokens, next_position, temperatures = tokens[index], next_position[index], temperatures[index]
+            if key_mask is not None:
+                key_mask = key_mask.index_select(0, index)
+            active = [active[p] for p in keep]
+        if padded:
+            key_mask = torch.cat([key_mask, key_mask.new_ones(len(active), 1)], dim=1)
+        logits, caches = model(tokens[:, None], caches, positions=next_position[:, None],
+                               key_mask=key_mask if padded else None)
+        last = logits[:, -1, :]
+        next_position = next_position + 1
+    return out
 
 
 def sequence_logprobs(model: TinyLM, prompt: list[int], completions: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,8 @@ sync: each step draws its groups, rolls all of them out, verifies all, then trai
 fixed seed it is deterministic, and a resumed run continues bit for bit.
 
 With dynamic sampling (the default), a step takes `groups_per_step` groups that carry signal; groups whose
-rewards are all equal are consumed, archived and counted as not effective. Every consumed trajectory is
+rewards are all equal are consumed, archived and counted as not effective. A step consumes at most
+`oversampling` × groups_per_step groups, then trains on what signal it found. Every consumed trajectory is
 archived with the step that consumed it, through the Tracker (the studio's database, or memory).
 """
 
@@ -283,10 +284,14 @@ class Pipeline:
                 self._failure = exc
             self._cond.notify_all()
 
+    def _step_wants_more(self, batch: list, consumed: list) -> bool:
+        return (len(batch) < self.config.groups_per_step
+                and len(consumed) < self.config.oversampling * self.config.groups_per_step)
+
     def _collect_async(self) -> tuple[list[list[Trajectory]], list[_Group]]:
         batch, consumed = [], []
         last = time.monotonic()
-        while len(batch) < self.config.groups_per_step:
+        while self._step_wants_more(batch, consumed):
             with self._cond:
                 self._check_lease()
                 while not self._buffer:
@@ -307,9 +312,10 @@ class Pipeline:
 
     def _collect_sync(self) -> tuple[list[list[Trajectory]], list[_Group]]:
         batch, consumed = [], []
-        while len(batch) < self.config.groups_per_step:
+        while self._step_wants_more(batch, consumed):
+            room = self.config.oversampling * self.config.groups_per_step - len(consumed)
             tasks = list(self._drawn) if self._drawn else [
-                self._task_for(s) for s in self.scheduler.sample(self.config.groups_per_step - len(batch))]
+                self._task_for(s) for s in self.scheduler.sample(min(self.config.groups_per_step - len(batch), room))]
             self._drawn.clear()
             rollouts = [self._rollouts.submit(self._rollout, task, self.config.group_size) for task in tasks]
             self._wait_accruing(rollouts)

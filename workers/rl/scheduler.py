@@ -4,7 +4,10 @@
   instance of that template uniformly.
 - Per-domain quotas cap a domain's share of one batch (a domain at its quota is left out of the draw).
 - The optional curriculum down-weights tasks that carry no learning signal: a task the policy always solves
-  or never solves (by a moving pass rate over its recent groups) is drawn `stale_weight` times as often.
+  or never solves (by a moving pass rate over its recent groups) is drawn `stale_weight` times as often. The
+  same holds one level up, for whole templates: with thousands of instances a task is rarely seen twice, but a
+  template the policy never (or always) solves is plain after a few groups, and its domain's share of the
+  draws shrinks with it — the compute goes where the rewards still vary.
 - The same seed, mix and history give the same batches: resuming a run replays its schedule.
 """
 
@@ -37,29 +40,39 @@ class ScheduledTask:
 
 @dataclass
 class Curriculum:
-    """Moving pass rates per task; a task solved always (>= high) or never (<= low) is stale."""
+    """Moving pass rates per task and per template; one solved always (>= high) or never (<= low) is stale."""
 
     low: float = 0.05
     high: float = 0.95
     stale_weight: float = 0.1
     decay: float = 0.7
     min_observations: int = 2
+    min_template_observations: int = 4
     pass_rates: dict = field(default_factory=dict)
     observations: dict = field(default_factory=lambda: defaultdict(int))
+    template_rates: dict = field(default_factory=dict)
+    template_observations: dict = field(default_factory=lambda: defaultdict(int))
 
     def observe(self, task: ScheduledTask, rewards: list[float]) -> None:
         rate = sum(r >= 1.0 for r in rewards) / len(rewards)
-        key = (task.template, task.task_key)
-        previous = self.pass_rates.get(key)
-        self.pass_rates[key] = rate if previous is None else self.decay * previous + (1 - self.decay) * rate
-        self.observations[key] += 1
+        for rates, counts, key in ((self.pass_rates, self.observations, (task.template, task.task_key)),
+                                   (self.template_rates, self.template_observations, task.template)):
+            previous = rates.get(key)
+            rates[key] = rate if previous is None else self.decay * previous + (1 - self.decay) * rate
+            counts[key] += 1
+
+    def _factor(self, rate: float | None, observed: int, needed: int) -> float:
+        if observed < needed:
+            return 1.0
+        return self.stale_weight if rate <= self.low or rate >= self.high else 1.0
 
     def weight(self, template: str, task_key: str) -> float:
         key = (template, task_key)
-        if self.observations[key] < self.min_observations:
-            return 1.0
-        rate = self.pass_rates[key]
-        return self.stale_weight if rate <= self.low or rate >= self.high else 1.0
+        return self._factor(self.pass_rates.get(key), self.observations[key], self.min_observations)
+
+    def template_weight(self, template: str) -> float:
+        return self._factor(self.template_rates.get(template), self.template_observations[template],
+                            self.min_template_observations)
 
 
 class Scheduler:
@@ -81,11 +94,18 @@ class Scheduler:
                 d.quota is None or counts[d.name] + 1 <= max(1, int(d.quota * batch_size)))]
             if not open_domains:
                 raise ValueError(f"the quotas leave no room for a batch of {batch_size}")
-            domain = self.rng.choices(open_domains, weights=[d.weight for d in open_domains])[0]
-            template = self.rng.choices(domain.templates, weights=[t.weight for t in domain.templates])[0]
+            template_weights = {d.name: [t.weight * self._template_factor(t.key) for t in d.templates]
+                                for d in open_domains}
+            # A domain weighs its own weight times the share of its template weight the curriculum keeps.
+            domain = self.rng.choices(open_domains, weights=[
+                d.weight * sum(template_weights[d.name]) / sum(t.weight for t in d.templates) for d in open_domains])[0]
+            template = self.rng.choices(domain.templates, weights=template_weights[domain.name])[0]
             batch.append(ScheduledTask(domain.name, template.key, self._task(template)))
             counts[domain.name] += 1
         return batch
+
+    def _template_factor(self, template: str) -> float:
+        return 1.0 if self.curriculum is None else self.curriculum.template_weight(template)
 
     def _task(self, template: TemplateMix) -> str:
         if self.curriculum is None:
@@ -98,13 +118,19 @@ class Scheduler:
         version, internal, gauss = self.rng.getstate()
         state = {"rng": [version, list(internal), gauss]}
         if self.curriculum is not None:
-            state["curriculum"] = [[template, task, rate, self.curriculum.observations[(template, task)]]
-                                   for (template, task), rate in sorted(self.curriculum.pass_rates.items())]
+            c = self.curriculum
+            state["curriculum"] = [[template, task, rate, c.observations[(template, task)]]
+                                   for (template, task), rate in sorted(c.pass_rates.items())]
+            state["template_curriculum"] = [[template, rate, c.template_observations[template]]
+                                            for template, rate in sorted(c.template_rates.items())]
         return state
 
     def restore(self, state: dict) -> None:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         if self.curriculum is not None:
-            self.curriculum.pass_rates = {(t, k): rate for t, k, rate, _ in state.get("curriculum", [])}
-            self.curriculum.observations = defaultdict(int, {(t, k): n for t, k, _, n in state.get("curriculum", [])})
+            c = self.curriculum
+            c.pass_rates = {(t, k): rate for t, k, rate, _ in state.get("curriculum", [])}
+            c.observations = defaultdict(int, {(t, k): n for t, k, _, n in state.get("curriculum", [])})
+            c.template_rates = {t: rate for t, rate, _ in state.get("template_curriculum", [])}
+            c.template_observations = defaultdict(int, {t: n for t, _, n in state.get("template_curriculum", [])})

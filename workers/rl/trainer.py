@@ -68,6 +68,12 @@ class GRPOTrainer:
         self.policy.train()
         device = self.policy.device
         rows = [(t.training_sequence(), t.advantage) for group in groups for t in group]
+        if not rows:  # no group carried signal: nothing to learn from, but the step (and its schedule) passes
+            learning_rate = self.optimizer.param_groups[0]["lr"]
+            self.lr_scheduler.step()
+            self.step += 1
+            return StepStats(loss=0.0, kl=0.0, entropy=0.0, clip_fraction=0.0, grad_norm=0.0, tokens=0, sequences=0,
+                             learning_rate=learning_rate, seconds=time.monotonic() - started)
         rows.sort(key=lambda row: len(row[0][0]))  # similar lengths share a micro-batch: less padding
         total_tokens = sum(sum(mask[1:]) for (_, mask, _), _ in rows)
         totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0}

@@ -22,8 +22,8 @@ from .draft import PUBLISH_ORDER, Draft
 USERNAME = PASSWORD = "demo"
 TEAM = PROJECT = "demo"
 LOGIN_URL = "http://127.0.0.1:8000/"
-BUNDLE_MEMBERS = ["domain/arithmetic@latest", "domain/python-coding@latest", "domain/document-qa@latest",
-                  "domain/3d-modelling@latest"]
+BUNDLE_MEMBERS = ["domain/arithmetic@latest", "domain/word-problems@latest", "domain/python-coding@latest",
+                  "domain/document-qa@latest", "domain/3d-modelling@latest"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def drafts() -> list[Draft]:
     """Everything the seed publishes, in an order where each spec's references already exist."""
     everything = [*images.drafts(), *verifiers.drafts(), *arithmetic.drafts(), *coding.drafts(), *docqa.drafts(),
                   *modelling3d.drafts(),
-                  Draft("bundle", "demo", "All four demo domains, pinned.", {"members": BUNDLE_MEMBERS})]
+                  Draft("bundle", "demo", "All five demo domains, pinned.", {"members": BUNDLE_MEMBERS})]
     return sorted(everything, key=lambda d: PUBLISH_ORDER.index(d.kind))
 
 

@@ -1,4 +1,4 @@
-"""Arithmetic: two-number addition small enough for a tiny character-level model, and short word problems."""
+"""Arithmetic (two-number addition small enough for a tiny character-level model) and word problems."""
 
 import random
 
@@ -122,7 +122,10 @@ def drafts() -> list[Draft]:
               add_two, add_two_instances()),
         Draft("task_template", "multi-step", "Two- and three-step word problems with an exact integer answer.",
               multi_step, multi_step_instances()),
+        # Two domains, not one: they train different skills (sums a tiny model can learn; reading a problem and
+        # chaining steps, which takes a real model), and each gets its own curve and curriculum share.
         Draft("domain", "arithmetic", "Exact-answer arithmetic.",
-              {"sampling_weight": 1.0, "templates": [{"template": "add-two", "weight": 1.0},
-                                                     {"template": "multi-step", "weight": 1.0}]}),
+              {"sampling_weight": 1.0, "templates": [{"template": "add-two", "weight": 1.0}]}),
+        Draft("domain", "word-problems", "Multi-step word problems with an exact integer answer.",
+              {"sampling_weight": 1.0, "templates": [{"template": "multi-step", "weight": 1.0}]}),
     ]

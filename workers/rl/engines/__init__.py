@@ -30,6 +30,7 @@ class Completion:
     token_ids: list[int]  # the sampled ids, the stop id included when the model stopped
     logprobs: list[float]  # of each sampled id under the sampling distribution (temperature applied)
     finish_reason: str  # stop | length
+    compute_seconds: float = 0.0  # this completion's share of the engine's busy time (its policy cost)
 
 
 class InferenceEngine(Protocol):
@@ -54,3 +55,12 @@ def trim(tokens: list[int], logprobs: list[float], stop_ids: tuple[int, ...], ma
         if token in stop_ids:
             return Completion(tokens[:index + 1], logprobs[:index + 1], "stop")
     return Completion(tokens, logprobs, "length")
+
+
+def share_compute(groups: list[list[Completion]], seconds: float) -> list[list[Completion]]:
+    """Split `seconds` of engine time over the completions by the tokens each sampled (their policy cost)."""
+    total = max(1, sum(len(c.token_ids) for group in groups for c in group))
+    for group in groups:
+        for completion in group:
+            completion.compute_seconds = seconds * len(completion.token_ids) / total
+    return groups

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from . import Completion, GenerationRequest, trim
+from . import Completion, GenerationRequest, share_compute, trim
 
 
 class TransformersEngine:
@@ -36,10 +36,10 @@ class TransformersEngine:
     def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
         with self._lock:
             started = time.monotonic()
-            try:
-                return [self._one(request) for request in requests]
-            finally:
-                self.busy_seconds += time.monotonic() - started
+            results = [self._one(request) for request in requests]
+            seconds = time.monotonic() - started
+            self.busy_seconds += seconds
+        return share_compute(results, seconds)
 
     @torch.no_grad()
     def _one(self, request: GenerationRequest) -> list[Completion]:

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 
-from . import Completion, GenerationRequest, trim
+from . import Completion, GenerationRequest, share_compute, trim
 
 
 def _free_port() -> int:
@@ -56,10 +56,9 @@ class VLLMEngine:
                                  skip_special_tokens=False) for r in requests]
         with self._lock:  # one batch at a time: vLLM batches continuously inside it
             started = time.monotonic()
-            try:
-                outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
-            finally:
-                self.busy_seconds += time.monotonic() - started
+            outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+            seconds = time.monotonic() - started
+            self.busy_seconds += seconds
         results = []
         for request, output in zip(requests, outputs, strict=True):
             group = []
@@ -68,7 +67,7 @@ class VLLMEngine:
                 logprobs = [entry[token].logprob for token, entry in zip(ids, sample.logprobs or [], strict=True)]
                 group.append(trim(ids, logprobs, request.stop_ids, request.max_new_tokens))
             results.append(group)
-        return results
+        return share_compute(results, seconds)
 
     def load_weights(self, state: dict, version: int) -> None:
         with self._lock:

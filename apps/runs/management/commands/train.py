@@ -39,17 +39,17 @@ class Command(BaseCommand):
         parser.add_argument("--steps", type=int, required=True, help="trainer steps")
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--name", default="", help="the run's name (default: bundle and time)")
-        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                             help="a RunConfig field (workers/rl/config.py), VALUE as JSON or text; repeatable")
         parser.add_argument("--headless", action="store_true", help="train in this process until the run ends")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the summary as one JSON object")
 
-    def handle(self, *args, bundle, steps, project, name, settings, headless, as_json, **_):
+    def handle(self, *args, bundle, steps, project, name, overrides, headless, as_json, **_):
         try:
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
             run = run_create(project=scope, bundle=version, steps=steps, name=name, via="cli",
-                             overrides=dict(parse_setting(s) for s in settings))
+                             overrides=dict(parse_setting(s) for s in overrides))
         except (LookupError, VersionNotFound, RunError) as exc:
             raise CommandError(str(exc))
         console = Console(stderr=True)

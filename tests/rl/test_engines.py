@@ -1,0 +1,114 @@
+"""Inference engines: the logprobs they report are the ones the trainer recomputes, seeds fix the samples, and
+new weights arrive without a restart (LoRA adapters merged under the base model's names)."""
+
+import copy
+
+import pytest
+import torch
+
+from workers.rl.chat import CharChat, HFChat
+from workers.rl.engines import GenerationRequest
+from workers.rl.engines.hf import TransformersEngine
+from workers.rl.engines.torch_engine import TorchEngine
+from workers.rl.hf_tiny import make_tiny_hf_model
+from workers.rl.policy import HFPolicy, TinyLMPolicy
+
+
+def _recomputed(policy, prompt, completion, temperature):
+    ids = torch.tensor([prompt + completion.token_ids])
+    logprobs, _ = policy.logprobs(ids, torch.ones_like(ids), temperature)
+    return logprobs[0, len(prompt) - 1:].tolist()
+
+
+def test_torch_engine_reports_the_logprobs_the_trainer_recomputes(addition_base_model):
+    policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
+    engine, chat = TorchEngine(policy.model), CharChat()
+    prompt = chat.prompt([{"role": "user", "content": "3+4="}], [])
+    request = GenerationRequest(prompt, n=6, max_new_tokens=4, stop_ids=chat.stop_ids, temperature=0.7, seed=11)
+    [group] = engine.generate([request])
+    assert len(group) == 6
+    for completion in group:
+        assert completion.finish_reason in ("stop", "length") and len(completion.token_ids) <= 4
+        assert completion.logprobs == pytest.approx(_recomputed(policy, prompt, completion, 0.7), abs=1e-4)
+    [again] = engine.generate([request])
+    assert [c.token_ids for c in again] == [c.token_ids for c in group]
+
+
+def test_torch_engine_takes_new_weights_in_place(addition_base_model):
+    policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
+    engine, chat = TorchEngine(policy.model), CharChat()
+    prompt = chat.prompt([{"role": "user", "content": "3+4="}], [])
+    request = GenerationRequest(prompt, n=1, max_new_tokens=4, stop_ids=chat.stop_ids, seed=1)
+    before = engine.generate([request])[0][0]
+    with torch.no_grad():
+        for parameter in policy.model.parameters():
+            parameter.mul_(0.5)
+    assert engine.generate([request])[0][0].logprobs == before.logprobs  # the engine keeps its own copy
+    engine.load_weights(policy.inference_state(), version=7)
+    after = engine.generate([request])[0][0]
+    assert engine.policy_version == 7
+    assert after.logprobs == pytest.approx(_recomputed(policy, prompt, after, 1.0), abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny-hf"))
+
+
+def test_transformers_engine_loads_by_local_path_and_matches_the_policy(tiny_hf):
+    policy = HFPolicy(tiny_hf)
+    engine, chat = TransformersEngine(str(tiny_hf)), HFChat(policy.tokenizer)
+    prompt = chat.prompt([{"role": "user", "content": "12+7="}], [])
+    request = GenerationRequest(prompt, n=4, max_new_tokens=6, stop_ids=chat.stop_ids, temperature=0.9, seed=3)
+    [group] = engine.generate([request])
+    for completion in group:
+        assert completion.logprobs == pytest.approx(_recomputed(policy, prompt, completion, 0.9), abs=1e-4)
+    assert [c.token_ids for c in engine.generate([request])[0]] == [c.token_ids for c in group]
+    with pytest.raises(FileNotFoundError, match="local path"):
+        TransformersEngine(str(tiny_hf / "missing"))
+
+
+def test_lora_weights_reach_the_engine_merged_under_the_base_names(tiny_hf):
+    policy = HFPolicy(tiny_hf, lora_rank=4)
+    with torch.no_grad():  # a trained adapter: lora_B starts at zero, which would merge to nothing
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    engine, chat = TransformersEngine(str(tiny_hf)), HFChat(policy.tokenizer)
+    prompt = chat.prompt([{"role": "user", "content": "2+2="}], [])
+    request = GenerationRequest(prompt, n=2, max_new_tokens=5, stop_ids=chat.stop_ids, seed=4)
+    stale = engine.generate([request])[0][0]
+    assert stale.logprobs != pytest.approx(_recomputed(policy, prompt, stale, 1.0), abs=1e-3)
+    engine.load_weights(policy.inference_state(), version=1)
+    for completion in engine.generate([request])[0]:
+        assert completion.logprobs == pytest.approx(_recomputed(policy, prompt, completion, 1.0), abs=1e-4)
+    # Unmerged again afterwards: the trainer's own model still has separate adapters.
+    assert any("lora_A" in name for name, _ in policy.model.named_parameters())
+
+
+def test_the_hf_chat_format_appends_tool_results_by_ids(tiny_hf):
+    chat = HFChat(HFPolicy(tiny_hf).tokenizer)
+    messages = [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
+    ids = chat.continuation(messages, [{"role": "tool", "content": "ok"}], [])
+    assert chat.tokenizer.decode(ids) == "<|im_start|>tool\nok<|im_end|>\n<|im_start|>assistant\n"
+    assert chat.tokenizer.convert_tokens_to_ids("<|im_end|>") in chat.stop_ids
+
+
+def test_batched_sampling_of_prompts_of_different_lengths_reports_true_logprobs(addition_base_model):
+    """Left padding, per-row positions and rows leaving the batch must not change what each row computes."""
+    policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
+    engine, chat = TorchEngine(policy.model, batching=True), CharChat()
+    prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=", "9+9=?!")]
+    requests = [GenerationRequest(p, n=3, max_new_tokens=5, stop_ids=chat.stop_ids, seed=i) for i, p in enumerate(prompts)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as callers:  # three rollout threads at once: one batch
+        results = list(callers.map(lambda r: engine.generate([r])[0], requests))
+    for prompt, group in zip(prompts, results, strict=True):
+        assert len(group) == 3
+        for completion in group:
+            assert completion.logprobs == pytest.approx(_recomputed(policy, prompt, completion, 1.0), abs=1e-4)
+            assert completion.compute_seconds > 0 or not completion.token_ids
+    engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.generate(requests[:1])
