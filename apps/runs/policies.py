@@ -18,7 +18,7 @@ import torch
 from django.conf import settings
 
 from workers.rl.base_model import pretrain, reference_turns
-from workers.rl.chat import CharChat, HFChat
+from workers.rl.chat import CharChat, CharTokenizer, HFChat
 from workers.rl.config import RunConfig
 from workers.rl.policy import HFPolicy, TinyLMPolicy
 
@@ -50,7 +50,8 @@ def demo_base_model(pinned: PinnedBundle, *, progress=None) -> Path:
     """The directory of the demo base model for this bundle's tasks, pretraining it if it is not cached."""
     corpus = demo_corpus(pinned)
     seconds = settings.DEMO_PRETRAIN_SECONDS
-    digest = hashlib.sha256(json.dumps([corpus, seconds, PRETRAIN_SEED], sort_keys=True).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps([corpus, seconds, PRETRAIN_SEED, CharTokenizer().signature],
+                                       sort_keys=True).encode()).hexdigest()[:16]
     directory = Path(settings.DATA_DIR) / "models" / f"demo-tiny-{digest}"
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.parent / f".{directory.name}.lock", "w") as lock:

@@ -15,6 +15,9 @@ def test_the_tokenizer_round_trips_and_maps_unknown_characters_to_a_question_mar
     assert tokenizer.decode(tokenizer.encode(text)) == text
     assert tokenizer.decode(tokenizer.encode("a→b")) == "a?b"
     assert tokenizer.decode(tokenizer.encode("\tx")) == "    x"
+    fenced = tokenizer.encode("```python\nx = 1\n```")
+    assert len(fenced) == 7 and tokenizer.decode(fenced[:1]) == "```python\n"  # the markers are single tokens
+    assert len(tokenizer.encode("<tool_call>{}</tool_call>")) == 4
 
 
 def test_the_chat_format_grows_by_ids_and_decodes_without_the_stop_token():

@@ -191,6 +191,9 @@ def _generate_turn(active, turn, task, engine, chat, tools, seed, temperature, l
         trajectory.turns.append(assistant)
         _add(trajectory.timings, "generation", seconds)
         _add(trajectory.costs, "policy_seconds", completion.compute_seconds)
+        # The oldest weights that wrote any of its turns: what its staleness is measured from.
+        trajectory.policy_version = completion.policy_version if turn == 0 else min(trajectory.policy_version,
+                                                                                    completion.policy_version)
         sample.context += completion.token_ids
         sample.tokens_used += len(completion.token_ids)
         sample.messages.append({"role": "assistant", "content": text})

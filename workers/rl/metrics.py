@@ -3,7 +3,8 @@
 Names (CleanRL-style namespaces): reward/mean, reward/<domain>, reward/slope_per_hour,
 throughput/trajectories_per_hour, throughput/effective_trajectories_per_hour, throughput/tokens_per_second,
 cost/per_task, cost/total, idle/<cause> (seconds the trainer waited during the step: environment_assembly,
-generation, tools, verification, timeouts), trainer/busy_fraction, trainer/step_seconds, staleness/mean,
+generation, tools, verification, timeouts — what the rollouts were doing meanwhile — and its own chores:
+weight_sync, handing the engine the new weights, and archive, writing the previous step and its checkpoint), trainer/busy_fraction, trainer/step_seconds, staleness/mean,
 staleness/max, policy/kl, policy/entropy, policy/clip_fraction, policy/grad_norm, loss/policy,
 groups/effective_fraction, infra/retries, infra/errors, trajectories/<status>.
 

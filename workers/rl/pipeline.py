@@ -170,13 +170,11 @@ class Pipeline:
                                   points={f"eval/reward/{d}": r for d, r in self.eval_start.items()})
             if self.config.mode == "async":
                 self._start_dispatcher()
+            self._step_mark, self._bookkeeping_seconds = time.monotonic(), 0.0
             while self.trainer.step < self.total_steps:
                 self._check_lease()
-                step_started = time.monotonic()
                 groups, consumed = self._collect_sync() if self.config.mode == "sync" else self._collect_async()
-                self._train_and_record(groups, consumed, step_started)
-                # Asked at every step's end as well as by the heartbeat thread: a pause lands on this step.
-                self._requested = self.tracker.heartbeat() or ""
+                self._train_and_record(groups, consumed)
                 requested = self._requested
                 if requested in ("pause", "cancel"):
                     outcome = "paused" if requested == "pause" else "cancelled"
@@ -402,11 +400,17 @@ class Pipeline:
 
     # --- a step ----------------------------------------------------------------------------------------------
 
-    def _train_and_record(self, batch: list[list[Trajectory]], consumed: list[_Group], step_started: float) -> None:
+    def _train_and_record(self, batch: list[list[Trajectory]], consumed: list[_Group]) -> None:
+        """Train on the batch, hand the engine the new weights, archive the step. A step's active time runs from
+        the end of the previous step's update to the end of this one's, so the previous step's bookkeeping
+        (archive, checkpoint) is in it, as idle time of its own."""
         version_before = self.trainer.step
         idle = self.board.drain()
         stats = self.trainer.train(batch)
+        sync_started = time.monotonic()
         self.engine.load_weights(self.policy.inference_state(), self.trainer.step)
+        idle["weight_sync"] = time.monotonic() - sync_started
+        idle["archive"], self._bookkeeping_seconds = self._bookkeeping_seconds, 0.0
         with self._cond:
             self._in_training = 0
             self._cond.notify_all()
@@ -421,7 +425,8 @@ class Pipeline:
             t.costs["policy_seconds"] = t.costs.get("policy_seconds", 0.0) + stats.seconds * t.completion_tokens / trained_tokens
         for t in all_trajectories:
             trajectory_cost(t, self.prices)
-        step_seconds = time.monotonic() - step_started
+        now = time.monotonic()
+        step_seconds, self._step_mark = now - self._step_mark, now
         self.counters.active_seconds += step_seconds
         self.counters.trainer_seconds += stats.seconds
         tokens = sum(t.completion_tokens for t in all_trajectories)
@@ -441,6 +446,9 @@ class Pipeline:
                           events=events)
         if step % self.config.checkpoint_every == 0 or step == self.total_steps:
             self._save_checkpoint()
+        # Asked at every step's end as well as by the heartbeat thread: a pause lands on this step.
+        self._requested = self.tracker.heartbeat() or ""
+        self._bookkeeping_seconds = time.monotonic() - now
         if self.progress:
             self.progress(step, self.total_steps, points)
 

@@ -31,6 +31,7 @@ class Completion:
     logprobs: list[float]  # of each sampled id under the sampling distribution (temperature applied)
     finish_reason: str  # stop | length
     compute_seconds: float = 0.0  # this completion's share of the engine's busy time (its policy cost)
+    policy_version: int = 0  # the weights that sampled it
 
 
 class InferenceEngine(Protocol):
@@ -57,10 +58,12 @@ def trim(tokens: list[int], logprobs: list[float], stop_ids: tuple[int, ...], ma
     return Completion(tokens, logprobs, "length")
 
 
-def share_compute(groups: list[list[Completion]], seconds: float) -> list[list[Completion]]:
-    """Split `seconds` of engine time over the completions by the tokens each sampled (their policy cost)."""
+def stamp(groups: list[list[Completion]], *, seconds: float, policy_version: int) -> list[list[Completion]]:
+    """Each completion's share of `seconds` of engine time, by the tokens it sampled (its policy cost), and the
+    version of the weights that sampled it."""
     total = max(1, sum(len(c.token_ids) for group in groups for c in group))
     for group in groups:
         for completion in group:
             completion.compute_seconds = seconds * len(completion.token_ids) / total
+            completion.policy_version = policy_version
     return groups

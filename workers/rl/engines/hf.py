@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from . import Completion, GenerationRequest, share_compute, trim
+from . import Completion, GenerationRequest, stamp, trim
 
 
 class TransformersEngine:
@@ -39,7 +39,7 @@ class TransformersEngine:
             results = [self._one(request) for request in requests]
             seconds = time.monotonic() - started
             self.busy_seconds += seconds
-        return share_compute(results, seconds)
+            return stamp(results, seconds=seconds, policy_version=self.policy_version)
 
     @torch.no_grad()
     def _one(self, request: GenerationRequest) -> list[Completion]:

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 import torch
 
 from ..model import SamplingRequest, TinyLM, sample_batch
-from . import Completion, GenerationRequest, share_compute, trim
+from . import Completion, GenerationRequest, stamp, trim
 
 
 class TorchEngine:
@@ -37,6 +37,7 @@ class TorchEngine:
         self._queue: list[tuple[GenerationRequest, Future]] = []
         self._wakeup = threading.Condition()
         self._closed = False
+        self._next_weights: tuple[dict, int] | None = None
         if batching:
             threading.Thread(target=self._loop, name="torch-engine", daemon=True).start()
 
@@ -64,6 +65,7 @@ class TorchEngine:
                 while self._queue and (not taken or rows + self._queue[0][0].n <= self.max_batch_rows):
                     taken.append(self._queue.pop(0))
                     rows += taken[-1][0].n
+            self._swap_in_new_weights()
             try:
                 results = self._sample([request for request, _ in taken])
             except Exception as exc:
@@ -93,14 +95,28 @@ class TorchEngine:
                 sampled = [sample_batch(self.model, [one])[0] for one in batch]
             seconds = time.monotonic() - started
             self.busy_seconds += seconds
-        return share_compute([[trim(tokens, logprobs, request.stop_ids, request.max_new_tokens)
-                               for tokens, logprobs in rows] for request, rows in zip(requests, sampled, strict=True)],
-                             seconds)
+            version = self.policy_version
+        return stamp([[trim(tokens, logprobs, request.stop_ids, request.max_new_tokens) for tokens, logprobs in rows]
+                      for request, rows in zip(requests, sampled, strict=True)], seconds=seconds, policy_version=version)
 
     def load_weights(self, state: dict, version: int) -> None:
+        """Batching: the new weights wait beside the model and are swapped in between two batches, so the
+        trainer never waits for a batch of long samples to finish. Otherwise they are loaded at once."""
+        if self.batching:
+            with self._wakeup:
+                self._next_weights = (state, version)
+            return
         with self._weights:
             self.model.load_state_dict(state)
             self.policy_version = version
+
+    def _swap_in_new_weights(self) -> None:
+        with self._wakeup:
+            pending, self._next_weights = self._next_weights, None
+        if pending is not None:
+            with self._weights:
+                self.model.load_state_dict(pending[0])
+                self.policy_version = pending[1]
 
     def close(self) -> None:
         with self._wakeup:

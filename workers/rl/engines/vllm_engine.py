@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 
-from . import Completion, GenerationRequest, share_compute, trim
+from . import Completion, GenerationRequest, stamp, trim
 
 
 def _free_port() -> int:
@@ -59,6 +59,7 @@ class VLLMEngine:
             outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
             seconds = time.monotonic() - started
             self.busy_seconds += seconds
+            version = self.policy_version
         results = []
         for request, output in zip(requests, outputs, strict=True):
             group = []
@@ -67,7 +68,7 @@ class VLLMEngine:
                 logprobs = [entry[token].logprob for token, entry in zip(ids, sample.logprobs or [], strict=True)]
                 group.append(trim(ids, logprobs, request.stop_ids, request.max_new_tokens))
             results.append(group)
-        return share_compute(results, seconds)
+        return stamp(results, seconds=seconds, policy_version=version)
 
     def load_weights(self, state: dict, version: int) -> None:
         with self._lock:

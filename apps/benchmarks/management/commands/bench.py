@@ -9,7 +9,8 @@ import json
 from django.core.management.base import BaseCommand
 
 AREAS = {"registry": "apps.benchmarks.registry", "sandbox": "apps.benchmarks.sandbox",
-         "verify": "apps.benchmarks.verify", "ui": "apps.benchmarks.ui"}
+         "verify": "apps.benchmarks.verify", "ui": "apps.benchmarks.ui", "pipeline": "apps.benchmarks.pipeline",
+         "trainer": "apps.benchmarks.trainer"}
 
 
 class Command(BaseCommand):
@@ -27,7 +28,12 @@ class Command(BaseCommand):
         parser.add_argument("--step-seconds", type=float, default=1.0, help="ui: seconds between a run's steps")
         parser.add_argument("--skip-push", action="store_true", help="ui: only the trajectory list")
         parser.add_argument("--skip-list", action="store_true", help="ui: only the push latency")
+        parser.add_argument("--steps", type=int, help="pipeline, trainer: trainer steps per side")
+        parser.add_argument("--environment-scale", type=float, default=0.1,
+                            help="pipeline: the shortest environment time in seconds (the Pareto minimum)")
 
     def handle(self, *args, area, **options):
+        if options["steps"] is None:
+            options.pop("steps")
         result = importlib.import_module(AREAS[area]).run(**options)
         self.stdout.write(json.dumps(result, indent=None if options["json"] else 2))
