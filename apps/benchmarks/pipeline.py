@@ -69,7 +69,7 @@ def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: Mod
     policy = TinyLMPolicy(TinyLM(model_config))
     scheduler = Scheduler([DomainMix("bench", 1.0, (TemplateMix(template.key, 1.0, tuple(items)),))], seed=0)
     tracker = MemoryTracker()
-    engine = TorchEngine(policy.model, batching=mode == "async")
+    engine = TorchEngine(policy.model)
     with tempfile.TemporaryDirectory() as checkpoints:
         pipeline = Pipeline(
             run_id=RUN_ID, config=config, total_steps=steps,

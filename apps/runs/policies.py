@@ -76,8 +76,7 @@ def build_policy(config: RunConfig, pinned: PinnedBundle, *, progress=None):
         from workers.rl.engines.torch_engine import TorchEngine
 
         policy = TinyLMPolicy.load(demo_base_model(pinned, progress=progress), device=device)
-        # Async runs batch all rollouts' sampling; sync runs sample each request alone (bit-exact resume).
-        return policy, TorchEngine(policy.model, device=device, batching=config.mode == "async"), CharChat()
+        return policy, TorchEngine(policy.model, device=device), CharChat()
     policy = HFPolicy(config.model, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
     chat = HFChat(policy.tokenizer)
     if config.engine == "vllm":

@@ -66,7 +66,7 @@ def make_pipeline(addition_base_model, tmp_path):
         pipeline = Pipeline(
             run_id=RUN_ID, config=config, total_steps=steps,
             catalog=TaskCatalog({template.key: template}, lambda _t, key: ITEMS[key], lambda _t, key: key),
-            scheduler=scheduler, engine=TorchEngine(policy.model, batching=config.mode == "async"),
+            scheduler=scheduler, engine=TorchEngine(policy.model),
             chat=CharChat(), policy=policy,
             trainer=GRPOTrainer(policy, config=config, total_steps=steps), tool_runner=None,
             verifier=LocalVerifier(pool=None), tracker=tracker, checkpoint_dir=checkpoint_dir or tmp_path / "ckpt")

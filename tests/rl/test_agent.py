@@ -13,7 +13,7 @@ import torch
 from sandbox_support import bubblewrap_skip_reason, reachable_cache, remove_cache
 from torch.nn import functional as F
 
-from workers.rl.agent import PhaseBoard, rollout_group
+from workers.rl.agent import PhaseBoard, rollout_groups
 from workers.rl.chat import CharChat
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.model import ModelConfig, TinyLM
@@ -80,9 +80,12 @@ def _rollout(model, pool, prompt: str, *, group_size=2, max_seconds=20, board=No
                             image=IMAGE, verifier_key="verifier/none@1", verifier_spec={})
     task = Task(seq=0, template=template, item=Item(key=prompt, inputs={"q": prompt}, hidden={}))
     with ThreadPoolExecutor(4) as tools:
-        return rollout_group(task, run_id="00000000-0000-4000-8000-000000000002", group_size=group_size,
-                             engine=TorchEngine(model), chat=CharChat(), tool_runner=SandboxToolRunner(pool),
-                             tool_executor=tools, board=board or PhaseBoard(), seed=0, temperature=0.05)
+        engine = TorchEngine(model)
+        [group] = rollout_groups([task], run_id="00000000-0000-4000-8000-000000000002", group_size=group_size,
+                                 engine=engine, chat=CharChat(), tool_runner=SandboxToolRunner(pool), tool_executor=tools,
+                                 board=board or PhaseBoard(), seed=0, temperature=0.05)
+        engine.close()
+        return group
 
 
 def test_a_tool_call_runs_in_the_sandbox_and_its_output_enters_the_context(memorising_model, pool):

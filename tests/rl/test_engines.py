@@ -97,7 +97,7 @@ def test_the_hf_chat_format_appends_tool_results_by_ids(tiny_hf):
 def test_batched_sampling_of_prompts_of_different_lengths_reports_true_logprobs(addition_base_model):
     """Left padding, per-row positions and rows leaving the batch must not change what each row computes."""
     policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
-    engine, chat = TorchEngine(policy.model, batching=True), CharChat()
+    engine, chat = TorchEngine(policy.model), CharChat()
     prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=", "9+9=?!")]
     requests = [GenerationRequest(p, n=3, max_new_tokens=5, stop_ids=chat.stop_ids, seed=i) for i, p in enumerate(prompts)]
     from concurrent.futures import ThreadPoolExecutor

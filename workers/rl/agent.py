@@ -76,11 +76,17 @@ class PhaseBoard:
 
 @dataclass
 class _Sample:
+    task: Task
     trajectory: Trajectory
     messages: list[dict]
     context: list[int]
+    started: float  # monotonic
     tokens_used: int = 0
     done: bool = False
+
+    @property
+    def limits(self) -> dict:
+        return self.task.template.limits
 
 
 def request_seed(seed: int, seq: int, sample: int, turn: int) -> int:
@@ -88,61 +94,65 @@ def request_seed(seed: int, seq: int, sample: int, turn: int) -> int:
     return (((seed * 1_000_003 + seq) * 1009 + sample) * 131 + turn) % (2 ** 62)
 
 
-def rollout_group(task: Task, *, run_id: str, group_size: int, engine, chat, tool_runner, tool_executor: Executor,
-                  board: PhaseBoard, seed: int, temperature: float = 1.0) -> list[Trajectory]:
-    template, item = task.template, task.item
-    limits = template.limits
-    tools = list(template.tools)
-    messages = template.messages(item)
-    prompt_ids = chat.prompt(messages, tools)
-    reserve = limits["max_tokens"]
-    if engine.max_context:
-        reserve = min(reserve, engine.max_context // 2)
-        prompt_ids = prompt_ids[-(engine.max_context - reserve):]  # the tail: where the question ends
-    started, wall_started = time.monotonic(), time.time()
-    samples = []
-    for index in range(group_size):
-        trajectory = Trajectory(
-            id=trajectory_id(run_id, task.seq, index), run_id=run_id, seq=task.seq, sample=index,
-            domain=template.domain, template=template.key, task_key=item.key, task_hash=task.item_hash,
-            image=template.image.key, verifier=template.verifier_key, policy_version=engine.policy_version,
-            prompt_ids=list(prompt_ids), turns=[Turn(role=m["role"], content=m["content"]) for m in messages],
-            started_at=wall_started)
-        samples.append(_Sample(trajectory, list(messages), list(prompt_ids)))
-        board.set(trajectory.id, Phase.GENERATION)
+def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine, chat, tool_runner,
+                   tool_executor: Executor, board: PhaseBoard, seed: int,
+                   temperature: float = 1.0) -> list[list[Trajectory]]:
+    """`group_size` samples of each task, rolled out together: every turn is one engine call for all the
+    samples still going (a group's first turn is one request: its samples share the prompt), then their tool
+    calls run concurrently in the sandbox pool. Returns the groups in the order of `tasks`."""
+    wall_started = time.time()
+    samples: list[_Sample] = []
+    for task in tasks:
+        template, item = task.template, task.item
+        messages = template.messages(item)
+        prompt_ids = chat.prompt(messages, list(template.tools))
+        if engine.max_context:
+            reserve = min(template.limits["max_tokens"], engine.max_context // 2)
+            prompt_ids = prompt_ids[-(engine.max_context - reserve):]  # the tail: where the question ends
+        for index in range(group_size):
+            trajectory = Trajectory(
+                id=trajectory_id(run_id, task.seq, index), run_id=run_id, seq=task.seq, sample=index,
+                domain=template.domain, template=template.key, task_key=item.key, task_hash=task.item_hash,
+                image=template.image.key, verifier=template.verifier_key, policy_version=engine.policy_version,
+                prompt_ids=list(prompt_ids), turns=[Turn(role=m["role"], content=m["content"]) for m in messages],
+                started_at=wall_started)
+            samples.append(_Sample(task, trajectory, list(messages), list(prompt_ids), time.monotonic()))
+            board.set(trajectory.id, Phase.GENERATION)
     try:
-        for turn in range(limits["max_turns"]):
+        turn = 0
+        while True:
+            for sample in samples:
+                if sample.done:
+                    continue
+                limits = sample.limits
+                if turn >= limits["max_turns"]:
+                    _end(sample, TrajectoryStatus.OK, "turn limit reached")
+                elif time.monotonic() - sample.started > limits["max_seconds"]:
+                    _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits['max_seconds']:g} s reached")
             active = [s for s in samples if not s.done]
             if not active:
                 break
-            if time.monotonic() - started > limits["max_seconds"]:
-                for sample in active:
-                    _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits['max_seconds']:g} s reached")
-                break
-            _generate_turn(active, turn, task, engine, chat, tools, seed, temperature, limits, started, board)
+            _generate_turn(active, turn, engine, chat, seed, temperature, board)
             calling = [s for s in active if not s.done and s.trajectory.turns[-1].tool_calls]
-            if calling and turn == limits["max_turns"] - 1:
-                for sample in calling:
-                    _end(sample, TrajectoryStatus.OK, f"turn limit of {limits['max_turns']} reached with a tool "
-                                                      "call unanswered")
-                break
+            for sample in [s for s in calling if turn == s.limits["max_turns"] - 1]:
+                _end(sample, TrajectoryStatus.OK, f"turn limit of {sample.limits['max_turns']} reached with a tool "
+                                                  "call unanswered")
+            calling = [s for s in calling if not s.done]
             if calling:
-                list(tool_executor.map(lambda s: _run_tools(s, task, chat, tools, tool_runner, board, started,
-                                                            engine.max_context), calling))
-        for sample in samples:
-            if not sample.done:
-                _end(sample, TrajectoryStatus.OK, "turn limit reached")
+                list(tool_executor.map(lambda s: _run_tools(s, chat, tool_runner, board, engine.max_context), calling))
+            turn += 1
     except Exception:
         for sample in samples:
             board.finish(sample.trajectory.id)
         raise
     for sample in samples:
-        sample.trajectory.timings["rollout"] = time.monotonic() - started
+        sample.trajectory.timings["rollout"] = time.monotonic() - sample.started
         if sample.trajectory.status == TrajectoryStatus.TIMEOUT:
             board.finish(sample.trajectory.id, timed_out=True)
         else:
             board.set(sample.trajectory.id, Phase.VERIFICATION)
-    return [s.trajectory for s in samples]
+    return [[s.trajectory for s in samples[index * group_size:(index + 1) * group_size]]
+            for index in range(len(tasks))]
 
 
 def _add(totals: dict, key: str, value: float) -> None:
@@ -156,67 +166,79 @@ def _end(sample: _Sample, status: TrajectoryStatus, reason: str) -> None:
         sample.trajectory.status_reason = reason
 
 
-def _generate_turn(active, turn, task, engine, chat, tools, seed, temperature, limits, started, board):
-    budgets = []
+def _budget(sample: _Sample, engine) -> int:
+    room = sample.limits["max_tokens"] - sample.tokens_used
+    if engine.max_context:
+        room = min(room, engine.max_context - len(sample.context))
+    return room
+
+
+def _generate_turn(active: list[_Sample], turn: int, engine, chat, seed, temperature, board) -> None:
     for sample in active:
-        room = limits["max_tokens"] - sample.tokens_used
-        if engine.max_context:
-            room = min(room, engine.max_context - len(sample.context))
-        budgets.append(room)
-    if turn == 0:
-        requests = [GenerationRequest(active[0].context, len(active), budgets[0], chat.stop_ids, temperature,
-                                      request_seed(seed, task.seq, -1, 0))]
-    else:
-        requests = [GenerationRequest(s.context, 1, budget, chat.stop_ids, temperature,
-                                      request_seed(seed, task.seq, s.trajectory.sample, turn))
-                    for s, budget in zip(active, budgets, strict=True) if budget > 0]
-    for sample, budget in zip(active, budgets, strict=True):
-        if budget <= 0:
+        if _budget(sample, engine) <= 0:
             _end(sample, TrajectoryStatus.OK, "no token budget left")
     live = [s for s in active if not s.done]
     if not live:
         return
+    # A group's first turn is one request (its samples share the prompt); later turns, one per sample.
+    calls: list[list[_Sample]] = []
+    if turn == 0:
+        by_task: dict[int, list[_Sample]] = {}
+        for sample in live:
+            by_task.setdefault(sample.task.seq, []).append(sample)
+        calls = list(by_task.values())
+        requests = [GenerationRequest(group[0].context, len(group), _budget(group[0], engine), chat.stop_ids,
+                                      temperature, request_seed(seed, group[0].task.seq, -1, 0)) for group in calls]
+    else:
+        calls = [[s] for s in live]
+        requests = [GenerationRequest(s.context, 1, _budget(s, engine), chat.stop_ids, temperature,
+                                      request_seed(seed, s.task.seq, s.trajectory.sample, turn)) for s in live]
     for sample in live:
         board.set(sample.trajectory.id, Phase.GENERATION)
     call_started = time.monotonic()
     results = engine.generate(requests)
     seconds = time.monotonic() - call_started
-    completions = results[0] if turn == 0 else [group[0] for group in results]
-    for sample, completion in zip(live, completions, strict=True):
-        trajectory = sample.trajectory
-        text = chat.decode(completion.token_ids)
-        assistant = Turn(role="assistant", content=text, token_ids=completion.token_ids, logprobs=completion.logprobs,
-                         finish_reason=completion.finish_reason, started_s=round(call_started - started, 4),
-                         duration_s=round(seconds, 4))
-        trajectory.turns.append(assistant)
-        _add(trajectory.timings, "generation", seconds)
-        _add(trajectory.costs, "policy_seconds", completion.compute_seconds)
-        # The oldest weights that wrote any of its turns: what its staleness is measured from.
-        trajectory.policy_version = completion.policy_version if turn == 0 else min(trajectory.policy_version,
-                                                                                    completion.policy_version)
-        sample.context += completion.token_ids
-        sample.tokens_used += len(completion.token_ids)
-        sample.messages.append({"role": "assistant", "content": text})
-        if not tools:
-            _end(sample, TrajectoryStatus.OK, "answered")
-            continue
-        try:
-            calls = parse_tool_calls(text, tools)
-        except PolicyToolError as exc:
-            assistant.finish_reason = "tool_calls"
-            _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
-            continue
-        if not calls:
-            _end(sample, TrajectoryStatus.OK, "answered" if completion.finish_reason == "stop" else
-                 "stopped at the token limit")
-            continue
+    for group, completions in zip(calls, results, strict=True):
+        for sample, completion in zip(group, completions, strict=True):
+            _take_completion(sample, completion, turn, chat, call_started, seconds)
+
+
+def _take_completion(sample: _Sample, completion, turn: int, chat, call_started: float, seconds: float) -> None:
+    trajectory = sample.trajectory
+    tools = list(sample.task.template.tools)
+    text = chat.decode(completion.token_ids)
+    assistant = Turn(role="assistant", content=text, token_ids=completion.token_ids, logprobs=completion.logprobs,
+                     finish_reason=completion.finish_reason, started_s=round(call_started - sample.started, 4),
+                     duration_s=round(seconds, 4))
+    trajectory.turns.append(assistant)
+    _add(trajectory.timings, "generation", seconds)
+    _add(trajectory.costs, "policy_seconds", completion.compute_seconds)
+    # The oldest weights that wrote any of its turns: what its staleness is measured from.
+    trajectory.policy_version = completion.policy_version if turn == 0 else min(trajectory.policy_version,
+                                                                                completion.policy_version)
+    sample.context += completion.token_ids
+    sample.tokens_used += len(completion.token_ids)
+    sample.messages.append({"role": "assistant", "content": text})
+    if not tools:
+        _end(sample, TrajectoryStatus.OK, "answered")
+        return
+    try:
+        calls = parse_tool_calls(text, tools)
+    except PolicyToolError as exc:
         assistant.finish_reason = "tool_calls"
-        assistant.tool_calls = [ToolCall(id=f"call-{turn}-{n}", name=c.name, arguments=c.arguments)
-                                for n, c in enumerate(calls)]
+        _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
+        return
+    if not calls:
+        _end(sample, TrajectoryStatus.OK, "answered" if completion.finish_reason == "stop" else
+             "stopped at the token limit")
+        return
+    assistant.finish_reason = "tool_calls"
+    assistant.tool_calls = [ToolCall(id=f"call-{turn}-{n}", name=c.name, arguments=c.arguments)
+                            for n, c in enumerate(calls)]
 
 
-def _run_tools(sample: _Sample, task: Task, chat, tools, tool_runner, board: PhaseBoard, started: float,
-               max_context: int | None) -> None:
+def _run_tools(sample: _Sample, chat, tool_runner, board: PhaseBoard, max_context: int | None) -> None:
+    task, started, tools = sample.task, sample.started, list(sample.task.template.tools)
     trajectory = sample.trajectory
     calls = trajectory.turns[-1].tool_calls
     new_messages = []

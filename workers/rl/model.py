@@ -98,95 +98,29 @@ class TinyLM(nn.Module):
             new.append(cache)
         return self.head(self.ln(x)), new
 
+    def sampling_step(self, idx, cache, positions, key_mask, select=None):
+        """engines.sampling's view of the model: logits of the new positions and the cache extended; with
+        `select`, only those rows of the cache are kept first (rows that stopped leave the batch)."""
+        if select is not None:
+            cache = [(k.index_select(0, select), v.index_select(0, select)) for k, v in cache]
+        return self(idx, cache, positions=positions, key_mask=key_mask)
+
     @torch.no_grad()
     def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int, stop: int | tuple[int, ...] | None = None,
                  temperature: float = 1.0, generator: torch.Generator | None = None):
         """`samples` completions of one prompt: tokens (samples, n) and their logprobs (samples, n) under the
         sampling distribution; positions after a stop token are padded with that token and logprob 0."""
+        from .engines.sampling import SamplingRequest, sample_batch
+
         stops = (stop,) if isinstance(stop, int) else tuple(stop or ())
-        [rows] = sample_batch(self, [SamplingRequest(prompt, samples, max_new_tokens, stops, temperature, generator)])
+        [rows] = sample_batch(self.sampling_step, [SamplingRequest(prompt, samples, max_new_tokens, stops, temperature,
+                                                                   generator)],
+                              context=self.config.block_size, device=self.head.weight.device)
         width = max(len(tokens) for tokens, _ in rows)
         pad = stops[0] if stops else 0
         tokens = torch.tensor([t + [pad] * (width - len(t)) for t, _ in rows])
         logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for _, lp in rows])
         return tokens, logprobs
-
-
-@dataclass
-class SamplingRequest:
-    prompt: list[int]
-    n: int
-    max_new_tokens: int
-    stops: tuple[int, ...]
-    temperature: float = 1.0
-    generator: torch.Generator | None = None
-
-
-@torch.no_grad()
-def sample_batch(model: TinyLM, requests: list[SamplingRequest]) -> list[list[tuple[list[int], list[float]]]]:
-    """Sample every request's `n` rows together, one forward pass per token for all rows: prompts of different
-    lengths are left-padded (each row keeps its own positions), and a row that stops leaves the batch (its KV
-    cache rows are dropped), so a long tail of rows costs only what it computes.
-
-    Each request draws from its own generator, so its samples do not depend on which requests share the batch
-    beyond floating-point rounding. Returns per request, per row: (token ids, logprobs), the stop id included.
-    """
-    device = model.head.weight.device
-    owners = [index for index, request in enumerate(requests) for _ in range(request.n)]
-    prompts = [requests[owner].prompt for owner in owners]
-    budgets = [min(requests[o].max_new_tokens, model.config.block_size - len(requests[o].prompt)) for o in owners]
-    if min(budgets, default=1) < 1:
-        raise ValueError(f"a prompt of {max(len(p) for p in prompts)} tokens leaves no room in a context of "
-                         f"{model.config.block_size}")
-    width = max(len(p) for p in prompts)
-    pads = torch.tensor([width - len(p) for p in prompts], device=device)
-    idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
-    positions = (torch.arange(width, device=device)[None, :] - pads[:, None]).clamp(min=0)
-    key_mask = positions.new_ones(idx.shape, dtype=torch.bool) & (torch.arange(width, device=device)[None, :] >= pads[:, None])
-    padded = bool(pads.any())
-    logits, caches = model(idx, positions=positions, key_mask=key_mask if padded else None)
-    last = logits[:, -1, :]
-    next_position = torch.tensor([len(p) for p in prompts], device=device)
-    temperatures = torch.tensor([requests[o].temperature for o in owners], device=device)[:, None]
-    stop_sets = [set(requests[o].stops) for o in owners]
-    out = [[([], []) for _ in range(request.n)] for request in requests]
-    row_slot = [(index, slot) for index, request in enumerate(requests) for slot in range(request.n)]
-    active = list(range(len(owners)))  # original row numbers, in batch order
-    for step in range(max(budgets)):
-        distribution = F.log_softmax(last.float() / temperatures, dim=-1)  # (rows, vocab)
-        probabilities = distribution.exp()
-        tokens = torch.empty(len(active), dtype=torch.long, device=device)
-        by_request: dict[int, list[int]] = {}
-        for position, row in enumerate(active):
-            by_request.setdefault(owners[row], []).append(position)
-        for owner, batch_rows in by_request.items():
-            chosen = torch.tensor(batch_rows, device=device)
-            tokens[chosen] = torch.multinomial(probabilities[chosen], 1, generator=requests[owner].generator).squeeze(1)
-        logprobs = distribution.gather(1, tokens[:, None]).squeeze(1)
-        keep = []
-        for position, row in enumerate(active):
-            token = int(tokens[position])
-            owner, slot = row_slot[row]
-            out[owner][slot][0].append(token)
-            out[owner][slot][1].append(float(logprobs[position]))
-            if token not in stop_sets[row] and step + 1 < budgets[row]:
-                keep.append(position)
-        if not keep:
-            break
-        if len(keep) < len(active):  # finished rows leave the batch
-            index = torch.tensor(keep, device=device)
-            caches = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
-            tokens, next_position, temperatures = tokens[index], next_position[index], temperatures[index]
-            if key_mask is not None:
-                key_mask = key_mask.index_select(0, index)
-            active = [active[p] for p in keep]
-        if padded:
-            key_mask = torch.cat([key_mask, key_mask.new_ones(len(active), 1)], dim=1)
-        logits, caches = model(tokens[:, None], caches, positions=next_position[:, None],
-                               key_mask=key_mask if padded else None)
-        last = logits[:, -1, :]
-        next_position = next_position + 1
-    return out
 
 
 def sequence_logprobs(model: TinyLM, prompt: list[int], completions: torch.Tensor) -> torch.Tensor:

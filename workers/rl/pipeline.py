@@ -31,7 +31,7 @@ from typing import Protocol
 
 from workers.verifiers import Sample
 
-from .agent import PhaseBoard, rollout_group
+from .agent import PhaseBoard, rollout_groups
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import RunConfig
 from .metrics import Prices, RunCounters, step_points, trajectory_cost
@@ -249,7 +249,7 @@ class Pipeline:
 
     def _rollout_then_verify(self, task: Task) -> None:
         try:
-            trajectories = self._rollout(task, self.config.group_size)
+            [trajectories] = self._rollout([task], self.config.group_size)
             with self._cond:
                 self._rolling.pop(task.seq, None)
                 self._verifying[task.seq] = task
@@ -315,9 +315,10 @@ class Pipeline:
             tasks = list(self._drawn) if self._drawn else [
                 self._task_for(s) for s in self.scheduler.sample(min(self.config.groups_per_step - len(batch), room))]
             self._drawn.clear()
-            rollouts = [self._rollouts.submit(self._rollout, task, self.config.group_size) for task in tasks]
-            self._wait_accruing(rollouts)
-            groups = [(task, future.result()) for task, future in zip(tasks, rollouts, strict=True)]
+            # All of the round's groups in one rollout: one engine batch per turn, the same batches every run.
+            rollout = self._rollouts.submit(self._rollout, tasks, self.config.group_size)
+            self._wait_accruing([rollout])
+            groups = list(zip(tasks, rollout.result(), strict=True))
             checks = [(self._verifications.submit(self._verify, task, t)) for task, group in groups for t in group]
             self._wait_accruing(checks)
             for future in checks:
@@ -340,10 +341,10 @@ class Pipeline:
 
     # --- the stages ----------------------------------------------------------------------------------------
 
-    def _rollout(self, task: Task, group_size: int, tools: ThreadPoolExecutor | None = None) -> list[Trajectory]:
-        return rollout_group(task, run_id=self.run_id, group_size=group_size, engine=self.engine, chat=self.chat,
-                             tool_runner=self.tool_runner, tool_executor=tools or self._tools, board=self.board,
-                             seed=self.config.seed, temperature=self.config.temperature)
+    def _rollout(self, tasks: list[Task], group_size: int, tools: ThreadPoolExecutor | None = None) -> list[list[Trajectory]]:
+        return rollout_groups(tasks, run_id=self.run_id, group_size=group_size, engine=self.engine, chat=self.chat,
+                              tool_runner=self.tool_runner, tool_executor=tools or self._tools, board=self.board,
+                              seed=self.config.seed, temperature=self.config.temperature)
 
     def _verify(self, task: Task, trajectory: Trajectory) -> None:
         started = time.monotonic()
@@ -508,9 +509,9 @@ class Pipeline:
     def evaluate(self) -> dict[str, float]:
         """Mean reward per domain on the run's fixed evaluation tasks, one sample each, current weights."""
         tasks = [self.catalog.task(-1 - index, template, key) for index, (template, key) in enumerate(self.eval_tasks)]
-        with ThreadPoolExecutor(max_workers=self.config.rollout_concurrency, thread_name_prefix="rl-eval") as pool, \
-                ThreadPoolExecutor(max_workers=self.config.rollout_concurrency, thread_name_prefix="rl-eval-tools") as tools:
-            groups = list(pool.map(lambda task: self._rollout(task, 1, tools), tasks))
+        # Its own tool threads: the evaluation at the end runs after the pipeline's executors have closed.
+        with ThreadPoolExecutor(max_workers=self.config.rollout_concurrency, thread_name_prefix="rl-eval-tools") as tools:
+            groups = self._rollout(tasks, 1, tools)
         with ThreadPoolExecutor(max_workers=self.config.verify_concurrency, thread_name_prefix="rl-eval") as pool:
             list(pool.map(lambda pair: self._verify(*pair), [(task, g[0]) for task, g in zip(tasks, groups, strict=True)]))
         self.board.drain()  # evaluation is not the trainer's idle time

@@ -5,14 +5,22 @@
 - `vllm`: for GPU workers (vllm_engine.py); vLLM is imported only when this engine is built, and runs in the
   GPU worker's own environment (requirements/gpu.txt), since it pins its own torch and transformers.
 
-Each engine serialises its own calls (one model, many rollout threads) and counts the seconds it spent
-generating, which the pipeline turns into policy compute cost.
+All three share `BatchingEngine`: many rollout threads call `generate` at once, and one loop hands the model
+everything waiting as a single batch (for vLLM, one `LLM.generate` call over all of it); requests that arrive
+meanwhile form the next batch. New weights wait beside the model and are swapped in between two batches, so the
+trainer never waits for a batch of long samples to finish. Each engine counts the seconds it spent generating,
+shared out as each completion's policy compute cost.
+
+A caller that alone submits all of a step's requests at once (the sync pipeline) gets the same batches, and
+so the same samples, in every run with the same seed: that is what makes a sync resume bit-identical.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -22,7 +30,7 @@ class GenerationRequest:
     max_new_tokens: int
     stop_ids: tuple[int, ...]
     temperature: float = 1.0
-    seed: int | None = None  # fixes the sampling of this request, whatever else runs concurrently
+    seed: int | None = None  # fixes the sampling of this request
 
 
 @dataclass
@@ -34,36 +42,97 @@ class Completion:
     policy_version: int = 0  # the weights that sampled it
 
 
-class InferenceEngine(Protocol):
-    name: str
-    policy_version: int
-    max_context: int | None  # the longest context the model takes (prompt + completion), if bounded
-    busy_seconds: float
-
-    def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
-        """One list of `request.n` completions per request."""
-
-    def load_weights(self, state: dict, version: int) -> None:
-        """The trainer's new weights (names as in the trainer's model), without a restart."""
-
-    def close(self) -> None:
-        ...
-
-
 def trim(tokens: list[int], logprobs: list[float], stop_ids: tuple[int, ...], max_new_tokens: int) -> Completion:
     """A completion cut right after its first stop id."""
     for index, token in enumerate(tokens):
         if token in stop_ids:
             return Completion(tokens[:index + 1], logprobs[:index + 1], "stop")
-    return Completion(tokens, logprobs, "length")
+    return Completion(tokens[:max_new_tokens], logprobs[:max_new_tokens], "length")
 
 
-def stamp(groups: list[list[Completion]], *, seconds: float, policy_version: int) -> list[list[Completion]]:
-    """Each completion's share of `seconds` of engine time, by the tokens it sampled (its policy cost), and the
-    version of the weights that sampled it."""
-    total = max(1, sum(len(c.token_ids) for group in groups for c in group))
-    for group in groups:
-        for completion in group:
-            completion.compute_seconds = seconds * len(completion.token_ids) / total
-            completion.policy_version = policy_version
-    return groups
+class BatchingEngine:
+    """The batching loop, the weight swap and the accounting; subclasses implement `_sample` and `_load`."""
+
+    name = "engine"
+    max_context: int | None = None  # the longest context the model takes (prompt + completion), if bounded
+
+    def __init__(self, *, policy_version: int = 0, max_batch_rows: int = 512):
+        self.policy_version = policy_version
+        self.busy_seconds = 0.0
+        self.max_batch_rows = max_batch_rows
+        self._queue: list[tuple[GenerationRequest, Future]] = []
+        self._wakeup = threading.Condition()
+        self._next_weights: tuple[dict, int] | None = None
+        self._closed = False
+        threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True).start()
+
+    # --- what callers use ---------------------------------------------------------------------------------
+
+    def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
+        """One list of `request.n` completions per request."""
+        futures = [Future() for _ in requests]
+        with self._wakeup:
+            if self._closed:
+                raise RuntimeError(f"the {self.name} engine is closed")
+            self._queue += list(zip(requests, futures, strict=True))
+            self._wakeup.notify()
+        return [future.result() for future in futures]
+
+    def load_weights(self, state: dict, version: int) -> None:
+        """The trainer's new weights (names as in the trainer's model), used from the next batch on."""
+        with self._wakeup:
+            self._next_weights = (state, version)
+
+    def close(self) -> None:
+        with self._wakeup:
+            self._closed = True
+            self._wakeup.notify()
+
+    # --- the loop -------------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._queue and not self._closed:
+                    self._wakeup.wait()
+                if self._closed:
+                    for _, future in self._queue:
+                        future.set_exception(RuntimeError(f"the {self.name} engine is closed"))
+                    self._release()
+                    return
+                taken, rows = [], 0
+                while self._queue and (not taken or rows + self._queue[0][0].n <= self.max_batch_rows):
+                    taken.append(self._queue.pop(0))
+                    rows += taken[-1][0].n
+                pending, self._next_weights = self._next_weights, None
+            try:
+                if pending is not None:
+                    self._load(pending[0])
+                    self.policy_version = pending[1]
+                requests = [request for request, _ in taken]
+                started = time.monotonic()
+                results = self._sample(requests)
+                seconds = time.monotonic() - started
+            except Exception as exc:
+                for _, future in taken:
+                    future.set_exception(exc)
+                continue
+            self.busy_seconds += seconds
+            # The batch's compute, shared by the tokens each completion sampled: its policy cost.
+            total = max(1, sum(len(c.token_ids) for group in results for c in group))
+            for (_, future), group in zip(taken, results, strict=True):
+                for completion in group:
+                    completion.compute_seconds = seconds * len(completion.token_ids) / total
+                    completion.policy_version = self.policy_version
+                future.set_result(group)
+
+    # --- what an engine implements --------------------------------------------------------------------------
+
+    def _sample(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
+        raise NotImplementedError
+
+    def _load(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """Free the model when the engine closes (called on the loop's thread)."""

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-import time
 
-from . import Completion, GenerationRequest, stamp, trim
+from . import BatchingEngine, Completion, GenerationRequest, trim
 
 
 def _free_port() -> int:
@@ -25,11 +23,11 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-class VLLMEngine:
+class VLLMEngine(BatchingEngine):
     name = "vllm"
 
     def __init__(self, path: str, *, seed: int = 0, policy_version: int = 0, gpu_memory_utilization: float = 0.3,
-                 max_model_len: int | None = None, dtype: str = "auto"):
+                 max_model_len: int | None = None, dtype: str = "auto", max_batch_rows: int = 4096):
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -42,24 +40,17 @@ class VLLMEngine:
         self.llm = LLM(model=str(path), seed=seed, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
                        max_model_len=max_model_len, distributed_executor_backend="external_launcher",
                        logprobs_mode="processed_logprobs", enable_prefix_caching=True)
-        self.policy_version = policy_version
         self.max_context = self.llm.llm_engine.model_config.max_model_len
-        self.busy_seconds = 0.0
-        self._lock = threading.Lock()
+        super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
-    def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
+    def _sample(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
         from vllm import SamplingParams
 
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
         params = [SamplingParams(n=r.n, temperature=r.temperature, max_tokens=r.max_new_tokens,
                                  stop_token_ids=list(r.stop_ids), logprobs=0, seed=r.seed, top_p=1.0, top_k=-1,
                                  skip_special_tokens=False) for r in requests]
-        with self._lock:  # one batch at a time: vLLM batches continuously inside it
-            started = time.monotonic()
-            outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
-            seconds = time.monotonic() - started
-            self.busy_seconds += seconds
-            version = self.policy_version
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)  # vLLM batches them all
         results = []
         for request, output in zip(requests, outputs, strict=True):
             group = []
@@ -68,14 +59,12 @@ class VLLMEngine:
                 logprobs = [entry[token].logprob for token, entry in zip(ids, sample.logprobs or [], strict=True)]
                 group.append(trim(ids, logprobs, request.stop_ids, request.max_new_tokens))
             results.append(group)
-        return stamp(results, seconds=seconds, policy_version=version)
+        return results
 
-    def load_weights(self, state: dict, version: int) -> None:
-        with self._lock:
-            model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-            model.load_weights(list(state.items()))
-            self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
-            self.policy_version = version
+    def _load(self, state: dict) -> None:
+        model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        model.load_weights(list(state.items()))
+        self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
-    def close(self) -> None:
+    def _release(self) -> None:
         del self.llm
