@@ -6,9 +6,11 @@
   GPU worker's own environment (requirements/gpu.txt), since it pins its own torch and transformers.
 
 All three share `BatchingEngine`: many rollout threads call `generate` at once, and one loop hands the model
-everything waiting as a single batch (for vLLM, one `LLM.generate` call over all of it); requests that arrive
-meanwhile form the next batch. New weights wait beside the model and are swapped in between two batches, so the
-trainer never waits for a batch of long samples to finish. Each engine counts the seconds it spent generating,
+everything waiting. The torch engine batches continuously: requests join the running batch between two tokens
+and leave when done, so a short answer never waits behind a long one. The others run one batch at a time (for
+vLLM, one `LLM.generate` call over everything waiting, which vLLM batches inside); requests that arrive
+meanwhile form the next batch. New weights wait beside the model and are swapped in between two batches (two
+tokens, when continuous), so the trainer never waits for a batch of long samples to finish. Each engine counts the seconds it spent generating,
 shared out as each completion's policy compute cost.
 
 A caller that alone submits all of a step's requests at once (the sync pipeline) gets the same batches, and
@@ -91,6 +93,9 @@ class BatchingEngine:
     # --- the loop -------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        batch = self._open_batch()
+        if batch is not None:
+            return self._continuous_loop(batch)
         while True:
             with self._wakeup:
                 while not self._queue and not self._closed:
@@ -126,7 +131,62 @@ class BatchingEngine:
                     completion.policy_version = self.policy_version
                 future.set_result(group)
 
+    def _continuous_loop(self, batch) -> None:
+        """Requests join the running batch between two tokens and leave when done (sampling.ContinuousBatch).
+        New weights are swapped in between two tokens too: the batch never drains, so waiting for it would
+        starve the policy of updates. A completion is stamped with the version it started under (the oldest
+        that wrote it) and carries the logprobs of the weights that really sampled each token."""
+        while True:
+            with self._wakeup:
+                while not self._queue and not len(batch) and not self._closed:
+                    self._wakeup.wait()
+                if self._closed:
+                    for _, future in self._queue:
+                        future.set_exception(RuntimeError(f"the {self.name} engine is closed"))
+                    for entry in batch.entries:
+                        entry["handle"][1].set_exception(RuntimeError(f"the {self.name} engine is closed"))
+                    self._release()
+                    return
+                taken, room = [], self.max_batch_rows - len(batch)
+                while self._queue and (not (taken or len(batch)) or self._queue[0][0].n <= room):
+                    taken.append(self._queue.pop(0))
+                    room -= taken[-1][0].n
+                pending, self._next_weights = self._next_weights, None
+            started = time.monotonic()
+            try:
+                if pending is not None:
+                    self._load(pending[0])
+                    self.policy_version = pending[1]
+                for request, future in taken:
+                    try:
+                        batch.admit(self._sampling_request(request), (request, future, self.policy_version))
+                    except ValueError as exc:  # this request cannot be sampled (too long): its caller's error
+                        future.set_exception(exc)
+                finished = batch.advance() if len(batch) else []
+            except Exception as exc:  # the model failed: every caller in the batch hears it
+                for entry in batch.entries:
+                    entry["handle"][1].set_exception(exc)
+                batch = self._open_batch()
+                continue
+            finally:
+                self.busy_seconds += time.monotonic() - started
+            for entry in finished:
+                request, future, version = entry["handle"]
+                group = []
+                for tokens, logprobs, seconds in zip(entry["tokens"], entry["logprobs"], entry["compute"], strict=True):
+                    completion = trim(tokens, logprobs, request.stop_ids, request.max_new_tokens)
+                    completion.compute_seconds, completion.policy_version = seconds, version
+                    group.append(completion)
+                future.set_result(group)
+
     # --- what an engine implements --------------------------------------------------------------------------
+
+    def _open_batch(self):
+        """A sampling.ContinuousBatch for engines that batch continuously; None for one batch at a time."""
+        return None
+
+    def _sampling_request(self, request: GenerationRequest):
+        raise NotImplementedError
 
     def _sample(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
         raise NotImplementedError

@@ -7,8 +7,8 @@ import copy
 import torch
 
 from ..model import TinyLM
-from . import BatchingEngine, Completion, GenerationRequest, trim
-from .sampling import SamplingRequest, sample_batch
+from . import BatchingEngine, GenerationRequest
+from .sampling import ContinuousBatch, SamplingRequest
 
 
 class TorchEngine(BatchingEngine):
@@ -21,13 +21,13 @@ class TorchEngine(BatchingEngine):
         self.max_context = model.config.block_size
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
-    def _sample(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
-        batch = [SamplingRequest(r.prompt_ids, r.n, r.max_new_tokens, tuple(r.stop_ids), r.temperature,
-                                 None if r.seed is None else torch.Generator(device=self.device).manual_seed(r.seed))
-                 for r in requests]
-        sampled = sample_batch(self.model.sampling_step, batch, context=self.max_context, device=self.device)
-        return [[trim(tokens, logprobs, r.stop_ids, r.max_new_tokens) for tokens, logprobs in rows]
-                for r, rows in zip(requests, sampled, strict=True)]
+    def _open_batch(self) -> ContinuousBatch:
+        return ContinuousBatch(self.model.sampling_step, context=self.max_context, device=self.device)
+
+    def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
+        generator = None if request.seed is None else torch.Generator(device=self.device).manual_seed(request.seed)
+        return SamplingRequest(request.prompt_ids, request.n, request.max_new_tokens, tuple(request.stop_ids),
+                               request.temperature, generator)
 
     def _load(self, state: dict) -> None:
         self.model.load_state_dict(state)
