@@ -99,7 +99,8 @@ def _ours(model_dir: Path, steps: int, target: float) -> dict:
 def _trl(model_dir: Path, steps: int, target: float) -> dict:
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer as TRLTrainer
+    from trl import GRPOConfig
+    from trl import GRPOTrainer as TRLTrainer
 
     rows = [{"prompt": addition_prompt(a, b), "answer": str(a + b)} for a, b in _problems()]
 

@@ -46,7 +46,7 @@ def test_cached_sampling_reports_the_logprobs_a_full_forward_pass_computes():
     torch.manual_seed(0)
     model = TinyLM(ModelConfig(vocab_size=12, block_size=16)).eval()
     tokens, logprobs = model.generate([1, 2, 3], samples=5, max_new_tokens=6,
-                                      generator=torch.Generator().manual_seed(1))
+                                      seed=1)
     assert tokens.shape == logprobs.shape == (5, 6)
     assert torch.allclose(sequence_logprobs(model, [1, 2, 3], tokens), logprobs, atol=1e-5)
 
@@ -56,7 +56,7 @@ def test_grpo_steps_move_probability_to_the_rewarded_answer():
     torch.manual_seed(0)
     model = TinyLM(ModelConfig(vocab_size=10, block_size=8, n_layer=1, n_embd=32, n_head=2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    prompt, generator, config = [1, 2], torch.Generator().manual_seed(2), GRPOConfig()
+    prompt, config = [1, 2], GRPOConfig()
 
     def p_seven():
         with torch.no_grad():
@@ -64,8 +64,8 @@ def test_grpo_steps_move_probability_to_the_rewarded_answer():
         return float(torch.softmax(logits[0, -1], dim=-1)[7])
 
     before = p_seven()
-    for _ in range(15):
-        tokens, old = model.generate(prompt, samples=16, max_new_tokens=1, generator=generator)
+    for iteration in range(15):
+        tokens, old = model.generate(prompt, samples=16, max_new_tokens=1, seed=iteration)
         rewards = (tokens[:, 0] == 7).float().unsqueeze(0)
         advantages, _ = group_advantages(rewards)
         loss, _ = grpo_loss(sequence_logprobs(model, prompt, tokens), old, advantages[0], torch.ones_like(old),

@@ -107,14 +107,14 @@ class TinyLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int, stop: int | tuple[int, ...] | None = None,
-                 temperature: float = 1.0, generator: torch.Generator | None = None):
+                 temperature: float = 1.0, seed: int | None = None):
         """`samples` completions of one prompt: tokens (samples, n) and their logprobs (samples, n) under the
         sampling distribution; positions after a stop token are padded with that token and logprob 0."""
         from .engines.sampling import SamplingRequest, sample_batch
 
         stops = (stop,) if isinstance(stop, int) else tuple(stop or ())
         [rows] = sample_batch(self.sampling_step, [SamplingRequest(prompt, samples, max_new_tokens, stops, temperature,
-                                                                   generator)],
+                                                                   seed)],
                               context=self.config.block_size, device=self.head.weight.device)
         width = max(len(tokens) for tokens, _ in rows)
         pad = stops[0] if stops else 0

@@ -41,8 +41,7 @@ class TransformersEngine(BatchingEngine):
         return out.logits, out.cache
 
     def _sample(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
-        batch = [SamplingRequest(r.prompt_ids, r.n, r.max_new_tokens, tuple(r.stop_ids), r.temperature,
-                                 None if r.seed is None else torch.Generator(device=self.device).manual_seed(r.seed))
+        batch = [SamplingRequest(r.prompt_ids, r.n, r.max_new_tokens, tuple(r.stop_ids), r.temperature, r.seed)
                  for r in requests]
         sampled = sample_batch(self._step, batch, context=self.max_context, device=self.device)
         return [[trim(tokens, logprobs, r.stop_ids, r.max_new_tokens) for tokens, logprobs in rows]

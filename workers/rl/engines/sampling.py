@@ -4,12 +4,13 @@ mask: the project's TinyLM and Hugging Face causal LMs alike.
 Prompts of different lengths are left-padded (each row keeps its own positions, padding is masked out of
 attention); each step is one forward pass for every row still sampling; a row that stops leaves the batch
 (its cache rows are dropped), so a long tail of rows costs only what it computes. Each request draws from its
-own generator. Logprobs are those of the distribution sampled from: softmax(logits / temperature) — exactly
+own random stream. Logprobs are those of the distribution sampled from: softmax(logits / temperature) — exactly
 what the trainer recomputes (policy.token_logprobs).
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,18 @@ class SamplingRequest:
     max_new_tokens: int
     stops: tuple[int, ...]
     temperature: float = 1.0
-    generator: torch.Generator | None = None
+    seed: int | None = None  # the request's own random stream: its samples do not depend on its neighbours
+
+
+def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
+    """One token per row by inverse CDF: rows (B, vocab) of probabilities, one uniform in [0, 1) per row.
+
+    The uniforms come from each request's own `random.Random`, one number per row and token: a Python float
+    costs far less than a call into a torch.Generator per request, which dominated batches of many small
+    requests."""
+    cumulative = probabilities.cumsum(dim=-1)
+    u = torch.tensor(uniforms, dtype=cumulative.dtype, device=cumulative.device)[:, None] * cumulative[:, -1:]
+    return torch.searchsorted(cumulative, u).squeeze(1).clamp(max=probabilities.shape[-1] - 1)
 
 
 # step(idx (B, T), cache, positions (B, T), key_mask (B, S) or None, select (rows to keep) or None)
@@ -57,17 +69,11 @@ def sample_batch(step: SamplingStep, requests: list[SamplingRequest], *, context
     stop_sets = [set(requests[o].stops) for o in owners]
     out = [[([], []) for _ in range(request.n)] for request in requests]
     row_slot = [(index, slot) for index, request in enumerate(requests) for slot in range(request.n)]
+    streams = [random.Random(request.seed) for request in requests]
     active = list(range(len(owners)))  # original row numbers, in batch order
     for number in range(max(budgets)):
         distribution = F.log_softmax(last.float() / temperatures, dim=-1)  # (rows, vocab)
-        probabilities = distribution.exp()
-        tokens = torch.empty(len(active), dtype=torch.long, device=device)
-        by_request: dict[int, list[int]] = {}
-        for position, row in enumerate(active):
-            by_request.setdefault(owners[row], []).append(position)
-        for owner, rows in by_request.items():
-            chosen = torch.tensor(rows, device=device)
-            tokens[chosen] = torch.multinomial(probabilities[chosen], 1, generator=requests[owner].generator).squeeze(1)
+        tokens = draw(distribution.exp(), [streams[owners[row]].random() for row in active])
         logprobs = distribution.gather(1, tokens[:, None]).squeeze(1).tolist()
         sampled = tokens.tolist()
         keep = []
@@ -128,7 +134,8 @@ class ContinuousBatch:
         key_mask = torch.ones(request.n, len(request.prompt), dtype=torch.bool, device=self.device)
         prefill = (time.monotonic() - started) / request.n
         entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
-                 "logprobs": [[] for _ in range(request.n)], "compute": [prefill] * request.n, "left": request.n}
+                 "logprobs": [[] for _ in range(request.n)], "compute": [prefill] * request.n, "left": request.n,
+                 "stream": random.Random(request.seed)}
         self.entries.append(entry)
         rows = [{"entry": entry, "slot": slot, "budget": budget, "stops": set(request.stops)} for slot in range(request.n)]
         temperatures = torch.full((request.n, 1), float(request.temperature), device=self.device)
@@ -162,15 +169,7 @@ class ContinuousBatch:
         `logprobs` and `compute` complete), and drops them from the batch."""
         started = time.monotonic()
         distribution = F.log_softmax(self.last.float() / self.temperatures, dim=-1)
-        probabilities = distribution.exp()
-        tokens = torch.empty(len(self.rows), dtype=torch.long, device=self.device)
-        by_entry: dict[int, list[int]] = {}
-        for position, row in enumerate(self.rows):
-            by_entry.setdefault(id(row["entry"]), []).append(position)
-        for positions in by_entry.values():
-            chosen = torch.tensor(positions, device=self.device)
-            generator = self.rows[positions[0]]["entry"]["request"].generator
-            tokens[chosen] = torch.multinomial(probabilities[chosen], 1, generator=generator).squeeze(1)
+        tokens = draw(distribution.exp(), [row["entry"]["stream"].random() for row in self.rows])
         logprobs = distribution.gather(1, tokens[:, None]).squeeze(1).tolist()
         sampled = tokens.tolist()
         keep, finished = [], []

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import torch
-
 from ..model import TinyLM
 from . import BatchingEngine, GenerationRequest
 from .sampling import ContinuousBatch, SamplingRequest
@@ -25,9 +23,8 @@ class TorchEngine(BatchingEngine):
         return ContinuousBatch(self.model.sampling_step, context=self.max_context, device=self.device)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
-        generator = None if request.seed is None else torch.Generator(device=self.device).manual_seed(request.seed)
         return SamplingRequest(request.prompt_ids, request.n, request.max_new_tokens, tuple(request.stop_ids),
-                               request.temperature, generator)
+                               request.temperature, request.seed)
 
     def _load(self, state: dict) -> None:
         self.model.load_state_dict(state)
