@@ -28,12 +28,12 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.proj = nn.Linear(config.n_embd, config.n_embd)
 
-    def forward(self, x, cache=None, key_mask=None):
+    def forward(self, x, cache=None, key_mask=None, use_cache=False):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        if cache is not None and cache[0] is not None:
-            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        if use_cache:
+            k, v, cache = _cached(cache, k, v)
         S = k.shape[2]
         # With a cache, the new queries sit after every cached key: only the new block needs a causal mask
         # (none at all for the one-token steps of sampling).
@@ -51,7 +51,28 @@ class Attention(nn.Module):
         else:
             mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=offset)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C)), (k, v)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C)), cache
+
+
+HEADROOM = 64  # columns a KV buffer grows by at least: appending a token is a write, not a copy of the cache
+
+
+def _cached(cache, k, v):
+    """A layer's KV cache is (keys, values, length): buffers (B, heads, capacity, dim) of which `length` columns
+    are used. New keys are written in place (the buffers grow by doubling when full), so a token costs a write,
+    not a copy of the whole cache. Returns the keys and values in use, and the cache."""
+    B, heads, T, dim = k.shape
+    if cache is None:
+        keys, values, length = k.new_zeros(B, heads, T + HEADROOM, dim), v.new_zeros(B, heads, T + HEADROOM, dim), 0
+    else:
+        keys, values, length = cache
+        if length + T > keys.shape[2]:
+            extra = max(length + T, 2 * keys.shape[2]) - keys.shape[2]
+            keys = torch.cat([keys, keys.new_zeros(B, heads, extra, dim)], dim=2)
+            values = torch.cat([values, values.new_zeros(B, heads, extra, dim)], dim=2)
+    keys[:, :, length:length + T] = k
+    values[:, :, length:length + T] = v
+    return keys[:, :, :length + T], values[:, :, :length + T], (keys, values, length + T)
 
 
 class Block(nn.Module):
@@ -62,8 +83,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(config.n_embd, 4 * config.n_embd), nn.GELU(),
                                  nn.Linear(4 * config.n_embd, config.n_embd))
 
-    def forward(self, x, cache=None, key_mask=None):
-        attended, cache = self.attn(self.ln1(x), cache, key_mask)
+    def forward(self, x, cache=None, key_mask=None, use_cache=False):
+        attended, cache = self.attn(self.ln1(x), cache, key_mask, use_cache)
         x = x + attended
         return x + self.mlp(self.ln2(x)), cache
 
@@ -78,8 +99,9 @@ class TinyLM(nn.Module):
         self.ln = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
 
-    def forward(self, idx, caches=None, start: int = 0, positions=None, key_mask=None):
-        """idx (B, T) -> logits (B, T, vocab), and the per-layer KV caches extended by these T positions.
+    def forward(self, idx, caches=None, start: int = 0, positions=None, key_mask=None, use_cache=False):
+        """idx (B, T) -> logits (B, T, vocab), and (with use_cache) the per-layer KV caches extended by these T
+        positions.
 
         positions (B, T) and key_mask (B, S) serve batches of left-padded prompts: each row's own positions, and
         which of the S keys (cached + new) are real tokens."""
@@ -94,7 +116,7 @@ class TinyLM(nn.Module):
         caches = caches or [None] * len(self.blocks)
         new = []
         for block, cache in zip(self.blocks, caches, strict=True):
-            x, cache = block(x, cache, key_mask)
+            x, cache = block(x, cache, key_mask, use_cache)
             new.append(cache)
         return self.head(self.ln(x)), new
 
@@ -102,8 +124,8 @@ class TinyLM(nn.Module):
         """engines.sampling's view of the model: logits of the new positions and the cache extended; with
         `select`, only those rows of the cache are kept first (rows that stopped leave the batch)."""
         if select is not None:
-            cache = [(k.index_select(0, select), v.index_select(0, select)) for k, v in cache]
-        return self(idx, cache, positions=positions, key_mask=key_mask)
+            cache = select_rows(cache, select)
+        return self(idx, cache, positions=positions, key_mask=key_mask, use_cache=True)
 
     @torch.no_grad()
     def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int, stop: int | tuple[int, ...] | None = None,
@@ -121,6 +143,23 @@ class TinyLM(nn.Module):
         tokens = torch.tensor([t + [pad] * (width - len(t)) for t, _ in rows])
         logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for _, lp in rows])
         return tokens, logprobs
+
+
+def select_rows(cache: list, rows: torch.Tensor) -> list:
+    """The cache of those rows only (a copy of the columns in use, with fresh headroom)."""
+    return [(k[:, :, :n].index_select(0, rows), v[:, :, :n].index_select(0, rows), n) for k, v, n in cache]
+
+
+def merge_caches(first: list, second: list, width: int) -> list:
+    """Two batches' caches as one: each right-aligned to `width` columns (left padding, masked by the caller)."""
+    merged = []
+    for (k0, v0, n0), (k1, v1, n1) in zip(first, second, strict=True):
+        rows, heads, _, dim = k0.shape[0] + k1.shape[0], k0.shape[1], k0.shape[2], k0.shape[3]
+        keys, values = k0.new_zeros(rows, heads, width + HEADROOM, dim), v0.new_zeros(rows, heads, width + HEADROOM, dim)
+        keys[:k0.shape[0], :, width - n0:width], values[:k0.shape[0], :, width - n0:width] = k0[:, :, :n0], v0[:, :, :n0]
+        keys[k0.shape[0]:, :, width - n1:width], values[k0.shape[0]:, :, width - n1:width] = k1[:, :, :n1], v1[:, :, :n1]
+        merged.append((keys, values, width))
+    return merged
 
 
 def sequence_logprobs(model: TinyLM, prompt: list[int], completions: torch.Tensor) -> torch.Tensor:

@@ -157,10 +157,10 @@ class BatchingEngine:
                 if pending is not None:
                     self._load(pending[0])
                     self.policy_version = pending[1]
-                for request, future in taken:
-                    try:
-                        batch.admit(self._sampling_request(request), (request, future, self.policy_version))
-                    except ValueError as exc:  # this request cannot be sampled (too long): its caller's error
+                if taken:
+                    refused = batch.admit([(self._sampling_request(request), (request, future, self.policy_version))
+                                           for request, future in taken])
+                    for (_, future, _), exc in refused:  # a prompt too long for the model: its caller's error
                         future.set_exception(exc)
                 finished = batch.advance() if len(batch) else []
             except Exception as exc:  # the model failed: every caller in the batch hears it

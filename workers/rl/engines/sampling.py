@@ -101,103 +101,128 @@ def sample_batch(step: SamplingStep, requests: list[SamplingRequest], *, context
 
 
 class ContinuousBatch:
-    """Continuous batching for models whose KV cache is a list of (keys, values) tensors (B, heads, S, dim),
-    as the project's TinyLM keeps it: requests join the running batch between two tokens (their prompts are
-    prefilled and their cache rows merged in, left-padded to a common length) and leave as soon as all their
-    rows have stopped. A 4-token answer never waits for a 400-token one to finish.
+    """Continuous batching: requests join the running batch between two tokens and leave as soon as all their
+    rows have stopped, so a 4-token answer never waits for a 400-token one.
 
-    Each row's compute is the sum of its shares of the forward passes it took part in."""
+    Requests taken together are prefilled together (left-padded among themselves), then merged into the running
+    batch, right-aligned to a common cache width (`merge`). A row that stops stays in the batch, masked and
+    ignored, until a quarter of the rows are such (or the next merge): dropping rows copies the cache
+    (`select`), so it is done in bulk. Each row's compute is its share of every forward pass it took part in.
 
-    def __init__(self, step: SamplingStep, *, context: int, device):
-        self.step, self.context, self.device = step, context, device
-        self.rows: list[dict] = []  # per active row: request index, slot, budget, stops
-        self.entries: list[dict] = []  # per admitted request: request, handle, rows' tokens/logprobs/compute, left
-        self.cache = None
-        self.key_mask = None  # (B, S) bool
-        self.next_position = None  # (B,)
-        self.temperatures = None  # (B, 1)
-        self.last = None  # (B, vocab) logits of each row's next token
+    step(idx, cache, positions, key_mask) -> (logits, cache); select(cache, rows) -> cache;
+    merge(cache, cache, width) -> cache."""
+
+    def __init__(self, step: SamplingStep, *, select: Callable, merge: Callable, context: int, device):
+        self.step, self.select, self.merge, self.context, self.device = step, select, merge, context, device
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows: list[dict] = []  # entry, slot, budget, stops, live
+        self.entries: list[dict] = []  # request, handle, rows' tokens/logprobs/compute, rows left
+        self.cache = self.key_mask = self.next_position = self.temperatures = self.last = None
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return sum(row["live"] for row in self.rows)
 
-    def admit(self, request: SamplingRequest, handle) -> None:
-        """Prefill `request` (its n rows share the prompt) and merge its rows into the batch."""
-        budget = min(request.max_new_tokens, self.context - len(request.prompt))
-        if budget < 1:
-            raise ValueError(f"a prompt of {len(request.prompt)} tokens leaves no room in a context of "
-                             f"{self.context}")
+    def admit(self, items: list[tuple[SamplingRequest, object]]) -> list[tuple[object, Exception]]:
+        """Prefill these requests and merge their rows in. Returns (handle, error) for requests refused."""
+        refused, accepted = [], []
+        for request, handle in items:
+            budget = min(request.max_new_tokens, self.context - len(request.prompt))
+            if budget < 1:
+                refused.append((handle, ValueError(f"a prompt of {len(request.prompt)} tokens leaves no room in a "
+                                                   f"context of {self.context}")))
+            else:
+                accepted.append((request, handle, budget))
+        if not accepted:
+            return refused
         started = time.monotonic()
-        idx = torch.tensor([request.prompt] * request.n, device=self.device)
-        positions = torch.arange(len(request.prompt), device=self.device)[None, :].expand(request.n, -1)
-        logits, cache = self.step(idx, None, positions, None)
-        key_mask = torch.ones(request.n, len(request.prompt), dtype=torch.bool, device=self.device)
-        prefill = (time.monotonic() - started) / request.n
-        entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
-                 "logprobs": [[] for _ in range(request.n)], "compute": [prefill] * request.n, "left": request.n,
-                 "stream": random.Random(request.seed)}
-        self.entries.append(entry)
-        rows = [{"entry": entry, "slot": slot, "budget": budget, "stops": set(request.stops)} for slot in range(request.n)]
-        temperatures = torch.full((request.n, 1), float(request.temperature), device=self.device)
-        next_position = torch.full((request.n,), len(request.prompt), device=self.device)
+        prompts = [request.prompt for request, _, _ in accepted for _ in range(request.n)]
+        width = max(len(p) for p in prompts)
+        pads = torch.tensor([width - len(p) for p in prompts], device=self.device)
+        idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=self.device)
+        columns = torch.arange(width, device=self.device)[None, :]
+        positions = (columns - pads[:, None]).clamp(min=0)
+        key_mask = columns >= pads[:, None]
+        logits, cache = self.step(idx, None, positions, key_mask if bool(pads.any()) else None)
+        prefill = (time.monotonic() - started) / len(prompts)
+        rows = []
+        for request, handle, budget in accepted:
+            entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
+                     "logprobs": [[] for _ in range(request.n)], "compute": [prefill] * request.n,
+                     "left": request.n, "stream": random.Random(request.seed)}
+            self.entries.append(entry)
+            rows += [{"entry": entry, "slot": slot, "budget": budget, "stops": set(request.stops), "live": True}
+                     for slot in range(request.n)]
+        temperatures = torch.tensor([[float(row["entry"]["request"].temperature)] for row in rows], device=self.device)
+        next_position = torch.tensor([len(p) for p in prompts], device=self.device)
         if not self.rows:
             self.cache, self.key_mask, self.last = cache, key_mask, logits[:, -1, :]
             self.next_position, self.temperatures, self.rows = next_position, temperatures, rows
-            return
-        width = max(self.key_mask.shape[1], key_mask.shape[1])
-
-        def left_pad(tensor, length, value=0.0):  # (B, heads, S, dim) or (B, S)
-            missing = length - tensor.shape[-2 if tensor.dim() == 4 else -1]
-            if missing == 0:
-                return tensor
-            shape = list(tensor.shape)
-            shape[-2 if tensor.dim() == 4 else -1] = missing
-            return torch.cat([torch.full(shape, value, dtype=tensor.dtype, device=tensor.device), tensor],
-                             dim=-2 if tensor.dim() == 4 else -1)
-
-        self.cache = [(torch.cat([left_pad(k0, width), left_pad(k1, width)]),
-                       torch.cat([left_pad(v0, width), left_pad(v1, width)]))
-                      for (k0, v0), (k1, v1) in zip(self.cache, cache, strict=True)]
-        self.key_mask = torch.cat([left_pad(self.key_mask, width, False), left_pad(key_mask, width, False)])
+            return refused
+        self._drop_stopped_rows()
+        merged_width = max(self.key_mask.shape[1], width)
+        self.cache = self.merge(self.cache, cache, merged_width)
+        self.key_mask = torch.cat([_left_pad(self.key_mask, merged_width), _left_pad(key_mask, merged_width)])
         self.last = torch.cat([self.last, logits[:, -1, :]])
         self.next_position = torch.cat([self.next_position, next_position])
         self.temperatures = torch.cat([self.temperatures, temperatures])
         self.rows += rows
+        return refused
+
+    def _drop_stopped_rows(self) -> None:
+        live = [position for position, row in enumerate(self.rows) if row["live"]]
+        if len(live) == len(self.rows):
+            return
+        select = torch.tensor(live, dtype=torch.long, device=self.device)
+        self.cache = self.select(self.cache, select)
+        self.key_mask, self.last = self.key_mask.index_select(0, select), self.last.index_select(0, select)
+        self.next_position = self.next_position.index_select(0, select)
+        self.temperatures = self.temperatures.index_select(0, select)
+        self.rows = [self.rows[p] for p in live]
 
     def advance(self) -> list[dict]:
-        """One token for every row. Returns the entries whose rows have all stopped (their `tokens`,
-        `logprobs` and `compute` complete), and drops them from the batch."""
+        """One token for every live row. Returns the entries whose rows have all stopped (their `tokens`,
+        `logprobs` and `compute` complete) and forgets them."""
         started = time.monotonic()
         distribution = F.log_softmax(self.last.float() / self.temperatures, dim=-1)
-        tokens = draw(distribution.exp(), [row["entry"]["stream"].random() for row in self.rows])
+        tokens = draw(distribution.exp(), [row["entry"]["stream"].random() if row["live"] else 0.0
+                                           for row in self.rows])
         logprobs = distribution.gather(1, tokens[:, None]).squeeze(1).tolist()
         sampled = tokens.tolist()
-        keep, finished = [], []
+        finished, took_part = [], []
         for position, row in enumerate(self.rows):
+            if not row["live"]:
+                continue
             entry, slot = row["entry"], row["slot"]
+            took_part.append((entry, slot))
             entry["tokens"][slot].append(sampled[position])
             entry["logprobs"][slot].append(logprobs[position])
-            if sampled[position] not in row["stops"] and len(entry["tokens"][slot]) < row["budget"]:
-                keep.append(position)
-            else:
+            if sampled[position] in row["stops"] or len(entry["tokens"][slot]) >= row["budget"]:
+                row["live"] = False
                 entry["left"] -= 1
                 if entry["left"] == 0:
                     finished.append(entry)
-        took_part = [(row["entry"], row["slot"]) for row in self.rows]
-        if len(keep) < len(self.rows):
-            select = torch.tensor(keep, dtype=torch.long, device=self.device)
-            self.cache = [(k.index_select(0, select), v.index_select(0, select)) for k, v in self.cache]
-            self.key_mask, tokens = self.key_mask.index_select(0, select), tokens.index_select(0, select)
-            self.next_position = self.next_position.index_select(0, select)
-            self.temperatures = self.temperatures.index_select(0, select)
-            self.rows = [self.rows[p] for p in keep]
-        if self.rows:
+        live = len(self)
+        if not live:
+            self._reset()
+        else:
+            if len(self.rows) - live > max(8, len(self.rows) // 4):
+                keep = [position for position, row in enumerate(self.rows) if row["live"]]
+                self._drop_stopped_rows()
+                tokens = tokens.index_select(0, torch.tensor(keep, dtype=torch.long, device=self.device))
             self.key_mask = torch.cat([self.key_mask, self.key_mask.new_ones(len(self.rows), 1)], dim=1)
             logits, self.cache = self.step(tokens[:, None], self.cache, self.next_position[:, None], self.key_mask)
             self.last = logits[:, -1, :]
             self.next_position = self.next_position + 1
-        share = (time.monotonic() - started) / len(took_part)
+            self.entries = [e for e in self.entries if e["left"] > 0]
+        share = (time.monotonic() - started) / max(len(took_part), 1)
         for entry, slot in took_part:
             entry["compute"][slot] += share
-        self.entries = [e for e in self.entries if e["left"] > 0]
         return finished
+
+
+def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """(B, S) key mask padded on the left with False to (B, width)."""
+    missing = width - mask.shape[1]
+    return mask if missing == 0 else torch.cat([mask.new_zeros(mask.shape[0], missing), mask], dim=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from ..model import TinyLM
+from ..model import TinyLM, merge_caches, select_rows
 from . import BatchingEngine, GenerationRequest
 from .sampling import ContinuousBatch, SamplingRequest
 
@@ -20,7 +20,8 @@ class TorchEngine(BatchingEngine):
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
     def _open_batch(self) -> ContinuousBatch:
-        return ContinuousBatch(self.model.sampling_step, context=self.max_context, device=self.device)
+        return ContinuousBatch(self.model.sampling_step, select=select_rows, merge=merge_caches,
+                               context=self.max_context, device=self.device)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return SamplingRequest(request.prompt_ids, request.n, request.max_new_tokens, tuple(request.stop_ids),
