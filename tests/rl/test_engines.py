@@ -112,3 +112,16 @@ def test_batched_sampling_of_prompts_of_different_lengths_reports_true_logprobs(
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.generate(requests[:1])
+
+
+def test_a_row_that_fills_the_context_stops_there_while_others_go_on(addition_base_model):
+    engine, chat = TorchEngine(copy.deepcopy(addition_base_model)), CharChat()
+    context = engine.max_context
+    long_prompt = [chat.tokenizer.id_of("1")] * (context - 3)
+    short = GenerationRequest(chat.prompt([{"role": "user", "content": "3+4="}], []), n=2, max_new_tokens=20,
+                              stop_ids=(), seed=1)
+    full = GenerationRequest(long_prompt, n=2, max_new_tokens=20, stop_ids=(), seed=2)
+    short_group, full_group = engine.generate([short, full])
+    assert all(len(c.token_ids) == 3 and c.finish_reason == "length" for c in full_group)
+    assert all(len(c.token_ids) == 20 for c in short_group)
+    engine.close()

@@ -212,7 +212,9 @@ class ContinuousBatch:
                 self._drop_stopped_rows()
                 tokens = tokens.index_select(0, torch.tensor(keep, dtype=torch.long, device=self.device))
             self.key_mask = torch.cat([self.key_mask, self.key_mask.new_ones(len(self.rows), 1)], dim=1)
-            logits, self.cache = self.step(tokens[:, None], self.cache, self.next_position[:, None], self.key_mask)
+            # Stopped rows still ride along until dropped; their position may have run past the context.
+            positions = self.next_position.clamp(max=self.context - 1)[:, None]
+            logits, self.cache = self.step(tokens[:, None], self.cache, positions, self.key_mask)
             self.last = logits[:, -1, :]
             self.next_position = self.next_position + 1
             self.entries = [e for e in self.entries if e["left"] > 0]
