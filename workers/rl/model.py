@@ -145,9 +145,11 @@ class TinyLM(nn.Module):
         return tokens, logprobs
 
 
-def select_rows(cache: list, rows: torch.Tensor) -> list:
-    """The cache of those rows only (a copy of the columns in use, with fresh headroom)."""
-    return [(k[:, :, :n].index_select(0, rows), v[:, :, :n].index_select(0, rows), n) for k, v, n in cache]
+def select_rows(cache: list, rows: torch.Tensor, start: int = 0) -> list:
+    """The cache of those rows only, from column `start` on (columns before it are padding for every one of
+    them): a copy of the columns in use, which the next token's write gives fresh headroom."""
+    return [(k[:, :, start:n].index_select(0, rows), v[:, :, start:n].index_select(0, rows), n - start)
+            for k, v, n in cache]
 
 
 def merge_caches(first: list, second: list, width: int) -> list:

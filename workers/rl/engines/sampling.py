@@ -109,7 +109,7 @@ class ContinuousBatch:
     ignored, until a quarter of the rows are such (or the next merge): dropping rows copies the cache
     (`select`), so it is done in bulk. Each row's compute is its share of every forward pass it took part in.
 
-    step(idx, cache, positions, key_mask) -> (logits, cache); select(cache, rows) -> cache;
+    step(idx, cache, positions, key_mask) -> (logits, cache); select(cache, rows, first column) -> cache;
     merge(cache, cache, width) -> cache."""
 
     def __init__(self, step: SamplingStep, *, select: Callable, merge: Callable, context: int, device):
@@ -171,12 +171,16 @@ class ContinuousBatch:
         return refused
 
     def _drop_stopped_rows(self) -> None:
+        """Drop the stopped rows, and the leading columns that are padding for every row left (the batch never
+        drains while requests keep coming, so without this its width would only grow)."""
         live = [position for position, row in enumerate(self.rows) if row["live"]]
         if len(live) == len(self.rows):
             return
         select = torch.tensor(live, dtype=torch.long, device=self.device)
-        self.cache = self.select(self.cache, select)
-        self.key_mask, self.last = self.key_mask.index_select(0, select), self.last.index_select(0, select)
+        key_mask = self.key_mask.index_select(0, select)
+        start = int(key_mask.any(dim=0).nonzero()[0])
+        self.cache = self.select(self.cache, select, start)
+        self.key_mask, self.last = key_mask[:, start:], self.last.index_select(0, select)
         self.next_position = self.next_position.index_select(0, select)
         self.temperatures = self.temperatures.index_select(0, select)
         self.rows = [self.rows[p] for p in live]
