@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+DEMO_STEPS ?= 500
 
 .PHONY: setup system-packages demo test lint clean
 
@@ -27,10 +28,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev,bench]"
 	touch $@
 
+# The demo trains by itself: a run on the demo bundle is queued (its base model pretrained first, about a
+# minute, once per data directory) and the web process's embedded runner trains it, so the run page's curves
+# move as soon as the server is up. --noreload: the autoreloader's parent process would start a second runner.
 demo: setup
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	$(BIN)/python manage.py train --bundle demo --steps $(DEMO_STEPS) --name demo --if-idle --prepare
+	STUDIO_EMBEDDED_RUNNER=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -30,8 +30,9 @@ class RunConfig:
     max_staleness: int = 1
     """async: how many policy versions a trajectory may lag the weights it is trained against. Generation is
     held back so nothing beyond this is produced; a trajectory that still arrives too late is not trained on."""
-    rollout_concurrency: int = 8
-    """Groups rolled out at once (each runs its tool calls in the sandbox pool)."""
+    rollout_concurrency: int = 16
+    """Groups rolled out at once (each runs its tool calls in the sandbox pool). More than groups_per_step, so a
+    few long rollouts (code, documents) do not hold every slot while short ones could be training."""
     verify_concurrency: int = 4
     """Verifications running at once."""
     dynamic_sampling: bool = True
@@ -71,7 +72,7 @@ class RunConfig:
     checkpoint_every: int = 10
     """Steps between checkpoints (the last step always checkpoints)."""
     keep_checkpoints: int = 3
-    eval_tasks_per_domain: int = 32
+    eval_tasks_per_domain: int = 64
     """Tasks per domain in the evaluation at the start and the end of the run (one sample each; 0: none). The
     summary's reward lift comes from it: training rewards are biased by the curriculum's choice of tasks."""
     max_tool_output_chars: int = 2000

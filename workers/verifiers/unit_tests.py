@@ -88,7 +88,12 @@ def _judge_report(result, nonce: str, expected: list[str]) -> Outcome:
     missing = [t for t in expected if t not in results]
     skipped = [t for t in expected if results.get(t, {}).get("status") == "skip"]
     if missing or skipped:
-        return Outcome.scored(0, f"tests that did not run: {', '.join(missing + skipped)}")
+        # Why they did not run is usually in another result (the test module's import of the solution failed).
+        why = [f"{name}: {r['message']}" for name, r in results.items() if name not in expected and r.get("message")]
+        evidence = f"tests that did not run: {', '.join(missing + skipped)}" + (f" | {why[0][:300]}" if why else "")
+        if report.get("candidate_output"):
+            evidence += f" | candidate output: {report['candidate_output'][-300:]}"
+        return Outcome.scored(0, evidence)
     passed = [t for t in expected if results[t]["status"] == "pass"]
     if (result.exit_code == 0) != (len(passed) == len(expected)):
         return Outcome.scored(0, f"exit status {result.exit_code} disagrees with the report")

@@ -1,4 +1,5 @@
-"""`manage.py train --bundle SLUG[@N] --steps N [--headless] [--json] [--set KEY=VALUE ...]`: start a run.
+"""`manage.py train --bundle SLUG[@N] --steps N [--headless] [--json] [--set KEY=VALUE ...] [--if-idle] [--prepare]`:
+start a run.
 
 Headless, the run trains in this process with a progress bar on stderr and ends with its summary (JSON with
 --json): per-domain reward at the start and the end, trajectories and effective trajectories per hour,
@@ -18,7 +19,11 @@ from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.dispatch import run_enqueue
 from apps.runs.driver import run_attempt
+from apps.runs.models import ACTIVE_STATUSES, Run
+from apps.runs.pinned import pinned_bundle
+from apps.runs.policies import demo_base_model
 from apps.runs.services import RunError, run_claim, run_create
+from workers.rl.config import RunConfig
 
 
 def parse_setting(text: str) -> tuple[str, object]:
@@ -43,16 +48,27 @@ class Command(BaseCommand):
                             help="a RunConfig field (workers/rl/config.py), VALUE as JSON or text; repeatable")
         parser.add_argument("--headless", action="store_true", help="train in this process until the run ends")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the summary as one JSON object")
+        parser.add_argument("--if-idle", action="store_true",
+                            help="queue nothing if the project already has a queued or running run (make demo)")
+        parser.add_argument("--prepare", action="store_true",
+                            help="before queueing, pretrain the built-in base model here if it is not cached, so "
+                                 "the worker starts training at once")
 
-    def handle(self, *args, bundle, steps, project, name, overrides, headless, as_json, **_):
+    def handle(self, *args, bundle, steps, project, name, overrides, headless, as_json, if_idle, prepare, **_):
+        console = Console(stderr=True)
         try:
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
+            active = Run.objects.filter(project=scope, status__in=ACTIVE_STATUSES).first()
+            if if_idle and active is not None:
+                console.print(f"run [bold]{active.name}[/] is already {active.status}; queued nothing")
+                return
             run = run_create(project=scope, bundle=version, steps=steps, name=name, via="cli",
                              overrides=dict(parse_setting(s) for s in overrides))
         except (LookupError, VersionNotFound, RunError) as exc:
             raise CommandError(str(exc))
-        console = Console(stderr=True)
+        if prepare:
+            self.prepare(run, console)
         if not headless:
             run_enqueue(run)
             console.print(f"queued run [bold]{run.name}[/] ({run.id}) on {version.ref}; "
@@ -63,6 +79,17 @@ class Command(BaseCommand):
         if summary is None:
             raise CommandError("another worker took this run over")
         self.stdout.write(_dumps(summary, indent=None if as_json else 2))
+
+    def prepare(self, run, console):
+        config = RunConfig.from_dict(run.config)
+        if not config.model.startswith("builtin:"):
+            return
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.fields[status]}"), console=console) as progress:
+            task = progress.add_task("pretraining the demo base model", total=None, status="")
+            path = demo_base_model(pinned_bundle(bundle=run.bundle, config=config), progress=lambda step, loss, seconds:
+                                   progress.update(task, completed=step, status=f"loss {loss:.3f} {seconds:.0f}s"))
+        console.print(f"base model ready: {path}")
 
     def train(self, run, attempt, console):
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
