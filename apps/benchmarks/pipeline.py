@@ -84,18 +84,17 @@ def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: Mod
             "steps": summary["steps"], "trajectories": summary["trajectories"]["total"],
             "staleness_max": summary["staleness"]["max"], "staleness_bound": summary["staleness"]["bound"],
             "idle_seconds": summary["idle_seconds"],
-            "trainer_seconds_per_step": round(sum(s["points"].get("trainer/step_seconds", 0) * s["points"].get(
-                "trainer/busy_fraction", 0) for s in tracker.steps[-1:]), 3),
+            "seconds_per_step": round(summary["wall_seconds"] / max(summary["steps"], 1), 3),
             "environment_seconds": {"mean": round(sum(environment) / max(len(environment), 1), 3),
                                     "max": round(max(environment, default=0.0), 3)}}
 
 
-def run(*, steps: int = 20, environment_scale: float = 0.1, **_) -> dict:
+def run(*, steps: int = 30, environment_scale: float = 0.1, **_) -> dict:
     overrides = {"groups_per_step": 8, "group_size": 8, "max_staleness": 2, "rollout_concurrency": 16,
                  "verify_concurrency": 48, "dynamic_sampling": False, "curriculum": False, "micro_batch_size": 64,
                  "checkpoint_every": 10_000, "eval_tasks_per_domain": 0}
     template, items = _world(tasks=512, scale=environment_scale, verify_concurrency=overrides["verify_concurrency"])
-    model_config = ModelConfig(vocab_size=CharChat().tokenizer.vocab_size, block_size=64, n_layer=4, n_embd=256,
+    model_config = ModelConfig(vocab_size=CharChat().tokenizer.vocab_size, block_size=64, n_layer=4, n_embd=512,
                                n_head=8)
     pool = SandboxPool(backend_named("process"))
     try:

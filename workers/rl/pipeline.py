@@ -260,7 +260,8 @@ class Pipeline:
             def done(_future):
                 with self._cond:
                     remaining[0] -= 1
-                    if remaining[0] == 0 and not self._stop and all(f.exception() is None for f in futures):
+                    if remaining[0] == 0 and not self._stop and all(
+                            not f.cancelled() and f.exception() is None for f in futures):
                         self._verifying.pop(task.seq, None)
                         self._buffer.append(_Group(task, trajectories))
                         self._cond.notify_all()
@@ -271,7 +272,7 @@ class Pipeline:
             self._fail(exc)
 
     def _raise_from(self, future) -> None:
-        if future.exception() is not None:
+        if not future.cancelled() and future.exception() is not None:  # cancelled: the pipeline is closing
             self._fail(future.exception())
 
     def _fail(self, exc: BaseException) -> None:
