@@ -3,7 +3,7 @@ data, side by side in one run: seconds per step, and wall time until the reward'
 target.
 
 The model is a ~0.7M-parameter Llama with a character tokenizer (workers.rl.hf_tiny), made here and taught a+b
-(a, b < 30) from a corpus whose answers are half wrong, so both trainers start from the same unreliable base.
+(a, b < 30) from a corpus where 30% of the answers are wrong, so both trainers start from the same unreliable base.
 One step on both sides: 16 prompts × 8 samples, at most 4 new tokens, temperature 1, the reward 1 for the exact
 sum; group-normalised advantages, clip 0.2 / 0.28, token-level loss, no KL, AdamW at the same constant
 learning rate, one update per batch. TRL is set as MEASURED.md found fair on a CPU: no bf16, no gradient
@@ -13,8 +13,10 @@ pipeline with the transformers engine and the numeric verifier.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +35,7 @@ from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
 LIMIT, PROMPTS, GROUP, NEW_TOKENS, LEARNING_RATE = 30, 16, 8, 4, 2e-4
+WRONG_FRACTION = 0.3  # of the pretraining answers: a base that is right sometimes, so groups carry signal
 RUN_ID = "00000000-0000-4000-8000-0000000078a1"
 
 
@@ -128,7 +131,8 @@ def _trl(model_dir: Path, steps: int, target: float) -> dict:
         trainer = TRLTrainer(model=str(model_dir), reward_funcs=exact_sum, args=args,
                              train_dataset=Dataset.from_list(rows),
                              processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[clock])
-        trainer.train()
+        with contextlib.redirect_stdout(sys.stderr):  # TRL prints its logs; this command's stdout is the JSON
+            trainer.train()
         rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
     elapsed, history = 0.0, []
     for seconds, reward in zip(clock.seconds, rewards, strict=False):
@@ -137,12 +141,12 @@ def _trl(model_dir: Path, steps: int, target: float) -> dict:
     return _summary(clock.seconds, history, target)
 
 
-def run(*, steps: int = 60, target_reward: float = 0.75, pretrain_steps: int = 1500, **_) -> dict:
+def run(*, steps: int = 100, target_reward: float = 0.6, pretrain_steps: int = 1500, **_) -> dict:
     with tempfile.TemporaryDirectory() as directory:
         model_dir = make_tiny_hf_model(Path(directory) / "tiny-llama", hidden_size=128, layers=4, heads=4,
                                        max_positions=64)
         started = time.monotonic()
-        report = pretrain_hf_addition(model_dir, steps=pretrain_steps, limit=LIMIT)
+        report = pretrain_hf_addition(model_dir, steps=pretrain_steps, limit=LIMIT, wrong_fraction=WRONG_FRACTION)
         pretraining = {**report, "seconds": round(time.monotonic() - started, 1)}
         ours = _ours(model_dir, steps, target_reward)
         trl = _trl(model_dir, steps, target_reward)

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--steps", type=int, help="pipeline, trainer: trainer steps per side")
         parser.add_argument("--environment-scale", type=float, default=0.1,
                             help="pipeline: the shortest environment time in seconds (the Pareto minimum)")
-        parser.add_argument("--target-reward", type=float, default=0.75,
+        parser.add_argument("--target-reward", type=float, default=0.6,
                             help="trainer: the reward moving average both trainers race to")
         parser.add_argument("--pretrain-steps", type=int, default=1500, help="trainer: steps teaching the base model")
 
