@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from . import BatchingEngine, Completion, GenerationRequest, trim
-from .sampling import SamplingRequest, sample_batch
+from .sampling import sample_batch, sampling_request
 
 
 class TransformersEngine(BatchingEngine):
@@ -41,9 +41,8 @@ class TransformersEngine(BatchingEngine):
         return out.logits, out.cache
 
     def _sample(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
-        batch = [SamplingRequest(r.prompt_ids, r.n, r.max_new_tokens, tuple(r.stop_ids), r.temperature, r.seed)
-                 for r in requests]
-        sampled = sample_batch(self._step, batch, context=self.max_context, device=self.device)
+        sampled = sample_batch(self._step, [sampling_request(r) for r in requests], context=self.max_context,
+                               device=self.device)
         return [[trim(tokens, logprobs, r.stop_ids, r.max_new_tokens) for tokens, logprobs in rows]
                 for r, rows in zip(requests, sampled, strict=True)]
 

@@ -45,6 +45,25 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
 SamplingStep = Callable
 
 
+def sampling_request(request) -> SamplingRequest:
+    """An engines.GenerationRequest as the sampler takes it."""
+    return SamplingRequest(request.prompt_ids, request.n, request.max_new_tokens, tuple(request.stop_ids),
+                           request.temperature, request.seed)
+
+
+def prefill(step: SamplingStep, prompts: list[list[int]], device):
+    """One forward pass over prompts of different lengths, left-padded, each row at its own positions.
+    Returns the logits, the cache and the key mask (None when no row is padded)."""
+    width = max(len(p) for p in prompts)
+    pads = torch.tensor([width - len(p) for p in prompts], device=device)
+    idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+    columns = torch.arange(width, device=device)[None, :]
+    positions = (columns - pads[:, None]).clamp(min=0)
+    key_mask = (columns >= pads[:, None]) if bool(pads.any()) else None
+    logits, cache = step(idx, None, positions, key_mask)
+    return logits, cache, key_mask
+
+
 @torch.no_grad()
 def sample_batch(step: SamplingStep, requests: list[SamplingRequest], *, context: int | None,
                  device) -> list[list[tuple[list[int], list[float]]]]:
@@ -56,13 +75,7 @@ def sample_batch(step: SamplingStep, requests: list[SamplingRequest], *, context
     if min(budgets, default=1) < 1:
         raise ValueError(f"a prompt of {max(len(p) for p in prompts)} tokens leaves no room in a context of "
                          f"{context}")
-    width = max(len(p) for p in prompts)
-    pads = torch.tensor([width - len(p) for p in prompts], device=device)
-    idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
-    columns = torch.arange(width, device=device)[None, :]
-    positions = (columns - pads[:, None]).clamp(min=0)
-    key_mask = (columns >= pads[:, None]) if bool(pads.any()) else None
-    logits, cache = step(idx, None, positions, key_mask)
+    logits, cache, key_mask = prefill(step, prompts, device)
     last = logits[:, -1, :]
     next_position = torch.tensor([len(p) for p in prompts], device=device)
     temperatures = torch.tensor([requests[o].temperature for o in owners], device=device)[:, None]
@@ -138,18 +151,15 @@ class ContinuousBatch:
             return refused
         started = time.monotonic()
         prompts = [request.prompt for request, _, _ in accepted for _ in range(request.n)]
+        logits, cache, key_mask = prefill(self.step, prompts, self.device)
         width = max(len(p) for p in prompts)
-        pads = torch.tensor([width - len(p) for p in prompts], device=self.device)
-        idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=self.device)
-        columns = torch.arange(width, device=self.device)[None, :]
-        positions = (columns - pads[:, None]).clamp(min=0)
-        key_mask = columns >= pads[:, None]
-        logits, cache = self.step(idx, None, positions, key_mask if bool(pads.any()) else None)
-        prefill = (time.monotonic() - started) / len(prompts)
+        if key_mask is None:
+            key_mask = torch.ones(len(prompts), width, dtype=torch.bool, device=self.device)
+        prefill_share = (time.monotonic() - started) / len(prompts)
         rows = []
         for request, handle, budget in accepted:
             entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
-                     "logprobs": [[] for _ in range(request.n)], "compute": [prefill] * request.n,
+                     "logprobs": [[] for _ in range(request.n)], "compute": [prefill_share] * request.n,
                      "left": request.n, "stream": random.Random(request.seed)}
             self.entries.append(entry)
             rows += [{"entry": entry, "slot": slot, "budget": budget, "stops": set(request.stops), "live": True}

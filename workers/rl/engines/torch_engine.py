@@ -6,7 +6,7 @@ import copy
 
 from ..model import TinyLM, merge_caches, select_rows
 from . import BatchingEngine, GenerationRequest
-from .sampling import ContinuousBatch, SamplingRequest
+from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 
 
 class TorchEngine(BatchingEngine):
@@ -24,8 +24,7 @@ class TorchEngine(BatchingEngine):
                                context=self.max_context, device=self.device)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
-        return SamplingRequest(request.prompt_ids, request.n, request.max_new_tokens, tuple(request.stop_ids),
-                               request.temperature, request.seed)
+        return sampling_request(request)
 
     def _load(self, state: dict) -> None:
         self.model.load_state_dict(state)
