@@ -47,7 +47,8 @@ RUN_PANELS = (
           y_title="reward", per_domain=True),
     Panel("throughput", "Trajectories per hour: effective vs all",
           names=("throughput/trajectories_per_hour", "throughput/effective_trajectories_per_hour"), y_title="per hour"),
-    Panel("cost", "Cost per task", names=("cost/per_task",), y_title="money per task", y_format=".2~e"),
+    # Prices are per hour in the settings' one currency (GPU_PRICE_PER_HOUR ...); a task costs fractions of a cent.
+    Panel("cost", "Cost per task", names=("cost/per_task",), y_format=".2~r"),
     Panel("idle", "Trainer idle time by cause", prefixes=("idle/",), y_title="seconds per step", stacked=True),
     Panel("staleness", "Staleness (policy versions behind)", prefixes=("staleness/",), y_title="versions"),
     Panel("policy", "KL and entropy", names=("policy/kl", "policy/entropy"), y_title="KL",

@@ -76,6 +76,13 @@ def page_as(live_url, context, session_cookie):
 def screenshot():
     def save(page, name: str):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        # The run page draws a chart only once it is in view: scroll the page through once so the whole-page
+        # picture shows every chart as a reader scrolling down would see it.
+        height = page.evaluate("document.documentElement.scrollHeight")
+        for top in range(0, height, 600):
+            page.evaluate(f"window.scrollTo(0, {top})")
+            page.wait_for_timeout(60)
+        page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
     return save

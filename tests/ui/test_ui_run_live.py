@@ -35,9 +35,11 @@ def test_a_metric_written_by_a_worker_appears_on_the_run_page_within_a_second(pa
     assert page.evaluate(LAST_X, "reward/mean")[-1] == 31
     assert page.evaluate(LAST_X, "reward/new-domain") == [31]  # a domain the page had not seen gets its trace
     page.get_by_text("sandbox restarted").wait_for()
-    # Panels out of view catch up a few seconds later, when the browser is idle.
-    page.wait_for_function("document.querySelector('[data-panel=\"ns-trainer\"]').data[0].x.length === 30",
-                           timeout=8000)
+    # A panel out of view is not redrawn until it scrolls into view; then it shows every step.
+    trainer_steps = "document.querySelector('[data-panel=\"ns-trainer\"]').data[0].x.length"
+    assert page.evaluate(trainer_steps) == 0
+    page.locator('[data-panel="ns-trainer"]').scroll_into_view_if_needed()
+    page.wait_for_function(f"{trainer_steps} === 30", timeout=2000)
     screenshot(page, "run_page")
 
 

@@ -24,7 +24,9 @@ class Command(BaseCommand):
         parser.add_argument("--backend", help="sandbox: process or docker (default: settings.SANDBOX_BACKEND)")
         parser.add_argument("--trajectories", type=int, default=1_000_000, help="ui: rows generated for the list")
         parser.add_argument("--streams", type=int, default=10, help="ui: runs streaming to open run pages at once")
-        parser.add_argument("--stream-steps", type=int, default=20, help="ui: steps each streaming run writes")
+        parser.add_argument("--stream-steps", type=int, default=30, help="ui: measured steps each streaming run writes")
+        parser.add_argument("--warmup-steps", type=int, default=5,
+                            help="ui: steps each streaming run writes first, not measured (pages warming up)")
         parser.add_argument("--step-seconds", type=float, default=1.0, help="ui: seconds between a run's steps")
         parser.add_argument("--skip-push", action="store_true", help="ui: only the trajectory list")
         parser.add_argument("--skip-list", action="store_true", help="ui: only the push latency")
