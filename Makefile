@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 # move as soon as the server is up. --noreload: the autoreloader's parent process would start a second runner.
 demo: setup
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py seed_demo
+	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py train --bundle demo --steps $(DEMO_STEPS) --name demo --if-idle --prepare
 	STUDIO_EMBEDDED_RUNNER=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 

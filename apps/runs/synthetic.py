@@ -17,21 +17,14 @@ from functools import cache
 
 from apps.runs.models import Run
 from apps.runs.services import run_claim, run_create, run_finish, run_step_record
+from workers.rl.chat import CharTokenizer
 from workers.rl.types import ToolCall, Trajectory, Turn, trajectory_id
 
 DOMAINS = ("arithmetic", "python-coding", "3d-modelling", "document-qa")
 IDLE_CAUSES = ("environment_assembly", "generation", "tools", "verification", "timeouts")
 
 
-class _Characters:
-    """One id per character, as the demo's character-level model has: the replay shows one token a character."""
-
-    @staticmethod
-    def encode(text: str) -> list[int]:
-        return [min(ord(c), 126) for c in text]
-
-
-TOKENIZER = _Characters()
+TOKENIZER = CharTokenizer()  # the demo model's own: the replay shows its tokens as it would a real run's
 
 CODE = '''def running_max(xs):
     out, best = [], None

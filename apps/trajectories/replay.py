@@ -15,6 +15,7 @@ from pathlib import Path
 from django.urls import reverse
 
 from apps.runs import figures
+from workers.rl.chat import END_OF_TURN, CharTokenizer
 
 from .models import Trajectory
 
@@ -64,18 +65,24 @@ class TrajectoryInfo:
 
 
 def _pieces(model: str, ids: list[int], content: str) -> tuple[list[str] | None, str]:
-    """The text of each sampled token. One id per character (the demo's model) is read off the content; a
-    Hugging Face model on this machine lends its tokenizer; otherwise only the text is shown."""
+    """The text of each sampled token, from the run's own tokenizer: the demo model's character tokenizer (a
+    character each, and its format markers such as ```python whole), or a Hugging Face model's on this
+    machine; without one only the text is shown."""
     if not ids:
         return None, ""
-    if len(ids) == len(content):
-        return list(content), ""
-    if len(ids) == len(content) + 1:  # the stop token the content leaves out
-        return [*content, "⏎"], ""
+    if model == "builtin:demo-tiny":
+        tokenizer = _char_tokenizer()
+        end = tokenizer.id_of(END_OF_TURN)
+        return ["⏎" if i == end else tokenizer.decode([i]) for i in ids], ""
     tokenizer = _tokenizer(model) if model and Path(model).is_dir() else None
     if tokenizer is None:
         return None, f"{len(ids)} tokens; per-token colours need the run's tokenizer ({model or 'unknown'})"
     return [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(ids)], ""
+
+
+@lru_cache(maxsize=1)
+def _char_tokenizer():
+    return CharTokenizer()
 
 
 @lru_cache(maxsize=4)

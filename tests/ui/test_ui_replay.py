@@ -19,7 +19,11 @@ def test_replay_shows_code_sandbox_output_and_the_unit_test_verdict(page_as, liv
     assert "TypeError: 'NoneType' object is not iterable" in page.locator("pre.stderr").first.inner_text()
     verdict = page.locator("[data-verdict]")
     assert "unit_tests" in verdict.inner_text() and "tests passed" in verdict.inner_text()
-    assert page.locator(".tokens .tok").count() > 20  # the model's output, one span a token
+    # The model's output, one span a token of the run's own tokenizer, which together spell what it wrote.
+    spans = page.eval_on_selector(".tokens", "el => Array.from(el.querySelectorAll('.tok'), s => s.textContent)")
+    first_answer = next(t for t in trajectory.turns if t["role"] == "assistant")
+    assert len(spans) == len(first_answer["token_ids"]) > 10
+    assert "".join(spans) == first_answer["content"]
     page.wait_for_selector(".timeline .main-svg")
     screenshot(page, "replay_coding")
 

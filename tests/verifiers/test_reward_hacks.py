@@ -128,3 +128,28 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_a_reward(context):
     verdict = solve(broken, HONEST)
     assert verdict.status == "infra_error" and verdict.reward is None
     assert "process backend runs this machine's Python 3.11" in verdict.stopped_because
+
+
+SUBTEST_TESTS = '''import unittest
+from solution import double
+
+
+class TestDouble(unittest.TestCase):
+    def test_cases(self):
+        for args, expected in [((1,), 2), ((5,), 10)]:
+            with self.subTest(args=args):
+                self.assertEqual(double(*args), expected)
+'''
+
+
+@pytest.mark.parametrize(("code", "says"), [
+    ("def double(x):\n    return 2 if x == 1 else 0", "(args=(5,)) 0 != 10"),
+    ("d  ", "NameError"),  # what an untrained model writes: the candidate's import fails inside every subtest
+])
+def test_a_failing_subtest_is_reported_as_a_failure_with_its_reason(context, code, says):
+    item = Item(key="double-1", inputs={}, hidden={"tests": SUBTEST_TESTS})
+    verdict = verify(CODING_VERIFIER, Sample(response=f"```python\n{code}\n```"), item, context)
+    assert verdict.reward == 0.0 and verdict.status == "fail"
+    evidence = verdict.components[0].evidence
+    assert evidence.startswith("TestDouble.test_cases: ") and says in evidence, evidence
+    assert "did not run" not in evidence

@@ -4,6 +4,7 @@
 the same specs and instances, and it returns the versions it already has instead of creating new ones.
 """
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -21,7 +22,8 @@ from .draft import PUBLISH_ORDER, Draft
 
 USERNAME = PASSWORD = "demo"
 TEAM = PROJECT = "demo"
-LOGIN_URL = "http://127.0.0.1:8000/"
+# `make demo` serves on HOST:PORT and passes them on; the defaults are its own.
+LOGIN_URL = f"http://{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}/"
 BUNDLE_MEMBERS = ["domain/arithmetic@latest", "domain/word-problems@latest", "domain/python-coding@latest",
                   "domain/document-qa@latest", "domain/3d-modelling@latest"]
 

@@ -112,6 +112,16 @@ def run_unittest(tests_source, module):
         def addSkip(self, test, reason):
             results[test.id().split(".", 1)[-1]] = {"status": "skip", "message": reason}
 
+        def addSubTest(self, test, subtest, err):
+            # A test whose subTest failed gets no addSuccess/addFailure of its own: without this it would read as
+            # a test that never ran. The first failing subtest speaks for the test.
+            key = test.id().split(".", 1)[-1]
+            if err is not None and key not in results:
+                failed = issubclass(err[0], test.failureException)
+                message = str(err[1]) if failed else f"{err[0].__name__}: {err[1]}"
+                where = ", ".join(f"{name}={value!r}" for name, value in subtest.params.items())
+                results[key] = {"status": "fail" if failed else "error", "message": f"({where}) {message}"[:500]}
+
     suite.run(Recorder())
     return results
 
