@@ -35,15 +35,14 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def demo_corpus(pinned: PinnedBundle) -> list[tuple[str, str, list[dict]]]:
-    """(template key, prompt, reference turns) of every task instance that has a reference answer."""
+def demo_corpus(pinned: PinnedBundle) -> list[tuple[str, list[dict]]]:
     rng = random.Random(PRETRAIN_SEED)
     corpus = []
     for key, template in sorted(pinned.templates.items()):
         for item in pinned.items[key].values():
             turns = reference_turns(tools=list(template.tools), inputs=item.inputs, hidden=item.hidden, rng=rng)
             if turns is not None:
-                corpus.append((key, template.prompt_template.format(**item.inputs), turns))
+                corpus.append((template.prompt_template.format(**item.inputs), turns))
     return corpus
 
 

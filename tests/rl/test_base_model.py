@@ -63,8 +63,7 @@ def test_the_corpus_is_noisy_on_purpose():
 
 
 def test_a_short_pretraining_learns_the_format():
-    corpus = [("add", f"{a}+{b}=", [{"role": "assistant", "content": str(a + b)}]) for a in range(10)
-              for b in range(10)]
+    corpus = [(f"{a}+{b}=", [{"role": "assistant", "content": str(a + b)}]) for a in range(10) for b in range(10)]
     model, report = pretrain(corpus, steps=150, seed=0, block_size=64)
     assert report["short"] == 100 and report["long"] == 0
     assert report["last_loss"] < report["first_loss"] * 0.5

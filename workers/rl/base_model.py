@@ -108,15 +108,12 @@ def _noisy_conversation(prompt: str, turns: list[dict], rng: random.Random, wron
 def pretrain(conversations, *, seconds: float = 60.0, steps: int | None = None, seed: int = 0,
              wrong_fraction: float = 0.5, block_size: int = 512, short_fraction: float = 0.8,
              short_batch: int = 128, long_batch: int = 8, lr: float = 3e-3, progress=None) -> tuple[TinyLM, dict]:
-    """Pretrain a TinyLM on `conversations`, a list of (family, prompt, reference turns), for `seconds` (or
-    `steps`). The family names where an example comes from (its task template).
+    """Pretrain a TinyLM on `conversations`, a list of (prompt, reference turns), for `seconds` (or `steps`).
 
     Each step is a batch of freshly noised whole conversations, the loss on what the assistant writes (the
     prompts are mostly unpredictable digits and specs; learning them would spend the model's few parameters on
     noise). Short conversations (`12+7=`) go in wide cheap batches, most steps (`short_fraction`); long ones
-    (code, JSON, scripts) in small batches, cut to their last `block_size` characters as rollouts cut prompts,
-    each row from a family drawn uniformly: a family with fewer examples than another (the 3D scripts beside
-    four times as many code and document answers) is still seen as often, or its format is never learned."""
+    (code, JSON, scripts) in small batches, cut to their last `block_size` characters as rollouts cut prompts."""
     if not conversations:
         raise ValueError("no conversations to pretrain on")
     torch.manual_seed(seed)
@@ -124,17 +121,15 @@ def pretrain(conversations, *, seconds: float = 60.0, steps: int | None = None, 
     chat = CharChat()
     model = TinyLM(ModelConfig(vocab_size=chat.tokenizer.vocab_size, block_size=block_size))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    short: dict[str, list] = {}
-    long: dict[str, list] = {}
-    for family, prompt, turns in conversations:
-        pool = short if len(prompt) + sum(len(t["content"]) for t in turns) <= SHORT_EXAMPLE_CHARS else long
-        pool.setdefault(family, []).append((prompt, turns))
+    short, long = [], []
+    for conversation in conversations:
+        prompt, turns = conversation
+        (short if len(prompt) + sum(len(t["content"]) for t in turns) <= SHORT_EXAMPLE_CHARS else long).append(
+            conversation)
     started, step, losses = time.monotonic(), 0, []
 
     def batch(pool, size):
-        families = sorted(pool)
-        rows = [_noisy_conversation(*rng.choice(pool[rng.choice(families)]), rng, wrong_fraction, chat)
-                for _ in range(size)]
+        rows = [_noisy_conversation(*rng.choice(pool), rng, wrong_fraction, chat) for _ in range(size)]
         rows = [(ids[-block_size:], mask[-block_size:]) for ids, mask in rows]
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((size, width), chat.end)
@@ -162,5 +157,4 @@ def pretrain(conversations, *, seconds: float = 60.0, steps: int | None = None, 
             progress(step, losses[-1], time.monotonic() - started)
     return model.eval(), {"steps": step, "seconds": round(time.monotonic() - started, 1),
                           "first_loss": losses[0], "last_loss": sum(losses[-20:]) / len(losses[-20:]),
-                          "conversations": len(conversations), "short": sum(map(len, short.values())),
-                          "long": sum(map(len, long.values())), "long_families": sorted(long)}
+                          "conversations": len(conversations), "short": len(short), "long": len(long)}
