@@ -28,12 +28,15 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev,bench]"
 	touch $@
 
-# The demo trains by itself: a run on the demo bundle is queued (its base model pretrained first, about a
+# The demo first checks its tasks: three reference answers of each template through the real sandboxes and
+# verifiers (a run of its own, "reference check", whose 3D answers carry their rendered views). Then it trains
+# by itself: a run on the demo bundle is queued (its base model pretrained first, about a
 # minute, once per data directory) and the web process's embedded runner trains it, so the run page's curves
 # move as soon as the server is up. --noreload: the autoreloader's parent process would start a second runner.
 demo: setup
 	$(BIN)/python manage.py migrate --noinput
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py reference_check --bundle demo --per-template 3 --if-absent
 	$(BIN)/python manage.py train --bundle demo --steps $(DEMO_STEPS) --name demo --if-idle --prepare
 	STUDIO_EMBEDDED_RUNNER=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 

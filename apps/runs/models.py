@@ -103,6 +103,7 @@ class EventKind(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     REQUESTED = "requested"  # pause or cancel asked for; the worker acts on it at the next step
+    REFERENCE_FAILED = "reference_failed"  # a reference check: a template's reference answers did not all pass
 
 
 class RunEvent(models.Model):

@@ -71,6 +71,9 @@ def build_policy(config: RunConfig, pinned: PinnedBundle, *, progress=None):
     """(policy, engine, chat format) for the run, on the device the config asks for."""
     device = resolve_device(config.device)
     if config.model.startswith("builtin:"):
+        if config.model == "builtin:reference":
+            raise ValueError("a reference check answers with the tasks' references and trains nothing: "
+                             "run it with `manage.py reference_check`, not as a training run")
         if config.model != "builtin:demo-tiny":
             raise ValueError(f"unknown built-in model {config.model!r}; the built-in one is builtin:demo-tiny")
         from workers.rl.engines.torch_engine import TorchEngine

@@ -134,7 +134,8 @@
       const data = panel.figure.data.map(trace => {
         const s = series[trace.meta] || { step: [], wall_time: [], value: [] };
         const x = xKey === "step" ? s.step : s.wall_time.map(t => new Date(t * 1000));
-        return Object.assign({}, trace, { x, y: smooth(s.value) });
+        // A lone point (a run's first step, a one-step reference check) is a line of nothing: draw it as a dot.
+        return Object.assign({}, trace, { x, y: smooth(s.value), mode: x.length === 1 ? "markers" : trace.mode });
       });
       const layout = Object.assign({}, panel.figure.layout);
       layout.xaxis = Object.assign({}, layout.xaxis || {}, { type: xKey === "step" ? "linear" : "date" });

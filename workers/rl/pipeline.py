@@ -115,6 +115,39 @@ class LocalVerifier:
         return verify(template.verifier_spec, sample, item, context)
 
 
+def verify_trajectory(verifier, task: Task, trajectory: Trajectory) -> None:
+    """Grade a finished rollout in place: its reward, verdict (without artifacts), artifacts, judge cost and
+    verification time. A rollout that timed out or broke the policy's rules scores 0 unverified; one whose
+    infrastructure failed, or that the verifier could not grade, is an infra error with no reward."""
+    started = time.monotonic()
+    try:
+        if trajectory.status in (TrajectoryStatus.TIMEOUT, TrajectoryStatus.POLICY_ERROR):
+            trajectory.reward = 0.0
+            trajectory.verdict = {"reward": 0.0, "status": "fail", "components": [], "layers_run": [],
+                                  "stopped_because": f"not verified: the rollout ended as {trajectory.status} "
+                                                     f"({trajectory.status_reason})"}
+            return
+        if trajectory.status == TrajectoryStatus.INFRA_ERROR:
+            return
+        verdict = verifier.verify(task.template, trajectory, task.item)
+        data = verdict.to_json()
+        data.pop("artifacts", None)
+        trajectory.verdict = data
+        trajectory.artifacts = dict(verdict.artifacts)
+        trajectory.costs["judge"] = verdict.cost
+        if verdict.reward is None:
+            trajectory.status = TrajectoryStatus.INFRA_ERROR
+            trajectory.status_reason = f"verification could not grade: {verdict.stopped_because}"
+        else:
+            trajectory.reward = verdict.reward
+    finally:
+        seconds = time.monotonic() - started
+        trajectory.timings["verification"] = seconds
+        trajectory.costs["verification_seconds"] = seconds
+        trajectory.finished_at = time.time()
+        trajectory.timings["total"] = trajectory.finished_at - trajectory.started_at
+
+
 @dataclass
 class _Group:
     task: Task
@@ -348,33 +381,9 @@ class Pipeline:
                               seed=self.config.seed, temperature=self.config.temperature)
 
     def _verify(self, task: Task, trajectory: Trajectory) -> None:
-        started = time.monotonic()
         try:
-            if trajectory.status in (TrajectoryStatus.TIMEOUT, TrajectoryStatus.POLICY_ERROR):
-                trajectory.reward = 0.0
-                trajectory.verdict = {"reward": 0.0, "status": "fail", "components": [], "layers_run": [],
-                                      "stopped_because": f"not verified: the rollout ended as {trajectory.status} "
-                                                         f"({trajectory.status_reason})"}
-                return
-            if trajectory.status == TrajectoryStatus.INFRA_ERROR:
-                return
-            verdict = self.verifier.verify(task.template, trajectory, task.item)
-            data = verdict.to_json()
-            data.pop("artifacts", None)
-            trajectory.verdict = data
-            trajectory.artifacts = dict(verdict.artifacts)
-            trajectory.costs["judge"] = verdict.cost
-            if verdict.reward is None:
-                trajectory.status = TrajectoryStatus.INFRA_ERROR
-                trajectory.status_reason = f"verification could not grade: {verdict.stopped_because}"
-            else:
-                trajectory.reward = verdict.reward
+            verify_trajectory(self.verifier, task, trajectory)
         finally:
-            seconds = time.monotonic() - started
-            trajectory.timings["verification"] = seconds
-            trajectory.costs["verification_seconds"] = seconds
-            trajectory.finished_at = time.time()
-            trajectory.timings["total"] = trajectory.finished_at - trajectory.started_at
             self.board.finish(trajectory.id)
 
     def _classify(self, group: _Group, consumed: list[_Group]) -> list[Trajectory] | None:

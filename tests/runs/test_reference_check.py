@@ -1,0 +1,95 @@
+"""`manage.py reference_check` on the demo bundle: the references run in real sandboxes (bubblewrap), through
+the real verifiers; they are archived as a run's trajectories (a 3D answer with its rendered views); a
+template whose reference is wrong fails the command and is named in the run's events."""
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+from sandbox_support import bubblewrap_skip_reason
+
+from apps.accounts.models import Project
+from apps.registry.models import Version
+from apps.registry.services import version_publish
+from apps.runs.models import EventKind, Run, RunStatus
+from apps.trajectories.artifacts import artifact_open
+from apps.trajectories.models import Trajectory
+
+pytestmark = pytest.mark.skipif(bubblewrap_skip_reason() is not None, reason=str(bubblewrap_skip_reason()))
+
+
+@pytest.fixture
+def demo(db):
+    call_command("seed_demo", stdout=open("/dev/null", "w"))
+    return Project.objects.get(slug="demo")
+
+
+def _check(capsys, *args):
+    capsys.readouterr()
+    call_command("reference_check", "--json", *args)
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_demo_references_pass_and_are_archived_with_their_renders(demo, capsys):
+    summary = _check(capsys, "--bundle", "demo", "--per-template", "1")
+    run = Run.objects.get(pk=summary["run"])
+    assert run.status == RunStatus.COMPLETED and run.config["model"] == "builtin:reference"
+    rows = {row.domain: row for row in Trajectory.objects.filter(run=run)}
+    assert set(rows) == {"arithmetic", "word-problems", "python-coding", "3d-modelling", "document-qa"}
+    assert summary["checked"] == 5 and summary["failed"] == 0
+    # No judge is configured here: the document-QA answer reaches the judge layer and cannot be graded there.
+    assert summary["ungraded"] == 1 and rows["document-qa"].reward is None
+    assert summary["passed"] == 4
+    for domain in ("arithmetic", "word-problems", "python-coding", "3d-modelling"):
+        assert rows[domain].reward == 1.0, (domain, rows[domain].verdict)
+    assert rows["python-coding"].verdict["components"][0]["type"] == "unit_tests"
+
+    modelling = rows["3d-modelling"]
+    assert "trimesh.creation" in modelling.turns[-1]["content"]
+    renders = {a["name"]: a for a in modelling.artifacts}
+    assert set(renders) == {"geometry/solid/render-iso.png", "geometry/solid/render-front.png"}
+    with artifact_open(key=renders["geometry/solid/render-iso.png"]["key"]) as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"  # a real picture the verifier drew of the mesh
+
+    event = run.events.get(kind=EventKind.REFERENCE_FAILED)
+    assert "cite-figures" in event.message and "could not be graded" in event.message
+
+    # Once is enough: a second `--if-absent` creates no run.
+    call_command("reference_check", "--bundle", "demo", "--if-absent")
+    assert Run.objects.filter(config__model="builtin:reference").count() == 1
+
+
+def test_a_wrong_reference_fails_the_command_and_is_named(demo, capsys):
+    owner = demo.memberships.get(role="owner").user
+    functions = Version.objects.get(definition__slug="python-functions", number=1)
+    member = functions.instance_set.members.select_related("instance").order_by("key").first()
+    hidden = dict(member.instance.hidden, canonical_solution=f"def {member.instance.hidden['entry_point']}(*a):\n"
+                                                             "    return None\n")
+
+    def publish(kind, slug, spec, **extra):
+        return version_publish(project=demo, kind=kind, slug=slug, spec=spec, author=owner, via="cli",
+                               **extra).version
+
+    publish("task_template", "wrong-reference", functions.spec,
+            instances=[{"key": member.key, "inputs": member.instance.inputs, "hidden": hidden}])
+    publish("domain", "broken", {"templates": [{"template": "wrong-reference", "weight": 1.0}]})
+    publish("bundle", "broken", {"members": ["domain/broken@latest"]})
+
+    with pytest.raises(CommandError, match="1 of 1 references failed their verifier"):
+        call_command("reference_check", "--bundle", "broken", "--per-template", "1")
+    run = Run.objects.get(config__model="builtin:reference", bundle__definition__slug="broken")
+    assert run.status == RunStatus.COMPLETED
+    assert Trajectory.objects.get(run=run).reward < 1.0  # its one test of the arguments still passes
+    event = run.events.get(kind=EventKind.REFERENCE_FAILED)
+    assert "wrong-reference" in event.message and "1 failed" in event.message
+
+
+def test_a_reference_check_is_never_trained(demo):
+    from apps.runs.pinned import pinned_bundle
+    from apps.runs.policies import build_policy
+    from workers.rl.config import RunConfig
+
+    config = RunConfig.from_dict(RunConfig.resolve({"model": "builtin:reference"}))
+    bundle = Version.objects.get(definition__slug="demo", definition__kind="bundle")
+    with pytest.raises(ValueError, match="trains nothing: run it with `manage.py reference_check`"):
+        build_policy(config, pinned_bundle(bundle=bundle, config=config))
