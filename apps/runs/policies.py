@@ -19,7 +19,7 @@ from django.conf import settings
 
 from workers.rl.base_model import pretrain, reference_turns
 from workers.rl.chat import CharChat, CharTokenizer, HFChat
-from workers.rl.config import RunConfig
+from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.policy import HFPolicy, TinyLMPolicy
 
 from .pinned import PinnedBundle
@@ -71,7 +71,7 @@ def build_policy(config: RunConfig, pinned: PinnedBundle, *, progress=None):
     """(policy, engine, chat format) for the run, on the device the config asks for."""
     device = resolve_device(config.device)
     if config.model.startswith("builtin:"):
-        if config.model == "builtin:reference":
+        if config.model == REFERENCE_MODEL:
             raise ValueError("a reference check answers with the tasks' references and trains nothing: "
                              "run it with `manage.py reference_check`, not as a training run")
         if config.model != "builtin:demo-tiny":

@@ -3,10 +3,11 @@
 Before a team trains on a bundle, each template's reference answers (canonical solutions, reference scripts,
 cited answers) should pass its verifier in its sandbox image; a template whose references fail has a broken
 task, image or verifier, and a run on it would learn from noise (SWE-bench validates its gold patches the same
-way). The check is a run of its own, `model: builtin:reference`, of one step: the answer of each trajectory is
-the task's reference instead of a sample, and everything after that is what a training run does — the same
-verification (`workers.rl.pipeline.verify_trajectory`), the same archive, pages and replay (with the rendered
-views of a 3D answer). Nothing is trained. The run's events name every template whose references did not all pass.
+way). The check is a run of its own, `model: builtin:reference`, of one step: the assistant's turns are the
+task's reference instead of samples — the canonical solution first run on the prompt's example with the
+template's tool, when it has one, in the sandbox, then the answer — and everything else is what a training run
+does: the same tool runner, the same verification (`workers.rl.pipeline.verify_trajectory`), the same archive,
+pages and replay (with the rendered views of a 3D answer). Nothing is trained. The run's events name every template whose references did not all pass.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 
 from workers.rl.base_model import reference_turns
-from workers.rl.config import RunConfig
+from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.metrics import Prices, trajectory_cost
 from workers.rl.pipeline import LocalVerifier, TaskCatalog, verify_trajectory
-from workers.rl.types import Task, Trajectory, Turn, trajectory_id
+from workers.rl.tools import SandboxToolRunner, parse_tool_calls
+from workers.rl.types import Task, ToolCall, Trajectory, TrajectoryStatus, Turn, trajectory_id
 from workers.sandbox import SandboxPool
 from workers.sandbox.backends import backend_named
 
@@ -30,42 +32,63 @@ from .driver import DatabaseTracker, _fail, _judge
 from .models import EventKind, Run, RunStatus
 from .pinned import pinned_bundle
 
-REFERENCE_MODEL = "builtin:reference"
+
+def _reference_turns(task: Task) -> list[dict] | None:
+    """The assistant's side of the task's reference, calling the template's tool first when it has one (the
+    canonical solution run on the prompt's example): its output comes from the sandbox, never from here."""
+    return reference_turns(tools=list(task.template.tools), inputs=task.item.inputs, hidden=task.item.hidden,
+                           rng=random.Random(0), tool_call_fraction=1.0)
 
 
-def reference_answer(task: Task) -> str | None:
-    """The task's reference as the final answer a policy would write, or None if it has none. Only the final
-    message: a reference never makes up a tool call's output."""
-    turns = reference_turns(tools=list(task.template.tools), inputs=task.item.inputs, hidden=task.item.hidden,
-                            rng=random.Random(0))
-    return turns[-1]["content"] if turns else None
-
-
-def reference_tasks(pinned, *, per_template: int) -> list[tuple[Task, str]]:
-    """The first `per_template` tasks (by key) of every template that have a reference, with their answer."""
+def reference_tasks(pinned, *, per_template: int) -> list[Task]:
+    """The first `per_template` tasks (by key) of every template that have a reference answer."""
     catalog = TaskCatalog(pinned.templates, pinned.item, pinned.item_hash)
-    chosen = []
+    chosen: list[Task] = []
     for template_key in sorted(pinned.templates):
         found = 0
         for task_key in sorted(pinned.items[template_key]):
             if found == per_template:
                 break
             task = catalog.task(len(chosen), template_key, task_key)
-            answer = reference_answer(task)
-            if answer is not None:
-                chosen.append((task, answer))
+            if _reference_turns(task) is not None:
+                chosen.append(task)
                 found += 1
     return chosen
 
 
-def _trajectory(run_id: str, task: Task, answer: str) -> Trajectory:
-    template, now = task.template, time.time()
-    turns = [Turn(role=m["role"], content=m["content"]) for m in template.messages(task.item)]
-    turns.append(Turn(role="assistant", content=answer, finish_reason="stop"))
-    return Trajectory(id=trajectory_id(run_id, task.seq, 0), run_id=run_id, seq=task.seq, sample=0,
-                      domain=template.domain, template=template.key, task_key=task.item.key,
-                      task_hash=task.item_hash, image=template.image.key, verifier=template.verifier_key,
-                      policy_version=0, turns=turns, started_at=now, step=1)
+def reference_rollout(run_id: str, task: Task, tool_runner) -> Trajectory:
+    """A trajectory whose assistant turns are the reference's, and whose tool turns are what the sandbox
+    answered to the reference's calls (the same tool runner as a training rollout's)."""
+    template, started = task.template, time.monotonic()
+    trajectory = Trajectory(id=trajectory_id(run_id, task.seq, 0), run_id=run_id, seq=task.seq, sample=0,
+                            domain=template.domain, template=template.key, task_key=task.item.key,
+                            task_hash=task.item_hash, image=template.image.key, verifier=template.verifier_key,
+                            policy_version=0, started_at=time.time(), step=1,
+                            turns=[Turn(role=m["role"], content=m["content"]) for m in template.messages(task.item)])
+    tools = list(template.tools)
+    answers = [m["content"] for m in _reference_turns(task) if m["role"] == "assistant"]
+    for index, text in enumerate(answers):
+        calls = parse_tool_calls(text, tools) if tools else []
+        trajectory.turns.append(Turn(
+            role="assistant", content=text, finish_reason="tool_calls" if calls else "stop",
+            started_s=round(time.monotonic() - started, 4),
+            tool_calls=[ToolCall(id=f"call-{index}-{n}", name=c.name, arguments=c.arguments)
+                        for n, c in enumerate(calls)]))
+        for call in trajectory.turns[-1].tool_calls:
+            call_started = time.monotonic()
+            result = tool_runner.run(template.image, call.name, call.arguments)
+            trajectory.timings["tools"] = trajectory.timings.get("tools", 0.0) + time.monotonic() - call_started
+            trajectory.costs["sandbox_cpu_seconds"] = trajectory.costs.get("sandbox_cpu_seconds", 0.0) + \
+                result.cpu_seconds
+            trajectory.turns.append(Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name,
+                                         result=result.to_json(), started_s=round(call_started - started, 4),
+                                         duration_s=round(time.monotonic() - call_started, 4)))
+            if result.status == "infra_error":
+                trajectory.status = TrajectoryStatus.INFRA_ERROR
+                trajectory.status_reason = f"{call.name}: the sandbox failed: {result.reason}"
+                return trajectory
+    trajectory.timings["rollout"] = time.monotonic() - started
+    return trajectory
 
 
 def reference_check(*, run_id, attempt: int, per_template: int) -> dict:
@@ -80,8 +103,8 @@ def reference_check(*, run_id, attempt: int, per_template: int) -> dict:
     pool = None
     try:
         pinned = pinned_bundle(bundle=run.bundle, config=config)
-        chosen = reference_tasks(pinned, per_template=per_template)
-        if not chosen:
+        tasks = reference_tasks(pinned, per_template=per_template)
+        if not tasks:
             raise ValueError(f"no task of {run.bundle.ref} has a reference answer to check")
         pool = SandboxPool(backend_named(settings.SANDBOX_BACKEND), status_dir=settings.SANDBOX_STATUS_DIR)
         for template in pinned.templates.values():
@@ -89,10 +112,15 @@ def reference_check(*, run_id, attempt: int, per_template: int) -> dict:
         # Verified here, in this process's sandbox pool, even where training runs verify on Celery workers: a
         # command run from a shell should not wait on a queue that may have no worker yet.
         verifier = LocalVerifier(pool, _judge())
-        trajectories = [_trajectory(str(run.pk), task, answer) for task, answer in chosen]
+        tool_runner = SandboxToolRunner(pool, max_output_chars=config.max_tool_output_chars)
+
+        def check(task: Task) -> Trajectory:
+            trajectory = reference_rollout(str(run.pk), task, tool_runner)
+            verify_trajectory(verifier, task, trajectory)
+            return trajectory
+
         with ThreadPoolExecutor(max_workers=config.verify_concurrency, thread_name_prefix="reference") as threads:
-            list(threads.map(lambda pair: verify_trajectory(verifier, *pair),
-                             [(task, t) for (task, _), t in zip(chosen, trajectories, strict=True)]))
+            trajectories = list(threads.map(check, tasks))
         prices = Prices(gpu_per_hour=settings.GPU_PRICE_PER_HOUR,
                         sandbox_cpu_per_hour=settings.SANDBOX_CPU_PRICE_PER_HOUR)
         templates: dict[str, dict] = {}

@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from apps.runs import figures
 from workers.rl.chat import END_OF_TURN, CharTokenizer
+from workers.rl.config import REFERENCE_MODEL
 
 from .models import Trajectory
 
@@ -118,7 +119,8 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
             step.tool_calls = [{**call, "code": call.get("arguments", {}).get("code"),
                                 "arguments_json": json.dumps(call.get("arguments", {}), indent=2)}
                                for call in turn.get("tool_calls", [])]
-            step.title = "model" + (f" → {', '.join(c['name'] for c in step.tool_calls)}" if step.tool_calls else "")
+            author = "reference" if model == REFERENCE_MODEL else "model"  # a reference check's answers are no sample
+            step.title = author + (f" → {', '.join(c['name'] for c in step.tool_calls)}" if step.tool_calls else "")
         elif role == "tool":
             step.result = turn.get("result", {})
             step.title = f"tool {turn.get('name', '')}".strip()

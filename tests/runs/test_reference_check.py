@@ -2,6 +2,7 @@
 the real verifiers; they are archived as a run's trajectories (a 3D answer with its rendered views); a
 template whose reference is wrong fails the command and is named in the run's events."""
 
+import ast
 import json
 
 import pytest
@@ -42,7 +43,15 @@ def test_the_demo_references_pass_and_are_archived_with_their_renders(demo, caps
     assert summary["passed"] == 4
     for domain in ("arithmetic", "word-problems", "python-coding", "3d-modelling"):
         assert rows[domain].reward == 1.0, (domain, rows[domain].verdict)
-    assert rows["python-coding"].verdict["components"][0]["type"] == "unit_tests"
+    coding = rows["python-coding"]
+    assert coding.verdict["components"][0]["type"] == "unit_tests"
+    # The reference first runs its solution on the prompt's example with the template's tool: what the tool
+    # turn shows is the sandbox's output, and it is the example's expected value.
+    tool = next(t for t in coding.turns if t["role"] == "tool")
+    example = coding.turns[1]["content"].rsplit("Example: ", 1)[1]
+    assert tool["result"]["status"] == "ok"
+    assert tool["result"]["stdout"].strip() == str(ast.literal_eval(example.split(" == ")[1].strip()))
+    assert coding.num_tool_calls == 1 and coding.turns[-1]["content"].startswith("```python")
 
     modelling = rows["3d-modelling"]
     assert "trimesh.creation" in modelling.turns[-1]["content"]

@@ -17,6 +17,9 @@ class ConfigError(ValueError):
     """Every problem with a set of overrides, each naming its field."""
 
 
+
+REFERENCE_MODEL = "builtin:reference"  # the "model" of a reference check: the tasks' own answers
+
 @dataclass(frozen=True)
 class RunConfig:
     seed: int = 0
@@ -48,7 +51,8 @@ class RunConfig:
     domain_quotas: dict = field(default_factory=dict)
     """Largest share of one step a domain may take (domain slug -> fraction)."""
     model: str = "builtin:demo-tiny"
-    """builtin:demo-tiny (pretrained here on first use) or the local path of a Hugging Face causal LM."""
+    """builtin:demo-tiny (pretrained here on first use) or the local path of a Hugging Face causal LM;
+    builtin:reference marks a reference check (apps/runs/reference.py), which is never trained."""
     engine: Literal["torch", "transformers", "vllm"] = "torch"
     """Inference engine: torch (the built-in model, KV cache), transformers (any HF causal LM), vllm (GPU)."""
     device: str = "auto"

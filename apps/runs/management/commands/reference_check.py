@@ -16,8 +16,9 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.models import Run
-from apps.runs.reference import REFERENCE_MODEL, reference_check
+from apps.runs.reference import reference_check
 from apps.runs.services import RunError, run_claim, run_create
+from workers.rl.config import REFERENCE_MODEL
 
 
 class Command(BaseCommand):
