@@ -257,6 +257,9 @@ class UnitTests(Check):
     type: Literal["unit_tests"]
     framework: Literal["pytest", "unittest"] = "unittest"
     timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    # fraction: the share of hidden tests passed; all: 1 only if every test passes. With `fraction`, a stub that
+    # answers nothing still collects the tests that any harmless function passes (arguments left unchanged).
+    scoring: Literal["fraction", "all"] = "fraction"
 
 
 class PythonGrader(Check):

@@ -153,3 +153,21 @@ def test_a_failing_subtest_is_reported_as_a_failure_with_its_reason(context, cod
     evidence = verdict.components[0].evidence
     assert evidence.startswith("TestDouble.test_cases: ") and says in evidence, evidence
     assert "did not run" not in evidence
+
+
+def test_scoring_all_gives_a_stub_nothing_where_a_share_of_the_tests_gives_it_half(context):
+    tests = SUBTEST_TESTS + '''
+    def test_arguments_left_unchanged(self):
+        values = [3]
+        double(values)
+        self.assertEqual(values, [3])
+'''
+    item = Item(key="double-2", inputs={}, hidden={"tests": tests})
+    stub = Sample(response="```python\ndef double(x):\n    return None\n```")
+    all_or_nothing = {"layers": [{**CODING_VERIFIER["layers"][0], "checks": [
+        {**CODING_VERIFIER["layers"][0]["checks"][0], "scoring": "all"}]}], "pass_threshold": 1.0}
+    assert verify(CODING_VERIFIER, stub, item, context).reward == 0.5
+    verdict = verify(all_or_nothing, stub, item, context)
+    assert verdict.reward == 0.0 and "1/2 tests passed (scoring: all)" in verdict.components[0].evidence
+    honest = Sample(response="```python\ndef double(x):\n    return 2 * x\n```")
+    assert verify(all_or_nothing, honest, item, context).reward == 1.0

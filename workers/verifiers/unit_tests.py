@@ -73,10 +73,10 @@ def unit_tests_check(spec: dict, sample, item, context) -> Outcome:
         limits=run_limits))
     if result.status == Status.INFRA_ERROR:
         return Outcome(value=None, status=INFRA_ERROR, evidence=result.reason)
-    return _judge_report(result, nonce, expected)
+    return _judge_report(result, nonce, expected, all_or_nothing=spec.get("scoring") == "all")
 
 
-def _judge_report(result, nonce: str, expected: list[str]) -> Outcome:
+def _judge_report(result, nonce: str, expected: list[str], *, all_or_nothing: bool) -> Outcome:
     report = None
     for line in result.stdout.decode("utf-8", "replace").splitlines():
         if line.startswith(nonce + " "):
@@ -101,6 +101,8 @@ def _judge_report(result, nonce: str, expected: list[str]) -> Outcome:
     evidence = "" if not failing else f"{failing[0]}: {results[failing[0]].get('message', '')}"
     if failing and report.get("candidate_output"):
         evidence += f" | candidate output: {report['candidate_output'][-300:]}"
+    if all_or_nothing and failing:
+        return Outcome.scored(0, f"{len(passed)}/{len(expected)} tests passed (scoring: all) | {evidence}")
     return Outcome.scored(len(passed) / len(expected), evidence)
 
 

@@ -25,7 +25,10 @@ PYTHON_UNIT_TESTS = {
     "pass_threshold": 1.0,
     "layers": [
         {"name": "unit-tests", "kind": "exact",
-         "checks": [{"type": "unit_tests", "name": "hidden-tests", "framework": "unittest", "timeout_seconds": 30}]},
+         # All or nothing: with a share of the tests, a stub returning None would earn the half that checks
+         # the arguments are left unchanged, and a policy learns stubs.
+         "checks": [{"type": "unit_tests", "name": "hidden-tests", "framework": "unittest", "timeout_seconds": 30,
+                     "scoring": "all"}]},
         # Passing tests can still hide a hack: a solution that makes unittest skip or collect nothing.
         {"name": "logs", "kind": "environment",
          "checks": [{"type": "log_rules", "name": "test-log", "rules": [
