@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
 import traceback
 from pathlib import Path
 
@@ -112,6 +113,13 @@ def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) 
         _fail(run.pk, attempt, str(exc))
         raise
     except Exception as exc:
+        if not threading.main_thread().is_alive():
+            # The process is exiting (the embedded studio stopped with Ctrl-C or SIGTERM): its executors refuse
+            # new work and the pipeline fails on that. The run is not at fault: leave it running, so that its
+            # heartbeat goes stale and the watchdog (or the next embedded runner) resumes it from its checkpoint,
+            # as after a kill.
+            log.warning("run %s attempt %s stopped by the process exiting; it will be resumed", run_id, attempt)
+            return None
         _fail(run.pk, attempt, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-4000:]}")
         raise
     finally:
