@@ -139,11 +139,15 @@ def reference_check(*, run_id, attempt: int, per_template: int) -> dict:
                                         (outcome == "failed" and entry["first_problem"]["outcome"] != "failed")):
                 entry["first_problem"] = {"task": trajectory.task_key, "outcome": outcome,
                                           "why": trajectory.status_reason or trajectory.verdict.get("stopped_because")}
+        # Rewards of the graded references only, as a run's reward/* are: an ungraded one is no zero.
         rewards: dict[str, list[float]] = {}
         for trajectory in trajectories:
-            rewards.setdefault(trajectory.domain, []).append(trajectory.reward or 0.0)
+            if trajectory.reward is not None:
+                rewards.setdefault(trajectory.domain, []).append(trajectory.reward)
         points = {f"reward/{domain}": sum(r) / len(r) for domain, r in rewards.items()}
-        points["reward/mean"] = sum(t.reward or 0.0 for t in trajectories) / len(trajectories)
+        graded = [r for domain_rewards in rewards.values() for r in domain_rewards]
+        if graded:
+            points["reward/mean"] = sum(graded) / len(graded)
         events = [(EventKind.REFERENCE_FAILED,
                    f"{key}: {e['passed']}/{e['checked']} references passed, {e['failed']} failed, "
                    f"{e['ungraded']} could not be graded; {e['first_problem']['task']}: {e['first_problem']['why']}",

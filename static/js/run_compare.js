@@ -27,7 +27,9 @@
     figures.forEach((f, i) => {
       const traces = f.figure.data.map(trace => {
         const series = (data[trace.meta] || {})[f.name] || { step: [], value: [] };
-        return Object.assign({}, trace, { x: series.step, y: smooth(series.value, s) });
+        // A one-step run (a reference check) is a dot, not an invisible line of one point.
+        return Object.assign({}, trace, { x: series.step, y: smooth(series.value, s),
+          mode: series.step.length === 1 ? "markers" : trace.mode });
       });
       Plotly.react(divs[i], traces, f.figure.layout);
     });

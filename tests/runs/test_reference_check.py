@@ -62,6 +62,9 @@ def test_the_demo_references_pass_and_are_archived_with_their_renders(demo, caps
 
     event = run.events.get(kind=EventKind.REFERENCE_FAILED)
     assert "cite-figures" in event.message and "could not be graded" in event.message
+    rewards = dict(run.metric_points.values_list("name", "value"))
+    assert "reward/document-qa" not in rewards  # ungraded is not a zero
+    assert rewards["reward/mean"] == rewards["reward/3d-modelling"] == 1.0
 
     # Once is enough: a second `--if-absent` creates no run.
     call_command("reference_check", "--bundle", "demo", "--if-absent")
