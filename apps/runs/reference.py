@@ -7,7 +7,8 @@ way). The check is a run of its own, `model: builtin:reference`, of one step: th
 task's reference instead of samples — the canonical solution first run on the prompt's example with the
 template's tool, when it has one, in the sandbox, then the answer — and everything else is what a training run
 does: the same tool runner, the same verification (`workers.rl.pipeline.verify_trajectory`), the same archive,
-pages and replay (with the rendered views of a 3D answer). Nothing is trained. The run's events name every template whose references did not all pass.
+pages and replay (with the rendered views of a 3D answer). Nothing is trained. The run's events name every
+template whose references did not all pass.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 
+from workers.rl.agent import record_tool_result
 from workers.rl.base_model import reference_turns
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.metrics import Prices, trajectory_cost
 from workers.rl.pipeline import LocalVerifier, TaskCatalog, verify_trajectory
 from workers.rl.tools import SandboxToolRunner, parse_tool_calls
-from workers.rl.types import Task, ToolCall, Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.rl.types import Task, ToolCall, Trajectory, Turn, trajectory_id
 from workers.sandbox import SandboxPool
 from workers.sandbox.backends import backend_named
 
@@ -33,32 +35,35 @@ from .models import EventKind, Run, RunStatus
 from .pinned import pinned_bundle
 
 
-def _reference_turns(task: Task) -> list[dict] | None:
-    """The assistant's side of the task's reference, calling the template's tool first when it has one (the
-    canonical solution run on the prompt's example): its output comes from the sandbox, never from here."""
-    return reference_turns(tools=list(task.template.tools), inputs=task.item.inputs, hidden=task.item.hidden,
-                           rng=random.Random(0), tool_call_fraction=1.0)
+def _reference_answers(task: Task) -> list[str] | None:
+    """The assistant's messages of the task's reference, calling the template's tool first when it has one (the
+    canonical solution run on the prompt's example); None if the task has no reference. The tool's output is
+    left out: it comes from the sandbox, never from here."""
+    turns = reference_turns(tools=list(task.template.tools), inputs=task.item.inputs, hidden=task.item.hidden,
+                            rng=random.Random(0), tool_call_fraction=1.0)
+    return None if turns is None else [m["content"] for m in turns if m["role"] == "assistant"]
 
 
-def reference_tasks(pinned, *, per_template: int) -> list[Task]:
-    """The first `per_template` tasks (by key) of every template that have a reference answer."""
+def reference_tasks(pinned, *, per_template: int) -> list[tuple[Task, list[str]]]:
+    """The first `per_template` tasks (by key) of every template that have a reference, with its messages."""
     catalog = TaskCatalog(pinned.templates, pinned.item, pinned.item_hash)
-    chosen: list[Task] = []
+    chosen: list[tuple[Task, list[str]]] = []
     for template_key in sorted(pinned.templates):
         found = 0
         for task_key in sorted(pinned.items[template_key]):
             if found == per_template:
                 break
             task = catalog.task(len(chosen), template_key, task_key)
-            if _reference_turns(task) is not None:
-                chosen.append(task)
+            answers = _reference_answers(task)
+            if answers is not None:
+                chosen.append((task, answers))
                 found += 1
     return chosen
 
 
-def reference_rollout(run_id: str, task: Task, tool_runner) -> Trajectory:
-    """A trajectory whose assistant turns are the reference's, and whose tool turns are what the sandbox
-    answered to the reference's calls (the same tool runner as a training rollout's)."""
+def reference_rollout(run_id: str, task: Task, answers: list[str], tool_runner) -> Trajectory:
+    """A trajectory whose assistant turns are the reference's `answers`, and whose tool turns are what the
+    sandbox answered to the reference's calls (the same tool runner and accounting as a training rollout's)."""
     template, started = task.template, time.monotonic()
     trajectory = Trajectory(id=trajectory_id(run_id, task.seq, 0), run_id=run_id, seq=task.seq, sample=0,
                             domain=template.domain, template=template.key, task_key=task.item.key,
@@ -66,7 +71,6 @@ def reference_rollout(run_id: str, task: Task, tool_runner) -> Trajectory:
                             policy_version=0, started_at=time.time(), step=1,
                             turns=[Turn(role=m["role"], content=m["content"]) for m in template.messages(task.item)])
     tools = list(template.tools)
-    answers = [m["content"] for m in _reference_turns(task) if m["role"] == "assistant"]
     for index, text in enumerate(answers):
         calls = parse_tool_calls(text, tools) if tools else []
         trajectory.turns.append(Turn(
@@ -77,15 +81,7 @@ def reference_rollout(run_id: str, task: Task, tool_runner) -> Trajectory:
         for call in trajectory.turns[-1].tool_calls:
             call_started = time.monotonic()
             result = tool_runner.run(template.image, call.name, call.arguments)
-            trajectory.timings["tools"] = trajectory.timings.get("tools", 0.0) + time.monotonic() - call_started
-            trajectory.costs["sandbox_cpu_seconds"] = trajectory.costs.get("sandbox_cpu_seconds", 0.0) + \
-                result.cpu_seconds
-            trajectory.turns.append(Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name,
-                                         result=result.to_json(), started_s=round(call_started - started, 4),
-                                         duration_s=round(time.monotonic() - call_started, 4)))
-            if result.status == "infra_error":
-                trajectory.status = TrajectoryStatus.INFRA_ERROR
-                trajectory.status_reason = f"{call.name}: the sandbox failed: {result.reason}"
+            if record_tool_result(trajectory, call, result, call_started=call_started, started=started) is None:
                 return trajectory
     trajectory.timings["rollout"] = time.monotonic() - started
     return trajectory
@@ -103,8 +99,8 @@ def reference_check(*, run_id, attempt: int, per_template: int) -> dict:
     pool = None
     try:
         pinned = pinned_bundle(bundle=run.bundle, config=config)
-        tasks = reference_tasks(pinned, per_template=per_template)
-        if not tasks:
+        chosen = reference_tasks(pinned, per_template=per_template)
+        if not chosen:
             raise ValueError(f"no task of {run.bundle.ref} has a reference answer to check")
         pool = SandboxPool(backend_named(settings.SANDBOX_BACKEND), status_dir=settings.SANDBOX_STATUS_DIR)
         for template in pinned.templates.values():
@@ -114,13 +110,13 @@ def reference_check(*, run_id, attempt: int, per_template: int) -> dict:
         verifier = LocalVerifier(pool, _judge())
         tool_runner = SandboxToolRunner(pool, max_output_chars=config.max_tool_output_chars)
 
-        def check(task: Task) -> Trajectory:
-            trajectory = reference_rollout(str(run.pk), task, tool_runner)
+        def check(task: Task, answers: list[str]) -> Trajectory:
+            trajectory = reference_rollout(str(run.pk), task, answers, tool_runner)
             verify_trajectory(verifier, task, trajectory)
             return trajectory
 
         with ThreadPoolExecutor(max_workers=config.verify_concurrency, thread_name_prefix="reference") as threads:
-            trajectories = list(threads.map(check, tasks))
+            trajectories = list(threads.map(check, *zip(*chosen, strict=True)))
         prices = Prices(gpu_per_hour=settings.GPU_PRICE_PER_HOUR,
                         sandbox_cpu_per_hour=settings.SANDBOX_CPU_PRICE_PER_HOUR)
         templates: dict[str, dict] = {}

@@ -65,7 +65,7 @@ class TrajectoryInfo:
     mean_logprob: float | None
 
 
-def _pieces(model: str, ids: list[int], content: str) -> tuple[list[str] | None, str]:
+def _pieces(model: str, ids: list[int]) -> tuple[list[str] | None, str]:
     """The text of each sampled token, from the run's own tokenizer: the demo model's character tokenizer (a
     character each, and its format markers such as ```python whole), or a Hugging Face model's on this
     machine; without one only the text is shown."""
@@ -113,7 +113,7 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
                     duration_s=turn.get("duration_s", 0.0))
         if role == "assistant":
             ids, logprobs = turn.get("token_ids", []), turn.get("logprobs", [])
-            pieces, step.tokens_note = _pieces(model, ids, step.content)
+            pieces, step.tokens_note = _pieces(model, ids)
             if pieces and len(pieces) <= MAX_TOKENS_SHOWN:
                 step.tokens = [Token(p, logprobs[i] if i < len(logprobs) else None) for i, p in enumerate(pieces)]
             step.tool_calls = [{**call, "code": call.get("arguments", {}).get("code"),

@@ -11,11 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from process_support import database_url, wait_for
 
 from apps.runs.models import EventKind, Run, RunStatus
 from apps.runs.services import run_create
@@ -25,28 +24,16 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def _studio(tmp_path: Path, name: str) -> subprocess.Popen:
-    db = connection.settings_dict
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL", "CELERY_BROKER_URL")}
-    env.update({"DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+    env.update({"DATABASE_URL": database_url(),
                 "STUDIO_DATA_DIR": str(tmp_path / "data"), "STUDIO_DEMO_PRETRAIN_SECONDS": "3",
                 "STUDIO_EMBEDDED_RUNNER": "1", "STUDIO_RUN_STALE_SECONDS": "3"})
     log = (tmp_path / f"{name}.log").open("w")
     return subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"], cwd=ROOT,
                             env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def _wait(condition, *, seconds: float, what: str, logs: Path):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    tails = "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in sorted(logs.glob("*.log")))
-    raise AssertionError(f"timed out waiting for {what}\n{tails}")
 
 
 def test_a_studio_stopped_mid_run_leaves_the_run_to_be_resumed_not_failed(registry, project, tmp_path):
@@ -58,7 +45,7 @@ def test_a_studio_stopped_mid_run_leaves_the_run_to_be_resumed_not_failed(regist
     first = _studio(tmp_path, "first")
     second = None
     try:
-        _wait(lambda: Run.objects.get(pk=run.pk).step >= 3, seconds=240, what="step 3", logs=tmp_path)
+        wait_for(lambda: Run.objects.get(pk=run.pk).step >= 3, seconds=240, what="step 3", logs=tmp_path)
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=60)
         stopped = Run.objects.get(pk=run.pk)
@@ -66,7 +53,7 @@ def test_a_studio_stopped_mid_run_leaves_the_run_to_be_resumed_not_failed(regist
         assert not stopped.events.filter(kind=EventKind.FAILED).exists()
 
         second = _studio(tmp_path, "second")
-        resumed = _wait(lambda: Run.objects.filter(pk=run.pk, attempt=2, step__gt=stopped.step).first(),
+        resumed = wait_for(lambda: Run.objects.filter(pk=run.pk, attempt=2, step__gt=stopped.step).first(),
                         seconds=240, what="the next studio to resume the run", logs=tmp_path)
     finally:
         for process in (first, second):

@@ -8,11 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from process_support import database_url, wait_for
 
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import EventKind, MetricPoint, Run, RunStatus
@@ -27,9 +26,8 @@ STEPS, GROUPS, GROUP_SIZE = 12, 4, 8
 
 
 def _worker(tmp_path: Path, name: str, *, beat: bool) -> subprocess.Popen:
-    db = connection.settings_dict
     env = {**os.environ,
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+           "DATABASE_URL": database_url(),
            "STUDIO_DATA_DIR": str(tmp_path / "data"), "STUDIO_DEMO_PRETRAIN_SECONDS": "3",
            "STUDIO_RUN_STALE_SECONDS": "3", "STUDIO_RUN_WATCHDOG_SECONDS": "1", "STUDIO_REMOTE_ROLLOUTS": "0"}
     command = [sys.executable, "-m", "celery", "-A", "studio", "worker", "-Q", "gpu", "-P", "solo", "-c", "1",
@@ -44,17 +42,6 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
-def _wait(condition, *, seconds: float, what: str, logs: Path):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    tails = "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in sorted(logs.glob("*.log")))
-    raise AssertionError(f"timed out waiting for {what}\n{tails}")
-
-
 def test_a_worker_killed_mid_run_resumes_from_its_checkpoint_and_loses_or_doubles_nothing(registry, project,
                                                                                            tmp_path):
     run = run_create(project=project, bundle=registry["bundle"], steps=STEPS, overrides={
@@ -65,14 +52,14 @@ def test_a_worker_killed_mid_run_resumes_from_its_checkpoint_and_loses_or_double
     try:
         run_enqueue(run)
         # Past a checkpoint (every 2 steps) and well before the end: kill the worker in the middle of a step.
-        _wait(lambda: Run.objects.get(pk=run.pk).step >= 3, seconds=240, what="step 3", logs=tmp_path)
+        wait_for(lambda: Run.objects.get(pk=run.pk).step >= 3, seconds=240, what="step 3", logs=tmp_path)
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
         killed_at = Run.objects.get(pk=run.pk).step
         assert killed_at < STEPS, "the run ended before the worker could be killed; make its steps longer"
 
         second = _worker(tmp_path, "second", beat=True)  # its beat runs the watchdog
-        finished = _wait(lambda: Run.objects.filter(pk=run.pk, status__in=[RunStatus.COMPLETED, RunStatus.FAILED])
+        finished = wait_for(lambda: Run.objects.filter(pk=run.pk, status__in=[RunStatus.COMPLETED, RunStatus.FAILED])
                          .first(), seconds=300, what="the run to finish", logs=tmp_path)
     finally:
         _stop(first)

@@ -155,6 +155,26 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine, c
             for index in range(len(tasks))]
 
 
+def record_tool_result(trajectory: Trajectory, call: ToolCall, result, *, call_started: float,
+                       started: float) -> Turn | None:
+    """Account a tool call's result to its trajectory (assembly and tool time, sandbox CPU, retries) and append
+    the tool turn; `call_started` and `started` are time.monotonic() readings. A sandbox that failed appends no
+    turn: the trajectory becomes an infrastructure error and None is returned."""
+    _add(trajectory.timings, "environment_assembly", result.assembly_seconds)
+    _add(trajectory.timings, "tools", max(0.0, time.monotonic() - call_started - result.assembly_seconds))
+    _add(trajectory.costs, "sandbox_cpu_seconds", result.cpu_seconds)
+    trajectory.tool_retries += result.attempts - 1
+    if result.status == "infra_error":
+        if trajectory.status == TrajectoryStatus.OK:
+            trajectory.status = TrajectoryStatus.INFRA_ERROR
+            trajectory.status_reason = f"{call.name}: the sandbox failed: {result.reason}"
+        return None
+    turn = Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name, result=result.to_json(),
+                started_s=round(call_started - started, 4), duration_s=round(time.monotonic() - call_started, 4))
+    trajectory.turns.append(turn)
+    return turn
+
+
 def _add(totals: dict, key: str, value: float) -> None:
     totals[key] = totals.get(key, 0.0) + value
 
@@ -251,18 +271,10 @@ def _run_tools(sample: _Sample, chat, tool_runner, board: PhaseBoard, max_contex
         except PolicyToolError as exc:
             _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
             return
-        _add(trajectory.timings, "environment_assembly", result.assembly_seconds)
-        _add(trajectory.timings, "tools", max(0.0, time.monotonic() - call_started - result.assembly_seconds))
-        _add(trajectory.costs, "sandbox_cpu_seconds", result.cpu_seconds)
-        trajectory.tool_retries += result.attempts - 1
-        if result.status == "infra_error":
-            _end(sample, TrajectoryStatus.INFRA_ERROR, f"{call.name}: the sandbox failed: {result.reason}")
+        if record_tool_result(trajectory, call, result, call_started=call_started, started=started) is None:
+            sample.done = True
             return
-        message = {"role": "tool", "content": result.text, "tool_call_id": call.id, "name": call.name}
-        new_messages.append(message)
-        trajectory.turns.append(Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name,
-                                     result=result.to_json(), started_s=round(call_started - started, 4),
-                                     duration_s=round(time.monotonic() - call_started, 4)))
+        new_messages.append({"role": "tool", "content": result.text, "tool_call_id": call.id, "name": call.name})
     ids = chat.continuation(sample.messages, new_messages, tools)
     # The continuation's ids belong to the first of the new tool turns (they are one block of context).
     first_tool = len(trajectory.turns) - len(new_messages)

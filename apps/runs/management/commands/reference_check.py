@@ -15,7 +15,7 @@ from apps.accounts.selectors import project_for_command
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.models import Run
+from apps.runs.models import Run, RunStatus
 from apps.runs.reference import reference_check
 from apps.runs.services import RunError, run_claim, run_create
 from workers.rl.config import REFERENCE_MODEL
@@ -39,7 +39,7 @@ class Command(BaseCommand):
         try:
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
-            done = Run.objects.filter(project=scope, bundle=version, status="completed",
+            done = Run.objects.filter(project=scope, bundle=version, status=RunStatus.COMPLETED,
                                       config__model=REFERENCE_MODEL).first()
             if if_absent and done is not None:
                 console.print(f"{version.ref} has a reference check already: run [bold]{done.name}[/]")
