@@ -101,6 +101,11 @@ def artifact_url(row: Trajectory, name: str) -> str:
                                                     "name": name})
 
 
+def _author(row: Trajectory) -> str:
+    """Who wrote the assistant turns: the policy, or, in a reference check, the tasks' references."""
+    return "reference" if row.run.config.get("model") == REFERENCE_MODEL else "model"
+
+
 def trajectory_info(row: Trajectory) -> TrajectoryInfo:
     model = (row.run.config or {}).get("model", "") if row.run_id else ""
     artifacts = [{**a, "url": artifact_url(row, a["name"]), "image": a.get("content_type", "").startswith("image/")}
@@ -119,8 +124,7 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
             step.tool_calls = [{**call, "code": call.get("arguments", {}).get("code"),
                                 "arguments_json": json.dumps(call.get("arguments", {}), indent=2)}
                                for call in turn.get("tool_calls", [])]
-            author = "reference" if model == REFERENCE_MODEL else "model"  # a reference check's answers are no sample
-            step.title = author + (f" → {', '.join(c['name'] for c in step.tool_calls)}" if step.tool_calls else "")
+            step.title = _author(row) + (f" → {', '.join(c['name'] for c in step.tool_calls)}" if step.tool_calls else "")
         elif role == "tool":
             step.result = turn.get("result", {})
             step.title = f"tool {turn.get('name', '')}".strip()
@@ -146,7 +150,7 @@ def timeline_rows(row: Trajectory) -> list[dict]:
             continue
         start, duration = turn.get("started_s", 0.0), turn.get("duration_s", 0.0)
         end = max(end, start + duration)
-        label = f"{index}: model" if role == "assistant" else f"{index}: {turn.get('name') or 'tool'}"
+        label = f"{index}: {_author(row)}" if role == "assistant" else f"{index}: {turn.get('name') or 'tool'}"
         rows.append({"label": label, "start": start, "duration": duration,
                      "kind": "generation" if role == "assistant" else "tool"})
     timings = row.timings or {}
