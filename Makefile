@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_STEPS ?= 500
+DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
 
-.PHONY: setup system-packages demo test lint clean
+.PHONY: setup system-packages secret-key demo test lint clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -31,14 +32,20 @@ $(VENV)/.installed: pyproject.toml
 # The demo first checks its tasks: three reference answers of each template through the real sandboxes and
 # verifiers (a run of its own, "reference check", whose 3D answers carry their rendered views). Then it trains
 # by itself: a run on the demo bundle is queued (its base model pretrained first, about a
-# minute, once per data directory) and the web process's embedded runner trains it, so the run page's curves
-# move as soon as the server is up. --noreload: the autoreloader's parent process would start a second runner.
-demo: setup
+# minute, once per data directory) and the web process trains it (embedded training), so the run page's curves
+# move as soon as the server is up. --noreload: the autoreloader's parent process would train a second time.
+demo: setup secret-key
 	$(BIN)/python manage.py migrate --noinput
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py reference_check --bundle demo --per-template 3 --if-absent
 	$(BIN)/python manage.py train --bundle demo --steps $(DEMO_STEPS) --name demo --if-idle --prepare
-	STUDIO_EMBEDDED_RUNNER=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
+	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
+
+# The studio's SECRET_KEY when none is set in the environment: a random one, kept (owner-only) in the data
+# directory, where the settings read it.
+secret-key:
+	@test -s $(DATA_DIR)/secret_key || (mkdir -p $(DATA_DIR) && umask 077 && \
+		$(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > $(DATA_DIR)/secret_key)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

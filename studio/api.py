@@ -9,9 +9,8 @@ from ninja import NinjaAPI, Router, Status
 
 from apps.accounts.api import api_auth
 from apps.accounts.api import router as accounts_router
+from apps.common.api_errors import ErrorOut, register_exception_handlers
 from apps.registry.api import router as registry_router
-
-from .api_errors import ErrorOut, register_exception_handlers
 
 
 class StudioAPI(NinjaAPI):

@@ -1,18 +1,26 @@
 """Settings come from the environment (12-factor); the defaults are the embedded, single-machine studio.
 
+This is the only module that reads environment variables; everything else reads `django.conf.settings`, and the
+engine (workers/) is handed what it needs by apps/runs/wiring.py. Importing it has no side effects: the
+directories under STUDIO_DATA_DIR are made by whoever writes there.
+
 DATABASE_URL  defaults to a SQLite file under STUDIO_DATA_DIR; set postgres://... for PostgreSQL.
-REDIS_URL     optional; when set, Channels and Celery use Redis, otherwise they run in-process.
-SECRET_KEY    required when DEBUG is off; a development key is derived for the embedded default.
+REDIS_URL     optional; when set, Channels and Celery use Redis and the studio runs on services (workers on
+              queues, possibly on other machines). Without it (and without CELERY_BROKER_URL) the studio is
+              EMBEDDED: one process, in-process tasks and channel layer.
+DEBUG         off unless asked for (DEBUG=1): debug pages show settings and tracebacks.
+SECRET_KEY    required, except with DEBUG on; `make demo` keeps a random one in STUDIO_DATA_DIR/secret_key,
+              which is read when SECRET_KEY is not set.
 """
 
 import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("STUDIO_DATA_DIR", BASE_DIR / "var"))
-DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def env_flag(name: str, default: bool) -> bool:
@@ -22,13 +30,21 @@ def env_flag(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = env_flag("DEBUG", True)
-SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise RuntimeError("SECRET_KEY must be set when DEBUG is off.")
-    # Only for the embedded development default: never used once DEBUG is off.
-    SECRET_KEY = "dev-only-insecure-key-set-SECRET_KEY-in-production"
+def _secret_key(debug: bool) -> str:
+    key = os.environ.get("SECRET_KEY", "")
+    if key:
+        return key
+    kept = DATA_DIR / "secret_key"
+    if kept.is_file():
+        return kept.read_text().strip()
+    if debug:
+        return "dev-only-insecure-key-set-SECRET_KEY-in-production"  # never used once DEBUG is off
+    raise ImproperlyConfigured(f"SECRET_KEY is not set: set it in the environment, or keep one in {kept} "
+                               "(`make demo` makes one there), or set DEBUG=1 for a development key")
+
+
+DEBUG = env_flag("DEBUG", False)
+SECRET_KEY = _secret_key(DEBUG)
 
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -46,7 +62,8 @@ INSTALLED_APPS = [
     "apps.registry",
     "apps.runs",
     "apps.trajectories",
-    "apps.benchmarks",
+    "apps.operations",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [
@@ -95,11 +112,14 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# Celery: with REDIS_URL the queues (gpu, rollout, verify) live in Redis and separate workers serve them;
-# without it tasks run in the calling process, which is the embedded default.
+# The embedded studio: no broker, so no workers on queues. Runs train in the web process (EMBEDDED_TRAINING) or
+# in a `train --headless` command; tasks run in the calling process.
+EMBEDDED = not (REDIS_URL or os.environ.get("CELERY_BROKER_URL"))
+
+# Celery: on services the queues (gpu, rollout, verify) live in the broker and separate workers serve them.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL or "memory://")
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", REDIS_URL or "cache+memory://")
-CELERY_TASK_ALWAYS_EAGER = not (REDIS_URL or os.environ.get("CELERY_BROKER_URL"))
+CELERY_TASK_ALWAYS_EAGER = EMBEDDED
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -123,10 +143,9 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every start without it
-# Whitenoise serves static/ straight from the finders in DEBUG; no CDN is ever used.
-WHITENOISE_USE_FINDERS = True
+# `collectstatic` (the Docker image) writes here; the embedded studio serves static/ straight from the finders.
+STATIC_ROOT = Path(os.environ["STUDIO_STATIC_ROOT"]) if os.environ.get("STUDIO_STATIC_ROOT") else None
+WHITENOISE_USE_FINDERS = True  # no CDN is ever used
 
 # Request bodies above this are refused (the API answers 413) before any parsing (specs are small; instances go in bulk files).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("STUDIO_MAX_REQUEST_BYTES", 4 * 1024 * 1024))
@@ -141,6 +160,10 @@ LOGGING = {
 # Sandboxes: the backend that runs model-written code (process: bubblewrap, the embedded default; docker).
 SANDBOX_BACKEND = os.environ.get("STUDIO_SANDBOX_BACKEND", "process")
 SANDBOX_STATUS_DIR = DATA_DIR / "sandbox-pools"  # running pools publish their state here for `sandbox pool-status`
+# Built image layers (process backend) and containers' control sockets (docker backend): shared by every pool on
+# the machine, outside the data directory because the sandboxes' own uids must reach them.
+SANDBOX_LAYER_CACHE = Path(os.environ.get("STUDIO_SANDBOX_CACHE", "/var/tmp/posttrain-studio/layers"))
+SANDBOX_DOCKER_CONTROL = Path(os.environ.get("STUDIO_DOCKER_CONTROL", "/var/tmp/posttrain-studio/docker"))
 
 # The judge layer: any OpenAI-compatible endpoint. Without JUDGE_BASE_URL, judge checks report infra_error
 # (never a reward). Prices turn token counts into the cost each verdict records.
@@ -155,11 +178,13 @@ JUDGE_PRICE_PER_1K_OUTPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_OUTP
 # presumed lost and queued again (the watchdog: Celery beat, or the embedded runner), to resume from its last
 # checkpoint. REMOTE_ROLLOUTS sends tool calls and verifications to the rollout and verify queues.
 RUN_STALE_SECONDS = float(os.environ.get("STUDIO_RUN_STALE_SECONDS", 60))
-REMOTE_ROLLOUTS = env_flag("STUDIO_REMOTE_ROLLOUTS", not CELERY_TASK_ALWAYS_EAGER)
-# The embedded studio trains in the web process (a thread) when this is on; `make demo` turns it on.
-EMBEDDED_RUNNER = env_flag("STUDIO_EMBEDDED_RUNNER", False)
+REMOTE_ROLLOUTS = not EMBEDDED and env_flag("STUDIO_REMOTE_ROLLOUTS", True)
+# The embedded studio trains queued runs in the web process (a thread) when this is on; `make demo` turns it on.
+EMBEDDED_TRAINING = EMBEDDED and env_flag("STUDIO_EMBEDDED_TRAINING", False)
 # Seconds of CPU pretraining for the built-in demo base model (cached per bundle under DATA_DIR/models).
 DEMO_PRETRAIN_SECONDS = float(os.environ.get("STUDIO_DEMO_PRETRAIN_SECONDS", 75))
+# Where `make demo` serves; the demo's seed prints its login address from it.
+DEMO_URL = f"http://{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}/"
 # Cost per task: policy compute (the accelerator the model runs on, the CPU here) and sandbox CPU, per hour.
 GPU_PRICE_PER_HOUR = float(os.environ.get("STUDIO_GPU_PRICE_PER_HOUR", 2.50))
 SANDBOX_CPU_PRICE_PER_HOUR = float(os.environ.get("STUDIO_SANDBOX_CPU_PRICE_PER_HOUR", 0.05))

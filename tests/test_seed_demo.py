@@ -13,11 +13,11 @@ import pytest
 from django.core.management import call_command
 
 from apps.accounts.models import AuditEvent, Project
-from apps.registry.demo import arithmetic, coding, docqa, modelling3d
+from apps.demo import arithmetic, coding, docqa, modelling3d
 from apps.registry.models import Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
-from apps.registry.specs import prompt_placeholders
+from workers.definitions.specs import prompt_placeholders
 
 DOMAINS = {
     "arithmetic": {"add-two"},

@@ -1,9 +1,10 @@
-"""Celery tasks: the only module under workers/ that touches Django.
+"""Celery tasks: the only module under workers/ that touches Django. Each loads what it needs, calls the engine
+or a service, and hands back plain data; the wiring of engine objects is apps/runs/wiring.py's.
 
-Queues: `gpu` runs a run's attempt (the trainer and the inference engine, apps.runs.driver); `rollout` runs
-tool calls in this worker's sandbox pool; `verify` runs verifications. A run's attempt sends its tool calls
-and verifications to the other two queues when settings.REMOTE_ROLLOUTS is on (CeleryToolRunner,
-CeleryVerifier below), so rollout and verification workers scale apart from the GPU ones.
+Queues: `gpu` runs a run's attempt (the trainer and the inference engine); `rollout` runs tool calls in this
+worker's sandbox pool; `verify` runs verifications. A run's attempt sends tool calls and verifications to the
+other two queues by task name (workers/remote.py) when the studio runs on services with remote rollouts on, so
+rollout and verification workers scale apart from the GPU ones.
 
 `runs_watchdog` (Celery beat) queues again the runs whose worker stopped heartbeating; their next attempt
 resumes from the last checkpoint. A train_run delivered twice (acks_late redelivery after a lost worker)
@@ -18,20 +19,39 @@ from celery import shared_task
 from celery.signals import worker_process_shutdown
 from django.conf import settings
 
+from workers.remote import tool_result_to_wire, verdict_to_wire
+from workers.rl.grading import LocalVerifier
+from workers.rl.tools import PolicyToolError, SandboxToolRunner
+from workers.rl.types import TaskTemplate, Trajectory
+from workers.sandbox import SandboxImage
+from workers.verifiers import Item
+
 _pool = None
-_pool_lock = threading.Lock()
+_verifier = None
+_lock = threading.Lock()
 
 
 def sandbox_pool():
-    """This worker process's SandboxPool, made on first use."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            from workers.sandbox import SandboxPool
-            from workers.sandbox.backends import backend_named
+    """This worker process's sandbox pool, made on first use and shared by its tasks."""
+    from apps.runs import wiring
 
-            _pool = SandboxPool(backend_named(settings.SANDBOX_BACKEND), status_dir=settings.SANDBOX_STATUS_DIR)
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = wiring.sandbox_pool()
         return _pool
+
+
+def local_verifier() -> LocalVerifier:
+    """This worker process's verifier: its sandbox pool and one judge client (one cache, one concurrency cap)."""
+    from apps.runs import wiring
+
+    global _verifier
+    pool = sandbox_pool()
+    with _lock:
+        if _verifier is None:
+            _verifier = LocalVerifier(pool, wiring.judge_client())
+        return _verifier
 
 
 @worker_process_shutdown.connect
@@ -42,7 +62,7 @@ def _close_pool(**_):
 
 @shared_task(name="workers.tasks.train_run", acks_late=True)
 def train_run(run_id: str) -> str:
-    from apps.runs.driver import run_attempt
+    from apps.runs.attempt import run_attempt
     from apps.runs.services import run_claim
 
     attempt = run_claim(run_id=run_id, stale_after=settings.RUN_STALE_SECONDS)
@@ -62,82 +82,18 @@ def runs_watchdog() -> list[str]:
     return requeued
 
 
-def _image(data: dict):
-    from workers.sandbox import Limits, SandboxImage
-
-    return SandboxImage(key=data["key"], layers=tuple(data["layers"]), limits=Limits(**data["limits"]),
-                        warm_pool_size=data["warm_pool_size"])
-
-
-def _image_json(image) -> dict:
-    from dataclasses import asdict
-
-    return {"key": image.key, "layers": list(image.layers), "limits": asdict(image.limits),
-            "warm_pool_size": image.warm_pool_size}
-
-
 @shared_task(name="workers.tasks.execute_tool_call", acks_late=True)
 def execute_tool_call(image: dict, name: str, arguments: dict, max_output_chars: int) -> dict:
-    from workers.rl.tools import PolicyToolError, SandboxToolRunner
-
+    runner = SandboxToolRunner(sandbox_pool(), max_output_chars=max_output_chars)
     try:
-        result = SandboxToolRunner(sandbox_pool(), max_output_chars=max_output_chars).run(_image(image), name, arguments)
+        result = runner.run(SandboxImage.from_json(image), name, arguments)
     except PolicyToolError as exc:
         return {"policy_error": str(exc)}
-    return {**result.to_json(), "text": result.text}
+    return tool_result_to_wire(result)
 
 
 @shared_task(name="workers.tasks.verify_trajectory", acks_late=True)
 def verify_trajectory(template: dict, trajectory: dict, item: dict) -> dict:
-    import base64
-
-    from apps.runs.driver import _judge
-    from workers.rl.pipeline import LocalVerifier
-    from workers.rl.types import TaskTemplate, Trajectory
-    from workers.verifiers import Item
-
-    task_template = TaskTemplate(**{**template, "image": _image(template["image"]), "tools": tuple(template["tools"])})
-    verdict = LocalVerifier(sandbox_pool(), _judge()).verify(task_template, Trajectory.from_json(trajectory),
-                                                              Item(**item))
-    data = verdict.to_json()
-    data["artifacts"] = {name: base64.b64encode(blob).decode() for name, blob in verdict.artifacts.items()}
-    return data
-
-
-class CeleryToolRunner:
-    """Tool calls on the `rollout` queue; the calling rollout thread waits for the result."""
-
-    def __init__(self, *, max_output_chars: int, timeout: float = 600.0):
-        self.max_output_chars, self.timeout = max_output_chars, timeout
-
-    def run(self, image, name: str, arguments: dict, *, on_acquired=None):
-        from workers.rl.tools import PolicyToolError, ToolResult, tool_execution
-
-        tool_execution(name, arguments)  # a malformed call is the policy's error: refuse it before queueing
-        if on_acquired is not None:
-            on_acquired()  # waiting on a remote worker counts as the tool's time
-        data = execute_tool_call.apply_async((_image_json(image), name, arguments, self.max_output_chars)).get(
-            timeout=self.timeout, disable_sync_subtasks=False)
-        if "policy_error" in data:
-            raise PolicyToolError(data["policy_error"])
-        return ToolResult(**data)
-
-
-class CeleryVerifier:
-    """Verifications on the `verify` queue."""
-
-    def __init__(self, *, timeout: float = 900.0):
-        self.timeout = timeout
-
-    def verify(self, template, trajectory, item):
-        import base64
-        from dataclasses import asdict
-
-        from workers.verifiers.types import Component, Verdict
-
-        template_json = {**asdict(template), "image": _image_json(template.image), "tools": list(template.tools)}
-        data = verify_trajectory.apply_async((template_json, trajectory.to_json(), asdict(item))).get(
-            timeout=self.timeout, disable_sync_subtasks=False)
-        artifacts = {name: base64.b64decode(blob) for name, blob in data.pop("artifacts").items()}
-        components = [Component(**c) for c in data.pop("components")]
-        return Verdict(**data, components=components, artifacts=artifacts)
+    verdict = local_verifier().verify(TaskTemplate.from_json(template), Trajectory.from_json(trajectory),
+                                      Item(**item))
+    return verdict_to_wire(verdict)

@@ -9,7 +9,7 @@ from ninja import Query, Router, Schema
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
-from studio.api_errors import READ_ERRORS
+from apps.common.api_errors import READ_ERRORS
 
 from .models import Role
 from .selectors import audit_list, project_for_user, project_list_for_user, user_for_token

@@ -39,6 +39,13 @@ def project_for_user(*, user, slug: str, min_role: str = Role.VIEWER) -> Project
     return project
 
 
+def project_for_page(*, user, slug: str, min_role: str = Role.VIEWER) -> tuple[Project, bool]:
+    """The project (as project_for_user finds it) and whether `user` may edit in it, which decides whether a
+    page shows its edit controls."""
+    project = project_for_user(user=user, slug=slug, min_role=min_role)
+    return project, Role.rank(role_of(user=user, project=project)) >= Role.rank(Role.EDITOR)
+
+
 def user_for_token(*, plaintext: str):
     if not plaintext.startswith("pts_"):
         return None

@@ -1,14 +1,14 @@
 """The registry part of the REST API: definitions, their versions, diffs, task instances, aliases and bundles.
 
 Views stay thin: look the project up for the caller's role, call one selector or service, return its result.
-Errors (SpecError, VersionNotFound, PublishConflict, ...) are turned into JSON answers in studio/api_errors.py.
+Errors (SpecError, VersionNotFound, PublishConflict, ...) are turned into JSON answers in apps/common/api_errors.py.
 """
 
 from ninja import Query, Router, Status
 
 from apps.accounts.models import Project, Role
 from apps.accounts.selectors import project_for_user
-from studio.api_errors import READ_ERRORS, WRITE_ERRORS
+from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
 
 from . import selectors, services
 from .api_schemas import (

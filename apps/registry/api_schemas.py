@@ -8,10 +8,10 @@ from ninja import Field, Path, Query, Schema
 from pydantic import ConfigDict
 
 from apps.accounts.models import SLUG_PATTERN
+from workers.definitions.specs import KINDS
 
 from .models import Alias, Definition, InstanceSetMember, Version
 from .selectors import alias_list, version_list
-from .specs import KINDS
 
 RECENT_VERSIONS = 50  # in a definition's detail; the /versions endpoint pages through all of them
 MAX_NUMBER = 2**31 - 1  # a version number; larger integers are refused before they reach the database

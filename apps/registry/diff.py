@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical import canonical_json
+from workers.definitions.canonical import canonical_json
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-from .specs import FieldError, SpecError
+from workers.definitions.specs import FieldError, SpecError
 
 __all__ = ["FieldError", "SpecError", "VersionNotFound", "PublishConflict"]
 

@@ -26,13 +26,13 @@ from django.db import transaction
 
 from apps.accounts.models import Project, Team
 from apps.accounts.services import audit_record, project_create
+from workers.definitions.specs import KINDS, SLUG_RE, validate_spec
 
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
 from .models import Alias, Definition, Version
 from .refs import parse_ref
 from .selectors import instance_rows
 from .services import alias_move, version_publish
-from .specs import KINDS, SLUG_RE, validate_spec
 
 FILE_HEADER = (
     "# Posttrain Studio definition. Edit `spec` or `description` (task instances: the .instances.jsonl file),\n"

@@ -10,8 +10,7 @@ from django.conf import settings
 from django.db import models
 
 from apps.accounts.models import Project, slug_validator
-
-from .specs import KINDS
+from workers.definitions.specs import KINDS
 
 
 class Kind(models.TextChoices):

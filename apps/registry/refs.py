@@ -3,8 +3,9 @@
 import re
 from dataclasses import dataclass
 
+from workers.definitions.specs import KINDS, SLUG_RE
+
 from .errors import VersionNotFound
-from .specs import KINDS, SLUG_RE
 
 _REF = re.compile(rf"^(?P<kind>[a-z_]+)/(?P<slug>{SLUG_RE})(@(?P<selector>[1-9][0-9]*|[a-z][a-z0-9-]*))?$")
 LATEST = "latest"

@@ -7,20 +7,27 @@ from django.db import transaction
 
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
-
-from .bulk import bulk_insert, json_text
-from .canonical import (
+from workers.definitions.canonical import (
     canonical_json,
     has_non_finite,
     instance_hash,
     instance_set_digest,
     version_content_hash,
 )
+from workers.definitions.specs import (
+    ALIAS_RE,
+    MAX_SPEC_BYTES,
+    SLUG_RE,
+    SPEC_SCHEMA_VERSION,
+    prompt_placeholders,
+    validate_spec,
+)
+
+from .bulk import bulk_insert, json_text
 from .closure import check_references, resolve_bundle
 from .errors import FieldError, PublishConflict, SpecError
 from .models import Alias, Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
 from .refs import LATEST
-from .specs import ALIAS_RE, MAX_SPEC_BYTES, SLUG_RE, SPEC_SCHEMA_VERSION, prompt_placeholders, validate_spec
 
 INSTANCE_KEY_MAX = 200
 

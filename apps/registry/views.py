@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Role
-from apps.accounts.selectors import project_for_user, project_list_for_user, role_of
+from apps.accounts.selectors import project_for_page, project_list_for_user
 
 from . import selectors
 from .diff import spec_diff
@@ -21,13 +21,6 @@ from .services import alias_move, version_publish
 from .text_diff import side_by_side
 
 INSTANCES_PER_PAGE = 50
-
-
-def _project(request, slug, min_role=Role.VIEWER):
-    """The project and whether this user may edit in it (which decides if edit controls are shown)."""
-    project = project_for_user(user=request.user, slug=slug, min_role=min_role)
-    can_edit = Role.rank(role_of(user=request.user, project=project)) >= Role.rank(Role.EDITOR)
-    return project, can_edit
 
 
 def _definition(project, kind, slug):
@@ -56,7 +49,7 @@ def home(request):
 
 
 def definition_list(request, project):
-    project, can_edit = _project(request, project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     kind = request.GET.get("kind") if request.GET.get("kind") in Kind.values else None
     definitions = list(selectors.definition_list(project=project, kind=kind).order_by("kind", "slug"))
     # Grouped in the product's order of kinds, not alphabetically.
@@ -82,12 +75,12 @@ def _definition_page(request, project, definition, can_edit, alias_form=None, al
 
 
 def definition_detail(request, project, kind, slug):
-    project, can_edit = _project(request, project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     return _definition_page(request, project, _definition(project, kind, slug), can_edit)
 
 
 def version_detail(request, project, kind, slug, number):
-    project, can_edit = _project(request, project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     version = _version(project, kind, slug, number)
     after = request.GET.get("after", "")
     # One extra row says whether a next page exists without counting the whole set.
@@ -102,7 +95,7 @@ def version_detail(request, project, kind, slug, number):
 
 
 def version_diff(request, project, kind, slug):
-    project, can_edit = _project(request, project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     definition = _definition(project, kind, slug)
     template = "registry/_diff.html" if _is_htmx(request) else "registry/diff.html"
     context = {"project": project, "can_edit": can_edit, "definition": definition}
@@ -122,7 +115,7 @@ def version_diff(request, project, kind, slug):
 
 
 def version_edit(request, project, kind, slug):
-    project, can_edit = _project(request, project, min_role=Role.EDITOR)
+    project, can_edit = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
     definition = _definition(project, kind, slug)
     head = selectors.version_head(definition=definition)
     context = {"project": project, "can_edit": can_edit, "definition": definition, "head": head}
@@ -150,7 +143,7 @@ def version_edit(request, project, kind, slug):
 
 
 def definition_create(request, project):
-    project, can_edit = _project(request, project, min_role=Role.EDITOR)
+    project, can_edit = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
     form = DefinitionCreateForm(request.POST if request.method == "POST" else None)
     context = {"project": project, "can_edit": can_edit, "form": form}
     if not form.is_valid():
@@ -174,7 +167,7 @@ def definition_create(request, project):
 
 @require_POST
 def alias_set(request, project, kind, slug):
-    project, can_edit = _project(request, project, min_role=Role.EDITOR)
+    project, can_edit = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
     definition = _definition(project, kind, slug)
     form = AliasMoveForm(request.POST)
     if not form.is_valid():

@@ -6,7 +6,7 @@ class RunsConfig(AppConfig):
     label = "runs"
 
     def ready(self):
-        # The embedded studio (no Celery broker) runs training in the web process itself; see runner.py.
-        from .runner import start_embedded_runner_if_enabled
+        # The embedded studio (no Celery broker) trains in the web process itself; see embedded.py.
+        from .embedded import start_embedded_training_if_enabled
 
-        start_embedded_runner_if_enabled()
+        start_embedded_training_if_enabled()

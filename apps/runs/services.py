@@ -17,6 +17,7 @@ from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from apps.registry.models import Version
 from workers.rl.config import ConfigError, RunConfig, config_hash
+from workers.rl.types import Trajectory
 
 from . import live
 from .models import (
@@ -158,7 +159,7 @@ def run_heartbeat(*, run_id, attempt: int) -> str:
 
 
 def run_step_record(*, run_id, attempt: int, step: int, wall_time: float, points: dict[str, float],
-                    trajectories: list[dict], events: list[tuple[str, str, dict]] = ()) -> None:
+                    trajectories: list[Trajectory], events: list[tuple[str, str, dict]] = ()) -> None:
     """One trainer step: its metric points, the trajectories it archived and its events, all or nothing."""
     from apps.trajectories.services import trajectories_record
 
@@ -175,6 +176,17 @@ def run_step_record(*, run_id, attempt: int, step: int, wall_time: float, points
         Run.objects.filter(pk=run.pk).update(step=max(run.step, step), heartbeat_at=timezone.now())
         live.broadcast_step(run_id=run.pk, step=step, wall_time=wall_time, points=points,
                             events=[(kind, message) for kind, message, _ in events])
+
+
+def run_rollback(*, run_id, attempt: int, step: int) -> None:
+    """What earlier attempts archived after `step` is about to be written again by this one: take it back."""
+    from apps.trajectories.models import Trajectory as ArchivedTrajectory
+
+    with transaction.atomic():
+        run = _fenced(run_id, attempt)
+        MetricPoint.objects.filter(run=run, step__gt=step).delete()
+        ArchivedTrajectory.objects.filter(run=run, step__gt=step).delete()
+        Run.objects.filter(pk=run.pk).update(step=step)
 
 
 def run_checkpoint_record(*, run_id, attempt: int, step: int, path: str, size: int, removed: list[int] = ()) -> None:
@@ -221,4 +233,5 @@ def _event(run: Run, kind: str, message: str, *, step: int | None = None, attemp
 
 
 __all__ = ["ACTIVE_STATUSES", "RunError", "RunLeaseLost", "run_checkpoint_record", "run_claim", "run_create",
-           "run_event_record", "run_finish", "run_heartbeat", "run_request", "run_step_record", "runs_requeue_lost"]
+           "run_event_record", "run_finish", "run_heartbeat", "run_request", "run_rollback", "run_step_record",
+           "runs_requeue_lost"]

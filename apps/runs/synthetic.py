@@ -8,7 +8,6 @@ and a unit-test verdict, and a 3D trajectory whose mesh verdict carries a render
 
 from __future__ import annotations
 
-import base64
 import io
 import math
 import random
@@ -19,6 +18,8 @@ from apps.runs.models import Run
 from apps.runs.services import run_claim, run_create, run_finish, run_step_record
 from workers.rl.chat import CharTokenizer
 from workers.rl.types import ToolCall, Trajectory, Turn, trajectory_id
+from workers.verifiers import Verdict
+from workers.verifiers.types import Component
 
 DOMAINS = ("arithmetic", "python-coding", "3d-modelling", "document-qa")
 IDLE_CAUSES = ("environment_assembly", "generation", "tools", "verification", "timeouts")
@@ -39,7 +40,7 @@ def run_synthetic_create(*, project, bundle, steps: int, name: str = "", actor=N
     return run_create(project=project, bundle=bundle, steps=steps, name=name or "synthetic", actor=actor, via="cli")
 
 
-def step_points(*, step: int, steps_total: int, rng: random.Random, domains=DOMAINS) -> dict[str, float]:
+def synthetic_step_points(*, step: int, steps_total: int, rng: random.Random, domains=DOMAINS) -> dict[str, float]:
     """Every metric name the engine writes, with curves shaped like a run that learns."""
     progress = step / max(1, steps_total)
     points: dict[str, float] = {}
@@ -107,12 +108,12 @@ def _assistant(text: str, rng: random.Random, *, started: float, duration: float
                 finish_reason=finish, started_s=started, duration_s=duration)
 
 
-def _component(layer, name, kind, value, status, evidence, latency_ms, weight=1.0) -> dict:
-    return {"layer": layer, "name": name, "type": kind, "weight": weight, "value": value, "status": status,
-            "evidence": evidence, "latency_ms": latency_ms, "cost": 0.0}
+def _component(layer, name, kind, value, status, evidence, latency_ms, weight=1.0) -> Component:
+    return Component(layer=layer, name=name, type=kind, weight=weight, value=value, status=status,
+                     evidence=evidence, latency_ms=latency_ms)
 
 
-def trajectory_dicts(*, run: Run, step: int, rng: random.Random, per_step: int = 3) -> list[dict]:
+def synthetic_trajectories(*, run: Run, step: int, rng: random.Random, per_step: int = 3) -> list[Trajectory]:
     """`per_step` trajectories of this step (one draw each), cycling arithmetic, coding and 3D."""
     rows = []
     now = time.time()
@@ -128,10 +129,8 @@ def trajectory_dicts(*, run: Run, step: int, rng: random.Random, per_step: int =
         trajectory.advantage = round((trajectory.reward or 0) - 0.5 + rng.gauss(0, 0.1), 3)
         trajectory.effective = True
         trajectory.started_at, trajectory.finished_at = now - trajectory.timings["total"], now
-        data = trajectory.to_json()
-        if artifacts:
-            data["artifacts"] = {name: base64.b64encode(blob).decode() for name, blob in artifacts.items()}
-        rows.append(data)
+        trajectory.artifacts = artifacts
+        rows.append(trajectory)
     return rows
 
 
@@ -152,10 +151,10 @@ def _arithmetic(rng: random.Random):
     reward = 1.0 if answer == a + b else 0.0
     status = "pass" if reward else "fail"
     trajectory.reward = reward
-    trajectory.verdict = {"reward": reward, "status": status, "layers_run": ["exact"], "stopped_because": "decided",
-                          "latency_ms": 0.4, "cost": 0.0, "components": [
-                              _component("exact", "answer", "numeric", reward, status,
-                                         "" if reward else f"expected {a + b}, got {answer}", 0.4)]}
+    trajectory.verdict = Verdict(reward=reward, status=status, layers_run=["exact"], stopped_because="decided",
+                                 latency_ms=0.4, components=[
+                                     _component("exact", "answer", "numeric", reward, status,
+                                                "" if reward else f"expected {a + b}, got {answer}", 0.4)]).to_json()
     trajectory.timings = {"queue": 0.01, "environment_assembly": 0.0, "generation": 0.02, "tools": 0.0,
                           "verification": 0.001, "total": 0.04}
     trajectory.costs = {"policy_seconds": 0.02, "sandbox_cpu_seconds": 0.0, "judge": 0.0, "total": 0.00002}
@@ -199,9 +198,10 @@ def _coding(rng: random.Random):
     evidence = "4 of 4 tests passed" if not failing else (
         "3 of 4 tests passed\nFAIL test_increasing: [1, 2, 3] -> [1, 1, 1], expected [1, 2, 3]")
     trajectory.reward = reward
-    trajectory.verdict = {"reward": reward, "status": status, "layers_run": ["exact"], "stopped_because": "decided",
-                          "latency_ms": 412.0, "cost": 0.0, "components": [
-                              _component("exact", "hidden tests", "unit_tests", reward, status, evidence, 412.0)]}
+    trajectory.verdict = Verdict(reward=reward, status=status, layers_run=["exact"], stopped_because="decided",
+                                 latency_ms=412.0, components=[
+                                     _component("exact", "hidden tests", "unit_tests", reward, status, evidence,
+                                                412.0)]).to_json()
     trajectory.timings = {"queue": 0.05, "environment_assembly": 0.12, "generation": 2.9, "tools": 0.59,
                           "verification": 0.41, "total": 4.1}
     trajectory.costs = {"policy_seconds": 2.9, "sandbox_cpu_seconds": 0.5, "judge": 0.0, "total": 0.0031}
@@ -232,9 +232,9 @@ def _modelling(rng: random.Random):
         _component("environment", "shape", "mesh_geometry", iou, "pass" if iou >= 0.99 else "partial",
                    f"volume 2.000 (expected 2.000); extents 2×1×1; IoU {iou}", 610.0)]
     trajectory.reward = iou
-    trajectory.verdict = {"reward": iou, "status": components[-1]["status"], "components": components,
-                          "layers_run": ["exact", "environment"], "stopped_because": "decided", "latency_ms": 645.0,
-                          "cost": 0.0}
+    trajectory.verdict = Verdict(reward=iou, status=components[-1].status, components=components,
+                                 layers_run=["exact", "environment"], stopped_because="decided",
+                                 latency_ms=645.0).to_json()
     trajectory.timings = {"queue": 0.02, "environment_assembly": 0.4, "generation": 1.4, "tools": 0.8,
                           "verification": 0.65, "total": 3.3}
     trajectory.costs = {"policy_seconds": 1.4, "sandbox_cpu_seconds": 1.3, "judge": 0.0, "total": 0.0024}
@@ -255,8 +255,9 @@ def run_synthetic_steps(*, run: Run, steps: int, attempt: int | None = None, sec
         events = [("checkpoint_saved", f"checkpoint at step {step}", {})] if step % 50 == 0 else []
         written = time.time()
         run_step_record(run_id=run.pk, attempt=attempt, step=step, wall_time=written,
-                        points=step_points(step=step, steps_total=run.steps_total, rng=rng),
-                        trajectories=trajectory_dicts(run=run, step=step, rng=rng, per_step=trajectories_per_step),
+                        points=synthetic_step_points(step=step, steps_total=run.steps_total, rng=rng),
+                        trajectories=synthetic_trajectories(run=run, step=step, rng=rng,
+                                                            per_step=trajectories_per_step),
                         events=events)
         if on_step is not None:
             on_step(step, written)

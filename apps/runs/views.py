@@ -14,20 +14,15 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Role
-from apps.accounts.selectors import project_for_user, role_of
+from apps.accounts.selectors import project_for_page
 from apps.registry.diff import spec_diff
 from apps.registry.models import Version
 
 from . import figures, selectors
+from .dispatch import run_enqueue
 from .services import RunError, run_create, run_request
 
 COMPARE_LIMIT = 8
-
-
-def _project(request, slug, min_role=Role.VIEWER):
-    project = project_for_user(user=request.user, slug=slug, min_role=min_role)
-    can_edit = Role.rank(role_of(user=request.user, project=project)) >= Role.rank(Role.EDITOR)
-    return project, can_edit
 
 
 class RunStartForm(forms.Form):
@@ -58,11 +53,11 @@ class RunStartForm(forms.Form):
 
 
 def run_list(request, project):
-    project, can_edit = _project(request, project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     form = RunStartForm(project=project)
     status = 200
     if request.method == "POST":
-        project, can_edit = _project(request, project.slug, min_role=Role.EDITOR)
+        project, can_edit = project_for_page(user=request.user, slug=project.slug, min_role=Role.EDITOR)
         form = RunStartForm(request.POST, project=project)
         if form.is_valid():
             data = form.cleaned_data
@@ -72,7 +67,7 @@ def run_list(request, project):
             except RunError as exc:
                 form.add_error(None, str(exc))
             else:
-                _enqueue(run)
+                run_enqueue(run)
                 messages.success(request, f"Run {run.name} is queued.")
                 return redirect("runs:run_detail", project=project.slug, run_id=run.pk)
         status = 400
@@ -82,17 +77,8 @@ def run_list(request, project):
     return render(request, "runs/run_list.html", context, status=status)
 
 
-def _enqueue(run) -> None:
-    """Hands a queued run to a worker once the engine's dispatcher exists; until then it waits queued."""
-    try:
-        from .dispatch import run_enqueue
-    except ImportError:
-        return
-    run_enqueue(run)
-
-
 def run_detail(request, project, run_id):
-    project, can_edit = _project(request, project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     run = selectors.run_get(project=project, run_id=run_id)
     panels = figures.panels_for(selectors.metric_names(run=run))
     context = {"project": project, "can_edit": can_edit, "run": run,
@@ -112,7 +98,7 @@ def _int(value, default=0) -> int:
 
 def run_history(request, project, run_id):
     """Metric points after ?after_step (downsampled on the server), events after ?after_event, and the status."""
-    project, _ = _project(request, project)
+    project, _ = project_for_page(user=request.user, slug=project)
     run = selectors.run_get(project=project, run_id=run_id)
     names = [n for n in request.GET.getlist("name") if n] or None
     history = selectors.metric_history(run=run, after_step=_int(request.GET.get("after_step")), names=names,
@@ -125,7 +111,7 @@ def run_history(request, project, run_id):
 
 @require_POST
 def run_control(request, project, run_id):
-    project, _ = _project(request, project, min_role=Role.EDITOR)
+    project, _ = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
     run = selectors.run_get(project=project, run_id=run_id)
     action = request.POST.get("action", "")
     try:
@@ -136,12 +122,12 @@ def run_control(request, project, run_id):
         messages.success(request, {"pause": "Pause requested.", "resume": "Resumed: queued for a worker.",
                                    "cancel": "Cancel requested."}[action])
         if action == "resume":
-            _enqueue(run)
+            run_enqueue(run)
     return redirect("runs:run_detail", project=project.slug, run_id=run.pk)
 
 
 def run_compare(request, project):
-    project, can_edit = _project(request, project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     runs = selectors.runs_get(project=project, run_ids=request.GET.getlist("run")[:COMPARE_LIMIT])
     context = {"project": project, "can_edit": can_edit, "runs": runs,
                "choices": selectors.run_list(project=project)[:100]}

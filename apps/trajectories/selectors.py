@@ -45,13 +45,13 @@ class TrajectoryPage:
     filters: dict = field(default_factory=dict)
 
 
-def _encode(value, pk) -> str:
+def cursor_encode(value, pk) -> str:
     if isinstance(value, datetime):
         value = {"t": value.isoformat()}
     return base64.urlsafe_b64encode(json.dumps([value, str(pk)]).encode()).decode().rstrip("=")
 
 
-def _decode(cursor: str):
+def cursor_decode(cursor: str):
     try:
         value, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, TypeError):
@@ -82,7 +82,7 @@ def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent
     if column == "reward":
         rows = rows.filter(reward__isnull=False)  # rows without a reward (infra errors) sort nowhere
     if after:
-        value, pk = _decode(after)
+        value, pk = cursor_decode(after)
         beyond, tie = ("lt" if descending else "gt"), ("lt" if id_descending else "gt")
         # The redundant `column <= value` bounds the index range; the OR alone would be a filter on a full walk.
         rows = rows.filter(**{f"{column}__{beyond}e": value}).filter(
@@ -93,7 +93,7 @@ def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent
     if len(page) > limit:
         page = page[:limit]
         last = page[-1]
-        next_cursor = _encode(getattr(last, column), last.pk)
+        next_cursor = cursor_encode(getattr(last, column), last.pk)
     return TrajectoryPage(rows=page, next_cursor=next_cursor, sort=sort if sort in SORTS else "recent",
                           filters=filters)
 

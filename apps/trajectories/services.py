@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import base64
 from datetime import UTC, datetime
+
+from workers.rl.types import Trajectory as EngineTrajectory
 
 from .artifacts import artifact_key, artifact_put
 from .models import Trajectory
@@ -16,14 +17,12 @@ def _timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds or 0, tz=UTC)
 
 
-def trajectory_row(*, run, attempt: int, data: dict) -> Trajectory:
-    """An archive row from workers.rl.types.Trajectory.to_json() (plus `artifacts` as base64, if any)."""
+def trajectory_row(*, run, attempt: int, trajectory: EngineTrajectory) -> Trajectory:
+    """An archive row from the engine's trajectory; its artifacts are written to the artifact store."""
+    data = trajectory.to_json()
     verdict = data.get("verdict") or {}
-    stored = []
-    for name, blob in (data.get("artifacts") or {}).items():
-        content = base64.b64decode(blob) if isinstance(blob, str) else blob
-        stored.append(artifact_put(key=artifact_key(run_id=run.pk, trajectory_id=data["id"], name=name),
-                                   content=content))
+    stored = [artifact_put(key=artifact_key(run_id=run.pk, trajectory_id=data["id"], name=name), content=content)
+              for name, content in trajectory.artifacts.items()]
     turns = data.get("turns", [])
     return Trajectory(
         id=data["id"], project_id=run.project_id, run=run, seq=data["seq"], sample=data["sample"], attempt=attempt,
@@ -42,10 +41,10 @@ def trajectory_row(*, run, attempt: int, data: dict) -> Trajectory:
         finished_at=_timestamp(data.get("finished_at")))
 
 
-def trajectories_record(*, run, attempt: int, trajectories: list[dict]) -> int:
+def trajectories_record(*, run, attempt: int, trajectories: list[EngineTrajectory]) -> int:
     """Insert or overwrite by id: the newest attempt's version of a trajectory is the archived one."""
     if not trajectories:
         return 0
-    rows = [trajectory_row(run=run, attempt=attempt, data=data) for data in trajectories]
+    rows = [trajectory_row(run=run, attempt=attempt, trajectory=trajectory) for trajectory in trajectories]
     Trajectory.objects.bulk_create(rows, update_conflicts=True, unique_fields=["id"], update_fields=UPDATED_FIELDS)
     return len(rows)

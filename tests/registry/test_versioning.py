@@ -6,13 +6,13 @@ import pytest
 from django.db import IntegrityError, InternalError, close_old_connections, connection, transaction
 
 from apps.accounts.models import AuditEvent
-from apps.registry.canonical import layer_chain_hashes
 from apps.registry.errors import PublishConflict, SpecError, VersionNotFound
 from apps.registry.models import Alias, ImmutableVersionError, InstanceSet, TaskInstance, Version
 from apps.registry.refs import Ref
 from apps.registry.selectors import instance_page, version_resolve
 from apps.registry.services import alias_move, version_publish
 from specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
+from workers.definitions.canonical import layer_chain_hashes
 
 
 def publish(project, owner, kind, slug, spec, **extra):

@@ -9,16 +9,17 @@ import copy
 
 import pytest
 
-from apps.registry.specs import validate_spec
+from workers.definitions import validate_spec
 from workers.rl.base_model import pretrain
 from workers.rl.chat import CharChat
 from workers.rl.config import RunConfig
 from workers.rl.engines.torch_engine import TorchEngine
-from workers.rl.pipeline import LocalVerifier, MemoryTracker, Pipeline, TaskCatalog
+from workers.rl.grading import LocalVerifier
 from workers.rl.policy import TinyLMPolicy
-from workers.rl.scheduler import Curriculum, DomainMix, Scheduler, TemplateMix
-from workers.rl.trainer import GRPOTrainer
-from workers.rl.types import TaskTemplate
+from workers.rl.session import build_pipeline
+from workers.rl.taskset import TaskSet
+from workers.rl.tracking import MemoryTracker
+from workers.rl.types import Model, TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
@@ -58,17 +59,11 @@ def make_pipeline(addition_base_model, tmp_path):
         config = RunConfig.from_dict(RunConfig.resolve({"groups_per_step": 4, "group_size": 6, "micro_batch_size": 32,
                                                         "learning_rate": 3e-3, "eval_tasks_per_domain": 0,
                                                         "checkpoint_every": 2, **overrides}))
-        template = addition_template()
         policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
-        scheduler = Scheduler([DomainMix("arithmetic", 1.0, (TemplateMix(template.key, 1.0, tuple(ITEMS)),))],
-                              seed=config.seed, curriculum=Curriculum() if config.curriculum else None)
         tracker = tracker or MemoryTracker()
-        pipeline = Pipeline(
-            run_id=RUN_ID, config=config, total_steps=steps,
-            catalog=TaskCatalog({template.key: template}, lambda _t, key: ITEMS[key], lambda _t, key: key),
-            scheduler=scheduler, engine=TorchEngine(policy.model),
-            chat=CharChat(), policy=policy,
-            trainer=GRPOTrainer(policy, config=config, total_steps=steps), tool_runner=None,
+        pipeline = build_pipeline(
+            run_id=RUN_ID, config=config, total_steps=steps, tasks=TaskSet.single_template(addition_template(), ITEMS),
+            model=Model(policy=policy, engine=TorchEngine(policy.model), chat=CharChat()), tool_runner=None,
             verifier=LocalVerifier(pool=None), tracker=tracker, checkpoint_dir=checkpoint_dir or tmp_path / "ckpt")
         return pipeline, tracker
 

@@ -4,7 +4,7 @@ consumed trajectory is archived once with the step that consumed it."""
 import torch
 
 from workers.rl.checkpoint import checkpoints
-from workers.rl.pipeline import MemoryTracker
+from workers.rl.tracking import MemoryTracker
 
 
 def _pause_after(step_number: int) -> MemoryTracker:

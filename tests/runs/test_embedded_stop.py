@@ -1,10 +1,10 @@
 """The embedded studio (`make demo`) stopped with SIGTERM in the middle of a run, then started again: the run
 is not marked failed; it stays running with a stale heartbeat, and the next embedded studio resumes it from
 its last checkpoint. (The demo once marked its run failed here, when its pipeline hit the exiting interpreter's
-executors: apps/runs/driver.py now leaves such a run to be resumed. That race did not reproduce in this test,
+executors: apps/runs/attempt.py now leaves such a run to be resumed. That race did not reproduce in this test,
 where the process dies in torch's teardown before the pipeline notices; what it checks is the restart.)
 
-A real `manage.py runserver` process with the embedded runner, on the test database (PostgreSQL)."""
+A real `manage.py runserver` process with embedded training, on the test database (PostgreSQL)."""
 
 import os
 import signal
@@ -30,7 +30,7 @@ def _studio(tmp_path: Path, name: str) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL", "CELERY_BROKER_URL")}
     env.update({"DATABASE_URL": database_url(),
                 "STUDIO_DATA_DIR": str(tmp_path / "data"), "STUDIO_DEMO_PRETRAIN_SECONDS": "3",
-                "STUDIO_EMBEDDED_RUNNER": "1", "STUDIO_RUN_STALE_SECONDS": "3"})
+                "STUDIO_EMBEDDED_TRAINING": "1", "STUDIO_RUN_STALE_SECONDS": "3"})
     log = (tmp_path / f"{name}.log").open("w")
     return subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"], cwd=ROOT,
                             env=env, stdout=log, stderr=subprocess.STDOUT)

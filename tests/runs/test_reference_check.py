@@ -96,12 +96,12 @@ def test_a_wrong_reference_fails_the_command_and_is_named(demo, capsys):
     assert "wrong-reference" in event.message and "1 failed" in event.message
 
 
-def test_a_reference_check_is_never_trained(demo):
-    from apps.runs.pinned import pinned_bundle
-    from apps.runs.policies import build_policy
+def test_a_reference_check_is_never_trained(demo, tmp_path):
+    from apps.runs.pins import bundle_tasks
     from workers.rl.config import RunConfig
+    from workers.rl.policies import build_model
 
     config = RunConfig.from_dict(RunConfig.resolve({"model": "builtin:reference"}))
     bundle = Version.objects.get(definition__slug="demo", definition__kind="bundle")
     with pytest.raises(ValueError, match="trains nothing: run it with `manage.py reference_check`"):
-        build_policy(config, pinned_bundle(bundle=bundle, config=config))
+        build_model(config, bundle_tasks(bundle=bundle, config=config), models_dir=tmp_path, pretrain_seconds=1)

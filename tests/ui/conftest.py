@@ -35,7 +35,7 @@ def browser_context_args(browser_context_args):
 
 @pytest.fixture(scope="session")
 def asgi_server():
-    from apps.runs.asgi_thread import ThreadedServer
+    from apps.operations.asgi_thread import ThreadedServer
 
     server = ThreadedServer()
     url = server.start()

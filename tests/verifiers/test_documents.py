@@ -158,8 +158,8 @@ def test_hostile_megabyte_quote_and_ten_thousand_numbers():
 def test_every_demo_question_passes_with_its_own_hidden_citations():
     """The real docqa corpus and image: a response that quotes the hidden spans and gives the hidden answer
     passes, except cross-document questions, whose computed difference no report states (0.5: the judge's band)."""
-    from apps.registry.demo.docqa import corpus, instances
-    from apps.registry.demo.images import docqa_image
+    from apps.demo.docqa import corpus, instances
+    from apps.demo.images import docqa_image
 
     image = SandboxImage.from_spec("sandbox_image/docqa-corpus@1", docqa_image())
     values = {}

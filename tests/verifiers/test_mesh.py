@@ -10,7 +10,7 @@ import trimesh
 from PIL import Image
 from sandbox_support import bubblewrap_skip_reason, reachable_cache, remove_cache
 
-from apps.registry.demo import modelling3d
+from apps.demo import modelling3d
 from workers.sandbox import ExecutionResult, Limits, SandboxImage, SandboxPool, Status
 from workers.sandbox.process import ProcessBackend
 from workers.verifiers.mesh import CHECKS, MAX_FACES, MAX_STL_BYTES, render

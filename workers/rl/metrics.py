@@ -127,3 +127,36 @@ def step_points(*, counters: RunCounters, consumed: list[Trajectory], trained: l
     for status in (TrajectoryStatus.TIMEOUT, TrajectoryStatus.POLICY_ERROR):
         points[f"trajectories/{status}"] = sum(t.status == status for t in consumed)
     return points
+
+
+def step_events(consumed: list[Trajectory]) -> list[tuple[str, str, dict]]:
+    """The run events a step's trajectories call for: sandbox retries, and trajectories lost to infrastructure."""
+    events = []
+    retries = sum(t.tool_retries for t in consumed)
+    if retries:
+        events.append(("retry", f"{retries} sandbox call(s) retried after infrastructure errors", {}))
+    infra = [t for t in consumed if t.status == TrajectoryStatus.INFRA_ERROR]
+    if infra:
+        events.append(("retry", f"{len(infra)} trajectory(ies) lost to infrastructure errors and not trained on: "
+                                f"{infra[0].status_reason[:200]}", {}))
+    return events
+
+
+def run_summary(*, run_id: str, outcome: str, steps: int, mode: str, max_staleness: int, counters: RunCounters,
+                eval_start: dict, eval_end: dict, wall_seconds: float, resumed_from: int | None) -> dict:
+    """What an attempt reports at its end (the run's page and `train --json` show it)."""
+    hours = max(counters.active_seconds, 1e-9) / 3600
+    return {
+        "run": run_id, "outcome": outcome, "steps": steps, "mode": mode,
+        "resumed_from_step": resumed_from, "wall_seconds": round(wall_seconds, 1),
+        "reward": {"start": eval_start, "end": eval_end,
+                   "lift": {d: round(eval_end[d] - eval_start[d], 4) for d in eval_end if d in eval_start}},
+        "trajectories": {"total": counters.trajectories, "effective": counters.effective_trajectories,
+                         **dict(counters.statuses)},
+        "throughput": {"trajectories_per_hour": round(counters.trajectories / hours, 1),
+                       "effective_trajectories_per_hour": round(counters.effective_trajectories / hours, 1)},
+        "cost": {"per_task": counters.cost / max(counters.trajectories, 1), "total": counters.cost},
+        "trainer_busy_fraction": round(counters.trainer_seconds / max(counters.active_seconds, 1e-9), 4),
+        "idle_seconds": {cause: round(seconds, 2) for cause, seconds in counters.idle.items()},
+        "staleness": {"max": counters.staleness_max, "bound": max_staleness},
+    }

@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 
 from workers.sandbox import Execution, Status
 
+# The spec of the built-in run_python tool, as a task template offers it: the demo's templates and the tests
+# offer this one.
+RUN_PYTHON_TOOL = {"name": "run_python",
+                   "description": "Run a Python script in the sandbox; returns the exit code, stdout, stderr and the "
+                                  "files it wrote.",
+                   "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}
+
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -126,6 +133,10 @@ class ToolResult:
                 "wall_seconds": round(self.wall_seconds, 4), "cpu_seconds": round(self.cpu_seconds, 4),
                 "assembly_seconds": round(self.assembly_seconds, 4), "attempts": self.attempts,
                 "reason": self.reason, "files": self.files}
+
+    @classmethod
+    def from_json(cls, data: dict, *, text: str) -> ToolResult:
+        return cls(text=text, **data)
 
 
 def result_text(name: str, result, limit: int) -> str:

@@ -52,6 +52,13 @@ class TaskTemplate:
                    prompt_template=spec["prompt_template"], tools=tuple(spec.get("tools", ())),
                    limits=dict(spec["limits"]), image=image, verifier_key=verifier_key, verifier_spec=verifier_spec)
 
+    def to_json(self) -> dict:
+        return {**asdict(self), "tools": list(self.tools), "image": self.image.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TaskTemplate:
+        return cls(**{**data, "tools": tuple(data["tools"]), "image": SandboxImage.from_json(data["image"])})
+
     def messages(self, item: Item) -> list[dict]:
         messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return messages + [{"role": "user", "content": self.prompt_template.format(**item.inputs)}]
@@ -170,3 +177,16 @@ class Trajectory:
         turns = [Turn(**{**t, "tool_calls": [ToolCall(**c) for c in t.get("tool_calls", [])]})
                  for t in data.pop("turns", [])]
         return cls(**{**data, "turns": turns, "status": TrajectoryStatus(data.get("status", "ok"))})
+
+
+@dataclass
+class Model:
+    """What a run trains and samples with: the policy (its weights and trainable parameters), the inference
+    engine that samples from it, and the chat format that turns messages into tokens."""
+
+    policy: object
+    engine: object
+    chat: object
+
+    def close(self) -> None:
+        self.engine.close()

@@ -1,17 +1,22 @@
-"""Choosing a backend by name (settings: STUDIO_SANDBOX_BACKEND)."""
+"""Choosing a backend by name (settings.SANDBOX_BACKEND; the studio's wiring passes its directories too)."""
+
+from pathlib import Path
 
 from .interface import SandboxBackend
 
 BACKENDS = ("process", "docker")
 
 
-def backend_named(name: str) -> SandboxBackend:
+def backend_named(name: str, *, layer_cache: Path | None = None, docker_control: Path | None = None) -> SandboxBackend:
+    """`layer_cache`: where the process backend keeps built image layers; `docker_control`: where the docker
+    backend keeps its containers' control sockets (each defaults to a folder under /var/tmp)."""
     if name == "process":
+        from .layers import LayerCache
         from .process import ProcessBackend
 
-        return ProcessBackend()
+        return ProcessBackend(layers=LayerCache(layer_cache) if layer_cache else None)
     if name == "docker":
         from .docker import DockerBackend
 
-        return DockerBackend()
+        return DockerBackend(**({"control_root": docker_control} if docker_control else {}))
     raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")

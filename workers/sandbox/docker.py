@@ -28,7 +28,7 @@ from .zygote_client import START_TIMEOUT, SandboxError, ZygoteSandbox
 
 BASE_TAG = "posttrain/base:python-3.11"
 LAYER_REPOSITORY = "posttrain/layer"
-CONTROL_ROOT = Path(os.environ.get("STUDIO_DOCKER_CONTROL", "/var/tmp/posttrain-studio/docker"))
+DEFAULT_CONTROL_ROOT = Path("/var/tmp/posttrain-studio/docker")  # settings.SANDBOX_DOCKER_CONTROL names another
 SANDBOX_USER = 65534
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory/docker")
 LABEL = "posttrain.sandbox.owner"  # the pid of the process whose pool started the container
@@ -39,7 +39,7 @@ class DockerBackend:
 
     API_CONNECTIONS = 4  # sockets to the engine this backend may hold open at once
 
-    def __init__(self, client=None):
+    def __init__(self, client=None, *, control_root: Path = DEFAULT_CONTROL_ROOT):
         import docker  # the SDK is only needed where this backend is used
         from urllib3._collections import RecentlyUsedContainer
 
@@ -50,10 +50,11 @@ class DockerBackend:
         adapter = self.client.api.adapters.get("http+docker://")
         if adapter is not None and hasattr(adapter, "pools"):
             adapter.pools = RecentlyUsedContainer(1, dispose_func=lambda pool: pool.close())
+        self.control_root = Path(control_root)  # per container: the socket its zygote answers on
         self.builds = 0  # layers built (not found as tags) by this instance; the tests read it
 
     def start(self, image: SandboxImage) -> "DockerSandbox":
-        return DockerSandbox(self.client, image, tag=self.image_tag(image))
+        return DockerSandbox(self.client, image, tag=self.image_tag(image), control_root=self.control_root)
 
     def image_tag(self, image: SandboxImage) -> str:
         """The tag of the image's last layer, building whatever is missing."""
@@ -120,16 +121,16 @@ class DockerSandbox(ZygoteSandbox):
     backend_name = "docker"
     memory_limited = True
 
-    def __init__(self, client, image: SandboxImage, *, tag: str):
+    def __init__(self, client, image: SandboxImage, *, tag: str, control_root: Path):
         from docker.types import Ulimit
 
         started = time.monotonic()
         self.image, self.id = image, f"dock-{uuid.uuid4().hex[:10]}"
         limits = image.limits
-        self.control = CONTROL_ROOT / self.id
+        self.control = control_root / self.id
         self.control.mkdir(parents=True, mode=0o700)
         os.chown(self.control, SANDBOX_USER, SANDBOX_USER)
-        os.chmod(CONTROL_ROOT, 0o711)
+        os.chmod(control_root, 0o711)
         disk = f"size={limits.disk_mb}m,uid={SANDBOX_USER},gid={SANDBOX_USER},mode=0700"
         self.isolation = ["docker", f"uid:{SANDBOX_USER}", "caps:none", "no-new-privileges", "fs:read-only-root",
                           "cgroup:memory,pids,cpu"] + ([] if limits.network else ["network:none"])

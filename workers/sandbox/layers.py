@@ -1,6 +1,6 @@
 """The layer cache of the process backend: an image's layers built once per layer chain, not per sandbox.
 
-Layer k of an image is cached under the chain hash of layers 0..k (apps.registry.canonical.layer_chain_hashes),
+Layer k of an image is cached under the chain hash of layers 0..k (workers.definitions.canonical.layer_chain_hashes),
 so changing layer k rebuilds k and the layers after it and reuses 0..k-1. A layer's directory holds `site/`
 (Python packages, on the sandbox's PYTHONPATH) and `files/` (copied into each sandbox's working directory).
 Builds go to a temporary directory renamed into place, so concurrent builders never see half a layer.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .types import SandboxImage
 
-DEFAULT_ROOT = Path(os.environ.get("STUDIO_SANDBOX_CACHE", "/var/tmp/posttrain-studio/layers"))
+DEFAULT_ROOT = Path("/var/tmp/posttrain-studio/layers")  # settings.SANDBOX_LAYER_CACHE names another
 SUPPORTED_BASES = ("python-3.11",)  # what the process backend can offer: the machine's own python3.11
 
 

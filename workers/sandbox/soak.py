@@ -45,23 +45,22 @@ def uid_process_counts(uids: range) -> dict[int, int]:
     return counts
 
 
-def _temporary_entries() -> set[str]:
-    """What the sandbox machinery could leave behind: temp folders in /tmp and /var/tmp, half-built layers,
-    docker control directories. Other programs' files in /tmp are not ours to count."""
-    from .docker import CONTROL_ROOT
-    from .layers import DEFAULT_ROOT
-
+def _temporary_entries(backend) -> set[str]:
+    """What the sandbox machinery could leave behind: temp folders in /tmp and /var/tmp, half-built layers
+    (finished ones are named by their 64-hex hash), docker control directories. Other programs' files in /tmp
+    are not ours to count."""
     entries = {f"/tmp/{name}" for name in os.listdir("/tmp") if name.startswith(("tmp", "posttrain", "studio"))}
-    for folder in (DEFAULT_ROOT, CONTROL_ROOT):
+    layer_root = backend.layers.root if hasattr(backend, "layers") else None
+    for folder in filter(None, (layer_root, getattr(backend, "control_root", None))):
         if folder.exists():
-            entries |= {str(path) for path in folder.iterdir() if not (folder == DEFAULT_ROOT and len(path.name) == 64)}
+            entries |= {str(path) for path in folder.iterdir() if not (folder == layer_root and len(path.name) == 64)}
     return entries
 
 
 def soak(*, backend, minutes: float, concurrency: int, seed: int = 0, progress=None) -> dict:
     from .process import own_uid_range
 
-    temp_before = _temporary_entries()
+    temp_before = _temporary_entries(backend)
     fds_before = len(os.listdir("/proc/self/fd"))
     pool = SandboxPool(backend)
     pool.warm(SOAK_IMAGE)
@@ -94,5 +93,5 @@ def soak(*, backend, minutes: float, concurrency: int, seed: int = 0, progress=N
         "executions_per_second": round(sum(outcomes.values()) / elapsed, 1), "outcomes": dict(sorted(outcomes.items())),
         "leaked_processes": sum(uid_process_counts(own_uid_range()).values()),
         "leaked_file_descriptors": len(os.listdir("/proc/self/fd")) - fds_before,
-        "leaked_temporary_entries": sorted(_temporary_entries() - temp_before),
+        "leaked_temporary_entries": sorted(_temporary_entries(backend) - temp_before),
     }

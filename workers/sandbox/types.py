@@ -6,7 +6,7 @@ import base64
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
-from apps.registry.canonical import layer_chain_hashes
+from workers.definitions.canonical import layer_chain_hashes
 
 
 class Status(StrEnum):
@@ -54,6 +54,15 @@ class SandboxImage:
     def from_spec(cls, key: str, spec: dict) -> SandboxImage:
         return cls(key=key, layers=tuple(spec["layers"]), limits=Limits.from_spec(spec["limits"]),
                    warm_pool_size=spec["warm_pool_size"])
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "layers": list(self.layers), "limits": asdict(self.limits),
+                "warm_pool_size": self.warm_pool_size}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SandboxImage:
+        return cls(key=data["key"], layers=tuple(data["layers"]), limits=Limits(**data["limits"]),
+                   warm_pool_size=data["warm_pool_size"])
 
     @property
     def layer_hashes(self) -> list[str]:

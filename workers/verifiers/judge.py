@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import re
 import secrets
 import threading
@@ -122,10 +121,10 @@ class InMemoryJudgeCache:
 class RedisJudgeCache:
     """Shared by every worker, so a trajectory is judged once however many times it is re-verified."""
 
-    def __init__(self, url: str | None = None, *, prefix: str = "judge:", ttl_seconds: int = 30 * 86_400):
+    def __init__(self, url: str, *, prefix: str = "judge:", ttl_seconds: int = 30 * 86_400):
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds
-        self._redis = redis.Redis.from_url(url or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        self._redis = redis.Redis.from_url(url,
                                            socket_connect_timeout=2, socket_timeout=2)
 
     def get(self, key: str) -> dict | None:

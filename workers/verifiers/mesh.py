@@ -17,7 +17,7 @@ Sub-checks, each pass or fail, equal weights; the value is the fraction passed o
 Volume and IoU are properties of a solid: a mesh that is not closed fails them with that reason.
 Extents are compared axis by axis, not sorted, and position counts, because the tasks name both: "width (X),
 depth (Y), height (Z)", "axis along Z", "centred on the origin", "resting on the XY plane"
-(apps/registry/demo/modelling3d.py). A sub-check whose expected value the task lacks is left out.
+(apps/demo/modelling3d.py). A sub-check whose expected value the task lacks is left out.
 
 Renders: one PNG per spec view, the candidate (blue) beside the reference (orange) on shared, equal axes, drawn
 by matplotlib's Agg backend: no GPU or OpenGL. The vision judge reads them, so the axes keep their ticks.
@@ -36,7 +36,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-from apps.registry.specs import MeshGeometry
+from workers.definitions.specs import MeshGeometry
 from workers.sandbox import Execution, Status
 
 from .types import INFRA_ERROR, Outcome

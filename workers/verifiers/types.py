@@ -12,7 +12,7 @@ A fault of the grading machinery itself (a sandbox that could not start, a judge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PASS, FAIL, PARTIAL, SKIPPED, ERROR, INFRA_ERROR = "pass", "fail", "partial", "skipped", "error", "infra_error"
@@ -78,12 +78,17 @@ class Verdict:
     artifacts: dict[str, bytes] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        import base64
-        from dataclasses import asdict
-
+        """The verdict as JSON data, without its artifacts: they are bytes, and travel beside it (a trajectory
+        keeps them, the archive stores them as files, a queue carries them as base64)."""
         data = asdict(self)
-        data["artifacts"] = {name: base64.b64encode(blob).decode() for name, blob in self.artifacts.items()}
+        data.pop("artifacts")
         return data
+
+    @classmethod
+    def from_json(cls, data: dict, *, artifacts: dict[str, bytes] | None = None) -> Verdict:
+        fields = {k: v for k, v in data.items() if k != "artifacts"}
+        components = [Component(**c) for c in fields.pop("components", [])]
+        return cls(**fields, components=components, artifacts=dict(artifacts or {}))
 
 
 @dataclass

@@ -17,11 +17,11 @@ from apps.accounts.selectors import project_for_command
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
+from apps.runs import wiring
+from apps.runs.attempt import run_attempt
 from apps.runs.dispatch import run_enqueue
-from apps.runs.driver import run_attempt
 from apps.runs.models import ACTIVE_STATUSES, Run
-from apps.runs.pinned import pinned_bundle
-from apps.runs.policies import demo_base_model
+from apps.runs.pins import bundle_tasks
 from apps.runs.services import RunError, run_claim, run_create
 from workers.rl.config import RunConfig
 
@@ -87,8 +87,9 @@ class Command(BaseCommand):
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[status]}"), console=console) as progress:
             task = progress.add_task("pretraining the demo base model", total=None, status="")
-            path = demo_base_model(pinned_bundle(bundle=run.bundle, config=config), progress=lambda step, loss, seconds:
-                                   progress.update(task, completed=step, status=f"loss {loss:.3f} {seconds:.0f}s"))
+            path = wiring.demo_base_model(bundle_tasks(bundle=run.bundle, config=config),
+                                          progress=lambda step, loss, seconds: progress.update(
+                                              task, completed=step, status=f"loss {loss:.3f} {seconds:.0f}s"))
         console.print(f"base model ready: {path}")
 
     def train(self, run, attempt, console):

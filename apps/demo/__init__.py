@@ -1,0 +1,1 @@
+"""The demo content: see seed.py (`manage.py seed_demo`)."""

@@ -1,0 +1,108 @@
+"""The demo seed: a user, a project and a small but real registry, published the way an author would.
+
+`seed()` is idempotent. Task instances are generated from fixed seeds, so a second run hands version_publish
+the same specs and instances, and it returns the versions it already has instead of creating new ones.
+"""
+
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from rich.console import Console
+from rich.table import Table
+
+from apps.accounts.models import Membership, Project, Role
+from apps.accounts.services import membership_set, project_create
+from apps.registry.services import version_publish
+
+from . import arithmetic, coding, docqa, images, modelling3d, verifiers
+from .draft import PUBLISH_ORDER, Draft
+
+USERNAME = PASSWORD = "demo"
+TEAM = PROJECT = "demo"
+BUNDLE_MEMBERS = ["domain/arithmetic@latest", "domain/word-problems@latest", "domain/python-coding@latest",
+                  "domain/document-qa@latest", "domain/3d-modelling@latest"]
+
+
+@dataclass(frozen=True)
+class SeededVersion:
+    kind: str
+    slug: str
+    number: int
+    instances: int | None
+    created: bool
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    project: Project
+    user_created: bool
+    versions: list[SeededVersion]
+    seconds: float
+
+    @property
+    def created(self) -> int:
+        return sum(v.created for v in self.versions)
+
+
+def drafts() -> list[Draft]:
+    """Everything the seed publishes, in an order where each spec's references already exist."""
+    everything = [*images.drafts(), *verifiers.drafts(), *arithmetic.drafts(), *coding.drafts(), *docqa.drafts(),
+                  *modelling3d.drafts(),
+                  Draft("bundle", "demo", "All five demo domains, pinned.", {"members": BUNDLE_MEMBERS})]
+    return sorted(everything, key=lambda d: PUBLISH_ORDER.index(d.kind))
+
+
+def seed(*, stdout=None) -> SeedSummary:
+    started = time.monotonic()
+    with transaction.atomic():
+        user, user_created = _demo_user()
+        project = _demo_project(user)
+        versions = []
+        for draft in drafts():
+            published = version_publish(project=project, kind=draft.kind, slug=draft.slug, spec=draft.spec,
+                                        author=user, message="demo seed", description=draft.description,
+                                        instances=draft.instances, via="cli")
+            version = published.version
+            versions.append(SeededVersion(draft.kind, draft.slug, version.number,
+                                          version.instance_set.count if version.instance_set_id else None,
+                                          published.created))
+    summary = SeedSummary(project, user_created, versions, time.monotonic() - started)
+    if stdout is not None:
+        summary_print(summary, stdout=stdout)
+    return summary
+
+
+def _demo_user():
+    User = get_user_model()
+    user = User.objects.filter(username=USERNAME).first()
+    if user is not None:
+        return user, False
+    return User.objects.create_user(username=USERNAME, password=PASSWORD), True
+
+
+def _demo_project(user) -> Project:
+    project = Project.objects.filter(slug=PROJECT).first()
+    if project is None:
+        return project_create(team_slug=TEAM, slug=PROJECT, name="Demo", owner=user, via="cli")
+    if not Membership.objects.filter(project=project, user=user).exists():
+        membership_set(project=project, user=user, role=Role.OWNER, actor=user, via="cli")
+    return project
+
+
+def summary_print(summary: SeedSummary, *, stdout) -> None:
+    table = Table(title=f"Project {summary.project.slug}: {summary.created} new version(s) "
+                        f"in {summary.seconds:.1f}s")
+    for column in ("kind", "slug", "version"):
+        table.add_column(column)
+    table.add_column("instances", justify="right")
+    table.add_column("")
+    for v in summary.versions:
+        table.add_row(v.kind, v.slug, f"@{v.number}", "" if v.instances is None else str(v.instances),
+                      "created" if v.created else "unchanged")
+    console = Console(file=stdout, width=100, soft_wrap=True)
+    console.print(table)
+    console.print(f"Log in at {settings.DEMO_URL} as [bold]{USERNAME}[/] / password [bold]{PASSWORD}[/]"
+                  + (" (user created)" if summary.user_created else ""))

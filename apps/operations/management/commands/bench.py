@@ -1,0 +1,51 @@
+"""`manage.py bench AREA [--json]`: speed and memory figures, measured in one run, printed as JSON.
+
+Targets live here, not in timed tests. Each area is a module exposing run(**options) -> dict: next to the code it
+measures when that code is the engine's (Django-free), in apps/operations/benchmarks when it needs the studio.
+"""
+
+import importlib
+import json
+
+from django.core.management.base import BaseCommand
+
+from apps.runs import wiring
+
+AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
+         "ui": "apps.operations.benchmarks.ui", "sandbox": "workers.sandbox.bench",
+         "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer"}
+# The engine's benchmarks read no settings: they are handed a sandbox backend from the studio's wiring.
+BACKEND_DEFAULTS = {"sandbox": None, "pipeline": "process"}
+
+
+class Command(BaseCommand):
+    help = "Run a benchmark area and print its figures."
+
+    def add_arguments(self, parser):
+        parser.add_argument("area", choices=sorted(AREAS))
+        parser.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
+        parser.add_argument("--instances", type=int, default=20_000, help="registry: task instances per template")
+        parser.add_argument("--samples", type=int, default=100, help="sandbox: warm runs to time")
+        parser.add_argument("--backend", help="sandbox, verify: process or docker (default: settings.SANDBOX_BACKEND)")
+        parser.add_argument("--trajectories", type=int, default=1_000_000, help="ui: rows generated for the list")
+        parser.add_argument("--streams", type=int, default=10, help="ui: runs streaming to open run pages at once")
+        parser.add_argument("--stream-steps", type=int, default=30, help="ui: measured steps each streaming run writes")
+        parser.add_argument("--warmup-steps", type=int, default=5,
+                            help="ui: steps each streaming run writes first, not measured (pages warming up)")
+        parser.add_argument("--step-seconds", type=float, default=1.0, help="ui: seconds between a run's steps")
+        parser.add_argument("--skip-push", action="store_true", help="ui: only the trajectory list")
+        parser.add_argument("--skip-list", action="store_true", help="ui: only the push latency")
+        parser.add_argument("--steps", type=int, help="pipeline, trainer: trainer steps per side")
+        parser.add_argument("--environment-scale", type=float, default=0.1,
+                            help="pipeline: the shortest environment time in seconds (the Pareto minimum)")
+        parser.add_argument("--target-reward", type=float, default=0.6,
+                            help="trainer: the reward moving average both trainers race to")
+        parser.add_argument("--pretrain-steps", type=int, default=1500, help="trainer: steps teaching the base model")
+
+    def handle(self, *args, area, **options):
+        if options["steps"] is None:
+            options.pop("steps")
+        if area in BACKEND_DEFAULTS:
+            options["backend"] = wiring.sandbox_backend(options["backend"] or BACKEND_DEFAULTS[area])
+        result = importlib.import_module(AREAS[area]).run(**options)
+        self.stdout.write(json.dumps(result, indent=None if options["json"] else 2))

@@ -1,0 +1,116 @@
+"""From pinned registry versions to the engine's plain objects: what a run, a reference check or a one-off
+verification needs to know about its tasks.
+
+Everything is looked up through exact versions — a bundle's `resolved` lock (exact versions with content
+hashes), never `latest` — so a run started last week samples the same tasks today, whatever was published since.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apps.accounts.models import Project
+from apps.registry.errors import VersionNotFound
+from apps.registry.models import InstanceSetMember, Version
+from apps.registry.refs import Ref, parse_ref, split_slug_ref
+from apps.registry.selectors import version_resolve
+from workers.rl.config import RunConfig
+from workers.rl.scheduler import DomainMix, TemplateMix
+from workers.rl.taskset import TaskSet
+from workers.rl.tools import BUILTIN_TOOLS, unknown_tools
+from workers.rl.types import TaskTemplate
+from workers.sandbox import SandboxImage
+from workers.verifiers import Item
+
+
+class PinnedBundleError(ValueError):
+    """The bundle cannot be trained on as it stands (in words the run's page shows)."""
+
+
+def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
+    """The tasks of a bundle version, with the domain mix the run's config asks for."""
+    project = bundle.definition.project
+    refs = [parse_ref(entry["ref"]) for entry in bundle.spec["resolved"]]
+    numbers = {(ref.kind, ref.slug): ref.number for ref in refs}
+    versions = {(v.definition.kind, v.definition.slug): v for v in Version.objects.filter(
+        definition__project=project, definition__kind__in=["domain", "task_template", "sandbox_image", "verifier"],
+        definition__slug__in=[ref.slug for ref in refs]).select_related("definition")
+        if numbers.get((v.definition.kind, v.definition.slug)) == v.number}
+
+    def pinned(kind: str, text: str) -> Version:
+        slug, _ = split_slug_ref(text)
+        version = versions.get((kind, slug))
+        if version is None:
+            raise PinnedBundleError(f"{bundle.ref} does not pin {kind}/{slug}")
+        return version
+
+    templates, items, hashes, domains = {}, {}, {}, []
+    for (kind, slug), domain_version in sorted(versions.items()):
+        if kind != "domain":
+            continue
+        mixes = []
+        for draw in domain_version.spec["templates"]:
+            template_version = pinned("task_template", draw["template"])
+            image_version = pinned("sandbox_image", template_version.spec["sandbox_image"])
+            verifier_version = pinned("verifier", template_version.spec["verifier"])
+            unknown = unknown_tools(template_version.spec.get("tools", []))
+            if unknown:
+                raise PinnedBundleError(f"{template_version.ref} offers tools the engine does not implement: "
+                                        f"{', '.join(unknown)} (built in: {', '.join(BUILTIN_TOOLS)})")
+            key = template_version.ref
+            if key not in templates:
+                templates[key] = TaskTemplate.from_spec(
+                    key=key, domain=slug, spec=template_version.spec,
+                    image=SandboxImage.from_spec(image_version.ref, image_version.spec),
+                    verifier_key=verifier_version.ref, verifier_spec=verifier_version.spec)
+                members = (InstanceSetMember.objects.filter(instance_set_id=template_version.instance_set_id)
+                           .select_related("instance").order_by("key"))
+                items[key] = {m.key: Item(key=m.key, inputs=m.instance.inputs, hidden=m.instance.hidden)
+                              for m in members}
+                hashes[key] = {m.key: m.instance.content_hash for m in members}
+            if not items[key]:
+                raise PinnedBundleError(f"{key} has no task instances")
+            mixes.append(TemplateMix(key=key, weight=draw["weight"], task_keys=tuple(items[key])))
+        weight = config.domain_weights.get(slug, domain_version.spec["sampling_weight"])
+        domains.append(DomainMix(name=slug, weight=weight, templates=tuple(mixes),
+                                 quota=config.domain_quotas.get(slug)))
+    unknown_domains = sorted((set(config.domain_weights) | set(config.domain_quotas)) - {d.name for d in domains})
+    if unknown_domains:
+        raise PinnedBundleError(f"the config names domains the bundle does not have: {', '.join(unknown_domains)} "
+                                f"(it has {', '.join(d.name for d in domains)})")
+    if not domains:
+        raise PinnedBundleError(f"{bundle.ref} pins no domain: a run samples tasks from domains")
+    return TaskSet(templates=templates, domains=domains, items=items, item_hashes=hashes)
+
+
+@dataclass(frozen=True)
+class PinnedTemplate:
+    """A task template version with the image and verifier versions it names, resolved."""
+
+    template: Version
+    image_version: Version
+    verifier_version: Version
+
+    @property
+    def image(self) -> SandboxImage:
+        return SandboxImage.from_spec(self.image_version.ref, self.image_version.spec)
+
+    @property
+    def verifier_spec(self) -> dict:
+        return self.verifier_version.spec
+
+
+def pinned_template(*, project: Project, text: str) -> PinnedTemplate:
+    """`slug`, `slug@N` or `slug@alias` of a task template, with its image and verifier resolved."""
+    template = version_resolve(project=project, ref=Ref("task_template", *split_slug_ref(text)))
+    image = version_resolve(project=project, ref=Ref("sandbox_image", *split_slug_ref(template.spec["sandbox_image"])))
+    verifier = version_resolve(project=project, ref=Ref("verifier", *split_slug_ref(template.spec["verifier"])))
+    return PinnedTemplate(template=template, image_version=image, verifier_version=verifier)
+
+
+def task_item(*, template: Version, key: str) -> Item:
+    member = (InstanceSetMember.objects.filter(instance_set_id=template.instance_set_id, key=key)
+              .select_related("instance").first())
+    if member is None:
+        raise VersionNotFound(f"{template.ref} has no task instance {key!r}")
+    return Item(key=key, inputs=member.instance.inputs, hidden=member.instance.hidden)

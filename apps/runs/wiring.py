@@ -1,0 +1,111 @@
+"""The composition root: the one place where settings become engine objects.
+
+The engine (workers/) reads no settings; whatever it needs from them — a sandbox pool on the configured
+backend, the judge client with its cache and prices, what compute costs, the runners that execute tool calls
+and verifications here or on other workers, the directories it writes to — is built here, and every other part
+of the studio (run attempts, the reference check, the Celery tasks, the operator commands, the benchmarks) asks
+for it here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+from workers.rl.config import RunConfig
+from workers.rl.grading import LocalVerifier
+from workers.rl.metrics import Prices
+from workers.rl.taskset import TaskSet
+from workers.rl.tools import SandboxToolRunner
+from workers.rl.types import Model
+from workers.sandbox import SandboxImage, SandboxPool
+from workers.sandbox.backends import backend_named
+from workers.sandbox.interface import SandboxBackend
+from workers.verifiers import Context
+
+
+def sandbox_backend(name: str | None = None) -> SandboxBackend:
+    """The sandbox backend `name` (default: settings.SANDBOX_BACKEND) over this machine's shared directories."""
+    return backend_named(name or settings.SANDBOX_BACKEND, layer_cache=settings.SANDBOX_LAYER_CACHE,
+                         docker_control=settings.SANDBOX_DOCKER_CONTROL)
+
+
+def sandbox_pool(*, backend: str | None = None) -> SandboxPool:
+    """A new pool on `backend` (default: settings.SANDBOX_BACKEND); the caller closes it. It publishes its
+    state for `manage.py sandbox pool-status`."""
+    return SandboxPool(sandbox_backend(backend), status_dir=settings.SANDBOX_STATUS_DIR)
+
+
+def judge_client():
+    """The judge layer's client (any OpenAI-compatible endpoint), or None without JUDGE_BASE_URL: judge checks
+    then report infra_error, never a reward."""
+    if not settings.JUDGE_BASE_URL:
+        return None
+    from workers.verifiers.judge import InMemoryJudgeCache, JudgeClient, RedisJudgeCache
+
+    return JudgeClient(settings.JUDGE_BASE_URL, settings.JUDGE_API_KEY or "none",
+                       timeout_seconds=settings.JUDGE_TIMEOUT_SECONDS, max_concurrency=settings.JUDGE_MAX_CONCURRENCY,
+                       cache=RedisJudgeCache(settings.REDIS_URL) if settings.REDIS_URL else InMemoryJudgeCache(),
+                       price_per_1k_input_tokens=settings.JUDGE_PRICE_PER_1K_INPUT_TOKENS,
+                       price_per_1k_output_tokens=settings.JUDGE_PRICE_PER_1K_OUTPUT_TOKENS)
+
+
+def prices() -> Prices:
+    return Prices(gpu_per_hour=settings.GPU_PRICE_PER_HOUR, sandbox_cpu_per_hour=settings.SANDBOX_CPU_PRICE_PER_HOUR)
+
+
+def verification_context(*, pool: SandboxPool | None, image: SandboxImage | None) -> Context:
+    """What verifying against one image needs: the pool, the image and the judge."""
+    return Context(pool=pool, image=image, judge=judge_client())
+
+
+def local_runners(pool: SandboxPool, config: RunConfig) -> tuple[SandboxToolRunner, LocalVerifier]:
+    """Tool calls and verifications in this process, over `pool`."""
+    return (SandboxToolRunner(pool, max_output_chars=config.max_tool_output_chars),
+            LocalVerifier(pool, judge_client()))
+
+
+def run_runners(pool: SandboxPool, config: RunConfig):
+    """A training run's tool runner and verifier: on the `rollout` and `verify` queues when the studio runs on
+    services with REMOTE_ROLLOUTS on, else in this process over `pool`."""
+    if settings.REMOTE_ROLLOUTS:
+        from workers.remote import RemoteToolRunner, RemoteVerifier
+
+        app = celery_app()
+        return RemoteToolRunner(app, max_output_chars=config.max_tool_output_chars), RemoteVerifier(app)
+    return local_runners(pool, config)
+
+
+def celery_app():
+    """The studio's Celery app (studio/celery.py), which sends tasks by name to the queues its routes name.
+    The one import of the project package from an app (the import contract names it): this module is where the
+    whole studio is wired."""
+    from studio.celery import app
+
+    return app
+
+
+def checkpoint_dir(run_id) -> Path:
+    return Path(settings.DATA_DIR) / "checkpoints" / str(run_id)
+
+
+def models_dir() -> Path:
+    """Where built-in base models are cached (pretrained once per corpus)."""
+    return Path(settings.DATA_DIR) / "models"
+
+
+def run_model(config: RunConfig, tasks: TaskSet, *, progress=None) -> Model:
+    """The run's model (policy, engine, chat format) on the device its config asks for."""
+    from workers.rl import policies  # torch: only where a model is built, not in rollout and verify workers
+
+    return policies.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
+                       progress=progress)
+
+
+def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:
+    """The built-in demo base model for these tasks, pretrained now if it is not cached yet."""
+    from workers.rl import policies
+
+    return policies.demo_base_model(tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
+                                    progress=progress)

@@ -1,0 +1,74 @@
+"""Tool calls and verifications on other workers: Celery tasks sent by name, so the engine never imports the
+task module (workers/tasks.py, which is where Django starts).
+
+A run's attempt uses these in place of the in-process SandboxToolRunner and LocalVerifier when the studio runs
+on services with remote rollouts on (apps/runs/wiring.py decides): the `rollout` and `verify` queues then scale
+apart from the `gpu` workers. The calling rollout thread waits for each result.
+
+The wire: what crosses the queue is JSON; bytes (a verdict's rendered artifacts) cross it as base64, and only
+here — in a process, artifacts stay bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from workers.rl.tools import PolicyToolError, ToolResult, tool_execution
+from workers.rl.types import TaskTemplate, Trajectory
+from workers.verifiers import Item, Verdict
+
+EXECUTE_TOOL_CALL = "workers.tasks.execute_tool_call"
+VERIFY_TRAJECTORY = "workers.tasks.verify_trajectory"
+
+
+def blobs_to_wire(blobs: dict[str, bytes]) -> dict[str, str]:
+    return {name: base64.b64encode(blob).decode() for name, blob in blobs.items()}
+
+
+def blobs_from_wire(data: dict[str, str]) -> dict[str, bytes]:
+    return {name: base64.b64decode(text) for name, text in data.items()}
+
+
+def tool_result_to_wire(result: ToolResult) -> dict:
+    return {"result": result.to_json(), "text": result.text}
+
+
+def tool_result_from_wire(data: dict) -> ToolResult:
+    if "policy_error" in data:
+        raise PolicyToolError(data["policy_error"])
+    return ToolResult.from_json(data["result"], text=data["text"])
+
+
+def verdict_to_wire(verdict: Verdict) -> dict:
+    return {"verdict": verdict.to_json(), "artifacts": blobs_to_wire(verdict.artifacts)}
+
+
+def verdict_from_wire(data: dict) -> Verdict:
+    return Verdict.from_json(data["verdict"], artifacts=blobs_from_wire(data["artifacts"]))
+
+
+class RemoteToolRunner:
+    """Tool calls on the `rollout` queue (the task's route, set in the settings)."""
+
+    def __init__(self, app, *, max_output_chars: int, timeout: float = 600.0):
+        self.app, self.max_output_chars, self.timeout = app, max_output_chars, timeout
+
+    def run(self, image, name: str, arguments: dict, *, on_acquired=None) -> ToolResult:
+        tool_execution(name, arguments)  # a malformed call is the policy's error: refuse it before queueing
+        if on_acquired is not None:
+            on_acquired()  # waiting on a remote worker counts as the tool's time
+        reply = self.app.send_task(EXECUTE_TOOL_CALL, (image.to_json(), name, arguments, self.max_output_chars))
+        return tool_result_from_wire(reply.get(timeout=self.timeout, disable_sync_subtasks=False))
+
+
+class RemoteVerifier:
+    """Verifications on the `verify` queue."""
+
+    def __init__(self, app, *, timeout: float = 900.0):
+        self.app, self.timeout = app, timeout
+
+    def verify(self, template: TaskTemplate, trajectory: Trajectory, item: Item) -> Verdict:
+        reply = self.app.send_task(VERIFY_TRAJECTORY, (template.to_json(), trajectory.to_json(),
+                                                       {"key": item.key, "inputs": item.inputs,
+                                                        "hidden": item.hidden}))
+        return verdict_from_wire(reply.get(timeout=self.timeout, disable_sync_subtasks=False))

@@ -1,0 +1,156 @@
+"""`bench trainer`: our GRPO trainer against TRL's GRPOTrainer on the same small Hugging Face model, reward and
+data, side by side in one run: seconds per step, and wall time until the reward's moving average reaches a
+target.
+
+The model is a ~0.7M-parameter Llama with a character tokenizer (workers.rl.hf_tiny), made here and taught a+b
+(a, b < 30) from a corpus where 30% of the answers are wrong, so both trainers start from the same unreliable base.
+One step on both sides: 16 prompts × 8 samples, at most 4 new tokens, temperature 1, the reward 1 for the exact
+sum; group-normalised advantages, clip 0.2 / 0.28, token-level loss, no KL, AdamW at the same constant
+learning rate, one update per batch. TRL is set as MEASURED.md found fair on a CPU: no bf16, no gradient
+checkpointing, per-device batch counting completions (128). Ours runs the product's own path: the sync
+pipeline with the transformers engine and the numeric verifier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workers.definitions import validate_spec
+from workers.rl.chat import HFChat
+from workers.rl.config import RunConfig
+from workers.rl.engines.hf import TransformersEngine
+from workers.rl.grading import LocalVerifier
+from workers.rl.hf_tiny import addition_prompt, make_tiny_hf_model, pretrain_hf_addition
+from workers.rl.policy import HFPolicy
+from workers.rl.session import build_pipeline
+from workers.rl.taskset import TaskSet
+from workers.rl.tracking import MemoryTracker
+from workers.rl.types import Model, TaskTemplate
+from workers.sandbox import SandboxImage
+from workers.verifiers import Item
+
+LIMIT, PROMPTS, GROUP, NEW_TOKENS, LEARNING_RATE = 30, 16, 8, 4, 2e-4
+WRONG_FRACTION = 0.3  # of the pretraining answers: a base that is right sometimes, so groups carry signal
+RUN_ID = "00000000-0000-4000-8000-0000000078a1"
+
+
+def _problems() -> list[tuple[int, int]]:
+    problems = [(a, b) for a in range(LIMIT) for b in range(LIMIT)]
+    random.Random(0).shuffle(problems)
+    return problems
+
+
+def _reached(history: list[tuple[float, float]], target: float, window: int = 10) -> float | None:
+    """Seconds (since the first step began) at which the moving average of the reward first reached target."""
+    for index in range(window - 1, len(history)):
+        if statistics.fmean(r for _, r in history[index - window + 1:index + 1]) >= target:
+            return round(history[index][0], 1)
+    return None
+
+
+def _summary(step_seconds: list[float], history: list[tuple[float, float]], target: float) -> dict:
+    steady = step_seconds[1:] or step_seconds  # the first step pays for warm-up on both sides
+    return {"seconds_per_step": round(statistics.median(steady), 4), "steps": len(step_seconds),
+            "wall_seconds": round(sum(step_seconds), 1),
+            "reward_first_10": round(statistics.fmean(r for _, r in history[:10]), 3),
+            "reward_last_10": round(statistics.fmean(r for _, r in history[-10:]), 3),
+            "seconds_to_target": _reached(history, target)}
+
+
+def _ours(model_dir: Path, steps: int, target: float) -> dict:
+    items = {f"{a}+{b}": Item(key=f"{a}+{b}", inputs={"a": a, "b": b}, hidden={"answer": a + b})
+             for a, b in _problems()}
+    verifier = validate_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
+        {"type": "numeric", "name": "sum", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]})
+    template = TaskTemplate(key="task_template/add@1", domain="arithmetic", system_prompt="",
+                            prompt_template="{a}+{b}=", tools=(), limits={"max_turns": 1, "max_tokens": NEW_TOKENS,
+                                                                           "max_seconds": 60},
+                            image=SandboxImage(key="sandbox_image/none@1", layers=()), verifier_key="verifier/sum@1",
+                            verifier_spec=verifier)
+    config = RunConfig.from_dict(RunConfig.resolve({
+        "mode": "sync", "groups_per_step": PROMPTS, "group_size": GROUP, "dynamic_sampling": False,
+        "curriculum": False, "learning_rate": LEARNING_RATE, "micro_batch_size": PROMPTS * GROUP,
+        "clip_low": 0.2, "clip_high": 0.28, "checkpoint_every": 10_000, "eval_tasks_per_domain": 0,
+        "model": str(model_dir), "engine": "transformers"}))
+    policy = HFPolicy(model_dir)
+    model = Model(policy=policy, engine=TransformersEngine(str(model_dir)), chat=HFChat(policy.tokenizer))
+    tracker = MemoryTracker()
+    with tempfile.TemporaryDirectory() as checkpoints:
+        pipeline = build_pipeline(run_id=RUN_ID, config=config, total_steps=steps,
+                                  tasks=TaskSet.single_template(template, items), model=model, tool_runner=None,
+                                  verifier=LocalVerifier(pool=None), tracker=tracker, checkpoint_dir=Path(checkpoints))
+        pipeline.run()
+    model.close()
+    step_seconds = [s["points"]["trainer/step_seconds"] for s in tracker.steps]
+    elapsed, history = 0.0, []
+    for seconds, step in zip(step_seconds, tracker.steps, strict=True):
+        elapsed += seconds
+        history.append((elapsed, step["points"]["reward/mean"]))
+    return _summary(step_seconds, history, target)
+
+
+def _trl(model_dir: Path, steps: int, target: float) -> dict:
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig
+    from trl import GRPOTrainer as TRLTrainer
+
+    rows = [{"prompt": addition_prompt(a, b), "answer": str(a + b)} for a, b in _problems()]
+
+    def exact_sum(completions, answer, **_):
+        return [1.0 if completion[0]["content"].strip() == expected else 0.0
+                for completion, expected in zip(completions, answer, strict=True)]
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.seconds, self._started = [], 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._started = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seconds.append(time.monotonic() - self._started)
+
+    clock = StepClock()
+    with tempfile.TemporaryDirectory() as output:
+        args = GRPOConfig(output_dir=output, per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
+                          max_completion_length=NEW_TOKENS, learning_rate=LEARNING_RATE, lr_scheduler_type="constant",
+                          warmup_steps=0, epsilon=0.2, epsilon_high=0.28, beta=0.0, temperature=1.0, bf16=False,
+                          fp16=False, gradient_checkpointing=False, max_steps=steps, logging_steps=1, report_to=[],
+                          save_strategy="no", use_cpu=True, seed=0, dataloader_num_workers=0)
+        trainer = TRLTrainer(model=str(model_dir), reward_funcs=exact_sum, args=args,
+                             train_dataset=Dataset.from_list(rows),
+                             processing_class=AutoTokenizer.from_pretrained(model_dir), callbacks=[clock])
+        with contextlib.redirect_stdout(sys.stderr):  # TRL prints its logs; this command's stdout is the JSON
+            trainer.train()
+        rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+    elapsed, history = 0.0, []
+    for seconds, reward in zip(clock.seconds, rewards, strict=False):
+        elapsed += seconds
+        history.append((elapsed, reward))
+    return _summary(clock.seconds, history, target)
+
+
+def run(*, steps: int = 100, target_reward: float = 0.6, pretrain_steps: int = 1500, **_) -> dict:
+    with tempfile.TemporaryDirectory() as directory:
+        model_dir = make_tiny_hf_model(Path(directory) / "tiny-llama", hidden_size=128, layers=4, heads=4,
+                                       max_positions=64)
+        started = time.monotonic()
+        report = pretrain_hf_addition(model_dir, steps=pretrain_steps, limit=LIMIT, wrong_fraction=WRONG_FRACTION)
+        pretraining = {**report, "seconds": round(time.monotonic() - started, 1)}
+        ours = _ours(model_dir, steps, target_reward)
+        trl = _trl(model_dir, steps, target_reward)
+    return {
+        "workload": {"prompts_per_step": PROMPTS, "samples_per_prompt": GROUP, "max_new_tokens": NEW_TOKENS,
+                     "learning_rate": LEARNING_RATE, "steps": steps, "target_reward_moving_average": target_reward,
+                     "model": "LlamaForCausalLM 128 hidden × 4 layers, character tokenizer (workers.rl.hf_tiny)",
+                     "pretraining": pretraining},
+        "ours": ours, "trl": trl,
+        "seconds_per_step_ratio_trl_over_ours": round(trl["seconds_per_step"] / ours["seconds_per_step"], 2),
+    }

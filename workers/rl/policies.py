@@ -1,0 +1,94 @@
+"""The model a run trains and samples with (policy, engine, chat format), built from the run's config.
+
+`builtin:demo-tiny` is the project's own base model: pretrained here from the run's tasks (their instances
+rendered with their references, half of them wrong) on first use and cached in `models_dir` by the hash of its
+corpus, so every later run on the same tasks starts from the same weights. Anything else is the local path of
+a Hugging Face causal LM.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from .base_model import pretrain, reference_turns
+from .chat import CharChat, CharTokenizer, HFChat
+from .config import REFERENCE_MODEL, RunConfig
+from .policy import HFPolicy, TinyLMPolicy
+from .taskset import TaskSet
+from .types import Model
+
+PRETRAIN_SEED = 0
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device on this worker")
+    return name
+
+
+def demo_corpus(tasks: TaskSet) -> list[tuple[str, list[dict]]]:
+    rng = random.Random(PRETRAIN_SEED)
+    corpus = []
+    for key, template in sorted(tasks.templates.items()):
+        for item in tasks.items[key].values():
+            turns = reference_turns(tools=list(template.tools), inputs=item.inputs, hidden=item.hidden, rng=rng)
+            if turns is not None:
+                corpus.append((template.prompt_template.format(**item.inputs), turns))
+    return corpus
+
+
+def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float, progress=None) -> Path:
+    """The directory of the demo base model for these tasks, pretraining it if it is not cached."""
+    corpus = demo_corpus(tasks)
+    digest = hashlib.sha256(json.dumps([corpus, pretrain_seconds, PRETRAIN_SEED, CharTokenizer().signature],
+                                       sort_keys=True).encode()).hexdigest()[:16]
+    directory = Path(models_dir) / f"demo-tiny-{digest}"
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two workers starting at once pretrain once
+        if (directory / "model.safetensors").is_file():
+            return directory
+        model, report = pretrain(corpus, seconds=pretrain_seconds, seed=PRETRAIN_SEED, progress=progress)
+        partial = directory.with_name(directory.name + ".partial")
+        policy = TinyLMPolicy(model)
+        policy.save_pretrained(partial)
+        (partial / "pretraining.json").write_text(json.dumps(report))
+        partial.rename(directory)
+    return directory
+
+
+def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float,
+                progress=None) -> Model:
+    """The run's model on the device the config asks for. `models_dir` caches built-in base models;
+    `progress(step, loss, seconds)` follows a pretraining."""
+    device = resolve_device(config.device)
+    if config.model.startswith("builtin:"):
+        if config.model == REFERENCE_MODEL:
+            raise ValueError("a reference check answers with the tasks' references and trains nothing: "
+                             "run it with `manage.py reference_check`, not as a training run")
+        if config.model != "builtin:demo-tiny":
+            raise ValueError(f"unknown built-in model {config.model!r}; the built-in one is builtin:demo-tiny")
+        from .engines.torch_engine import TorchEngine
+
+        policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
+                                                   progress=progress), device=device)
+        return Model(policy=policy, engine=TorchEngine(policy.model, device=device), chat=CharChat())
+    policy = HFPolicy(config.model, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
+    chat = HFChat(policy.tokenizer)
+    if config.engine == "vllm":
+        from .engines.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(config.model, seed=config.seed)
+    else:
+        from .engines.hf import TransformersEngine
+
+        engine = TransformersEngine(config.model, device=device)
+    return Model(policy=policy, engine=engine, chat=chat)

@@ -1,0 +1,35 @@
+"""One place that assembles a training session: the pipeline and the parts it owns, from a run's config,
+its tasks, its model and the runners it is given.
+
+Used by the studio's run attempt (apps/runs/attempt.py), the tests and the benchmarks alike: what differs
+between them is what they pass in (a database tracker or a memory one; tool calls and verification here or on
+other workers), never how the engine is put together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import RunConfig
+from .metrics import Prices
+from .pipeline import Pipeline
+from .scheduler import Curriculum, Scheduler
+from .taskset import TaskSet
+from .tracking import Tracker
+from .trainer import GRPOTrainer
+from .types import Model
+
+
+def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, model: Model, tool_runner,
+                   verifier, tracker: Tracker, checkpoint_dir: Path, prices: Prices | None = None,
+                   progress: Callable | None = None) -> Pipeline:
+    """The pipeline of one attempt at a run. `tool_runner` runs the policy's tool calls and `verifier` grades
+    its answers (here or on other workers); `tracker` receives what the run reports."""
+    scheduler = Scheduler(tasks.domains, seed=config.seed, curriculum=Curriculum() if config.curriculum else None)
+    return Pipeline(
+        run_id=run_id, config=config, total_steps=total_steps, tasks=tasks, scheduler=scheduler,
+        engine=model.engine, chat=model.chat, policy=model.policy,
+        trainer=GRPOTrainer(model.policy, config=config, total_steps=total_steps), tool_runner=tool_runner,
+        verifier=verifier, tracker=tracker, checkpoint_dir=checkpoint_dir, prices=prices or Prices(),
+        eval_tasks=tasks.eval_tasks(per_domain=config.eval_tasks_per_domain, seed=config.seed), progress=progress)
