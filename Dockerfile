@@ -1,7 +1,8 @@
-# One image for the web process and the CPU workers. GPU workers (vLLM) get their own image: vLLM pins its
-# own torch and transformers versions (see the RL engine issue).
+# One image for the web process and the CPU workers. GPU workers (vLLM) get their own image (Dockerfile.gpu):
+# vLLM pins its own torch and transformers versions.
 FROM python:3.11-slim
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DEBUG=false STUDIO_DATA_DIR=/var/lib/studio
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DEBUG=false STUDIO_DATA_DIR=/var/lib/studio \
+    STUDIO_STATIC_ROOT=/app/staticfiles
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY studio studio

@@ -50,9 +50,12 @@ secret-key:
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Style (ruff, line length included), the architecture's import contracts ([tool.importlinter] in pyproject.toml)
+# and migrations that match the models.
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/lint-imports
+	SECRET_KEY=lint-only $(BIN)/python manage.py makemigrations --check --dry-run
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -123,8 +123,9 @@ CELERY_TASK_ALWAYS_EAGER = EMBEDDED
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ROUTES = {"workers.tasks.train_run": {"queue": "gpu"}, "workers.tasks.execute_tool_call": {"queue": "rollout"},
-                      "workers.tasks.verify_trajectory": {"queue": "verify"}, "workers.tasks.runs_watchdog": {"queue": "gpu"}}
+CELERY_TASK_ROUTES = {"workers.tasks.train_run": {"queue": "gpu"}, "workers.tasks.runs_watchdog": {"queue": "gpu"},
+                      "workers.tasks.execute_tool_call": {"queue": "rollout"},
+                      "workers.tasks.verify_trajectory": {"queue": "verify"}}
 CELERY_BEAT_SCHEDULE = {"runs-watchdog": {"task": "workers.tasks.runs_watchdog",
                                           "schedule": float(os.environ.get("STUDIO_RUN_WATCHDOG_SECONDS", 15))}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
@@ -147,7 +148,8 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ["STUDIO_STATIC_ROOT"]) if os.environ.get("STUDIO_STATIC_ROOT") else None
 WHITENOISE_USE_FINDERS = True  # no CDN is ever used
 
-# Request bodies above this are refused (the API answers 413) before any parsing (specs are small; instances go in bulk files).
+# Request bodies above this are refused (the API answers 413) before any parsing (specs are small; instances go in
+# bulk files).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("STUDIO_MAX_REQUEST_BYTES", 4 * 1024 * 1024))
 
 LOGGING = {
@@ -175,7 +177,7 @@ JUDGE_PRICE_PER_1K_INPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_INPUT
 JUDGE_PRICE_PER_1K_OUTPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_OUTPUT_TOKENS", 0))
 
 # Training runs. A worker heartbeats its run every 2 s; a run whose heartbeat is older than RUN_STALE_SECONDS is
-# presumed lost and queued again (the watchdog: Celery beat, or the embedded runner), to resume from its last
+# presumed lost and queued again (the watchdog: Celery beat, or the embedded training thread), to resume from its last
 # checkpoint. REMOTE_ROLLOUTS sends tool calls and verifications to the rollout and verify queues.
 RUN_STALE_SECONDS = float(os.environ.get("STUDIO_RUN_STALE_SECONDS", 60))
 REMOTE_ROLLOUTS = not EMBEDDED and env_flag("STUDIO_REMOTE_ROLLOUTS", True)

@@ -102,7 +102,8 @@ def words() -> Iterator[Problem]:
         "reverse-order": ("the words in reverse order", "sep.join(reversed(s.split(sep)))",
                           lambda parts: parts[::-1]),
         "reverse-letters": ("each word spelled backwards, in the original order",
-                            "sep.join(w[::-1] for w in s.split(sep))", lambda parts: ["".join(reversed(w)) for w in parts]),
+                            "sep.join(w[::-1] for w in s.split(sep))",
+                            lambda parts: ["".join(reversed(w)) for w in parts]),
         "capitalise": ("each word with its first letter upper-case and the rest lower-case",
                        "sep.join(w[:1].upper() + w[1:].lower() for w in s.split(sep))",
                        lambda parts: [(w[0].upper() + w[1:].lower()) if w else w for w in parts]),
@@ -151,7 +152,8 @@ def divisors() -> Iterator[Problem]:
                   math.lcm, ((1, 1), (4, 6), (7, 13)), lambda rng: (rng.randint(1, 200), rng.randint(1, 200)))
     yield Problem("gcd-of-list", "divisors", "gcd_all", "def gcd_all(xs: list[int]) -> int",
                   "Write gcd_all(xs) returning the greatest common divisor of a non-empty list of positive integers.",
-                  "from functools import reduce\nfrom math import gcd\n\n\ndef gcd_all(xs):\n    return reduce(gcd, xs)\n",
+                  "from functools import reduce\nfrom math import gcd\n\n\n"
+                  "def gcd_all(xs):\n    return reduce(gcd, xs)\n",
                   lambda xs: math.gcd(*xs), (([5],), ([12, 18, 24],)),
                   lambda rng: ([rng.randint(1, 12) * rng.choice([1, 2, 3, 6]) for _ in range(rng.randint(1, 5))],))
     yield Problem("lcm-of-list", "divisors", "lcm_all", "def lcm_all(xs: list[int]) -> int",

@@ -368,7 +368,8 @@ def _parse_definition(doc, path: Path, name: str, errors: list[FileError]) -> De
         item.instances = _read_instances(path.parent, doc["instances"], name, "instances", errors, instance_files)
     for index, entry in enumerate(history):
         where = f"history[{index}]"
-        if not isinstance(entry, dict) or set(entry) - HISTORY_KEYS or not {"number", "content_hash", "spec"} <= set(entry):
+        if (not isinstance(entry, dict) or set(entry) - HISTORY_KEYS
+                or not {"number", "content_hash", "spec"} <= set(entry)):
             fail(where, "must be a mapping with number, message, content_hash, spec (and instances)")
             continue
         if entry["number"] != index + 1:
@@ -401,7 +402,8 @@ def _read_instances(folder: Path, relative, name: str, where: str, errors: list[
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                errors.append(FileError(f"{path.parent.name}/{relative}", f"line {line_number}", f"not JSON: {exc.msg}"))
+                errors.append(FileError(f"{path.parent.name}/{relative}", f"line {line_number}",
+                                        f"not JSON: {exc.msg}"))
                 if len(errors) > 50:
                     break
     cache[relative] = rows

@@ -77,7 +77,8 @@ def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) 
         tool_runner, verifier = wiring.run_runners(pool, config)
         pipeline = build_pipeline(run_id=str(run.pk), config=config, total_steps=run.steps_total, tasks=tasks,
                                   model=model, tool_runner=tool_runner, verifier=verifier,
-                                  tracker=DatabaseTracker(run.pk, attempt), checkpoint_dir=wiring.checkpoint_dir(run.pk),
+                                  tracker=DatabaseTracker(run.pk, attempt),
+                                  checkpoint_dir=wiring.checkpoint_dir(run.pk),
                                   prices=wiring.prices(), progress=progress)
         summary = pipeline.run()
         services.run_finish(run_id=run.pk, attempt=attempt, status=OUTCOME_STATUS[summary["outcome"]], summary=summary)

@@ -124,7 +124,8 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
             step.tool_calls = [{**call, "code": call.get("arguments", {}).get("code"),
                                 "arguments_json": json.dumps(call.get("arguments", {}), indent=2)}
                                for call in turn.get("tool_calls", [])]
-            step.title = _author(row) + (f" → {', '.join(c['name'] for c in step.tool_calls)}" if step.tool_calls else "")
+            calls = ", ".join(c["name"] for c in step.tool_calls)
+            step.title = _author(row) + (f" → {calls}" if step.tool_calls else "")
         elif role == "tool":
             step.result = turn.get("result", {})
             step.title = f"tool {turn.get('name', '')}".strip()
@@ -133,7 +134,8 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
         steps.append(step)
     layers: dict[str, Layer] = {}
     for component in (row.verdict or {}).get("components", []):
-        layers.setdefault(component.get("layer", ""), Layer(component.get("layer", ""), [])).components.append(component)
+        layer = component.get("layer", "")
+        layers.setdefault(layer, Layer(layer, [])).components.append(component)
     assistant_logprobs = [lp for t in row.turns or [] if t.get("role") == "assistant" for lp in t.get("logprobs", [])]
     return TrajectoryInfo(row=row, steps=steps, layers=list(layers.values()), artifacts=artifacts,
                           timeline_json=figures.to_json(figures.timeline_figure(timeline_rows(row))),

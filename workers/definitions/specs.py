@@ -139,9 +139,13 @@ class SystemPackagesLayer(Spec):
     packages: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+:~-]+)?$")]] = Field(min_length=1)
 
 
+# name[extras]==version: an exact pin, so an image's content hash names what it installs.
+PINNED_REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?(==[A-Za-z0-9.+!*-]+)?$"
+
+
 class PythonPackagesLayer(Spec):
     type: Literal["python_packages"]
-    packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9_,.-]+\])?(==[A-Za-z0-9.+!*-]+)?$")]] = Field(
+    packages: list[Annotated[str, Field(pattern=PINNED_REQUIREMENT)]] = Field(
         min_length=1, description="pinned requirements, e.g. numpy==2.1.3"
     )
 
@@ -378,7 +382,8 @@ class VerifierLayer(Spec):
         allowed = CHECKS_BY_LAYER[self.kind]
         wrong = [c.type for c in self.checks if c.type not in allowed]
         if wrong:
-            raise ValueError(f"a {self.kind} layer cannot hold {', '.join(wrong)}; it takes {', '.join(sorted(allowed))}")
+            raise ValueError(f"a {self.kind} layer cannot hold {', '.join(wrong)}; "
+                             f"it takes {', '.join(sorted(allowed))}")
         if all(c.weight == 0 for c in self.checks):
             raise ValueError("at least one check needs a weight above 0")
         return self

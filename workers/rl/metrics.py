@@ -4,9 +4,10 @@ Names (CleanRL-style namespaces): reward/mean, reward/<domain>, reward/slope_per
 throughput/trajectories_per_hour, throughput/effective_trajectories_per_hour, throughput/tokens_per_second,
 cost/per_task, cost/total, idle/<cause> (seconds the trainer waited during the step: environment_assembly,
 generation, tools, verification, timeouts — what the rollouts were doing meanwhile — and its own chores:
-weight_sync, handing the engine the new weights, and archive, writing the previous step and its checkpoint), trainer/busy_fraction, trainer/step_seconds, staleness/mean,
-staleness/max, policy/kl, policy/entropy, policy/clip_fraction, policy/grad_norm, loss/policy,
-groups/effective_fraction, infra/retries, infra/errors, trajectories/<status>.
+weight_sync, handing the engine the new weights, and archive, writing the previous step and its checkpoint),
+trainer/busy_fraction, trainer/step_seconds, staleness/mean, staleness/max, policy/kl, policy/entropy,
+policy/clip_fraction, policy/grad_norm, loss/policy, groups/effective_fraction, infra/retries, infra/errors,
+trajectories/<status>.
 
 Rates are over the run's *active* time (the seconds some attempt was running it), so a run that was paused
 or lost its worker for an hour is not shown as slow.

@@ -128,8 +128,8 @@ class TinyLM(nn.Module):
         return self(idx, cache, positions=positions, key_mask=key_mask, use_cache=True)
 
     @torch.no_grad()
-    def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int, stop: int | tuple[int, ...] | None = None,
-                 temperature: float = 1.0, seed: int | None = None):
+    def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int,
+                 stop: int | tuple[int, ...] | None = None, temperature: float = 1.0, seed: int | None = None):
         """`samples` completions of one prompt: tokens (samples, n) and their logprobs (samples, n) under the
         sampling distribution; positions after a stop token are padded with that token and logprob 0."""
         from .engines.sampling import SamplingRequest, sample_batch
@@ -157,9 +157,11 @@ def merge_caches(first: list, second: list, width: int) -> list:
     merged = []
     for (k0, v0, n0), (k1, v1, n1) in zip(first, second, strict=True):
         rows, heads, _, dim = k0.shape[0] + k1.shape[0], k0.shape[1], k0.shape[2], k0.shape[3]
-        keys, values = k0.new_zeros(rows, heads, width + HEADROOM, dim), v0.new_zeros(rows, heads, width + HEADROOM, dim)
-        keys[:k0.shape[0], :, width - n0:width], values[:k0.shape[0], :, width - n0:width] = k0[:, :, :n0], v0[:, :, :n0]
-        keys[k0.shape[0]:, :, width - n1:width], values[k0.shape[0]:, :, width - n1:width] = k1[:, :, :n1], v1[:, :, :n1]
+        keys = k0.new_zeros(rows, heads, width + HEADROOM, dim)
+        values = v0.new_zeros(rows, heads, width + HEADROOM, dim)
+        split = k0.shape[0]  # rows of the first cache; the second's follow
+        keys[:split, :, width - n0:width], values[:split, :, width - n0:width] = k0[:, :, :n0], v0[:, :, :n0]
+        keys[split:, :, width - n1:width], values[split:, :, width - n1:width] = k1[:, :, :n1], v1[:, :, :n1]
         merged.append((keys, values, width))
     return merged
 

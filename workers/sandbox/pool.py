@@ -195,7 +195,8 @@ class SandboxPool:
                 "image": key, "warm": len(entry.idle), "busy": len(entry.busy), "starting": entry.starting,
                 "resetting": entry.resetting, "failed_starts": entry.failed_starts, "target": entry.target,
                 "ceiling": entry.ceiling, "last_error": entry.last_error, "destroying": self._destroying,
-                "environment_assembly": latency_summary(entry.assembly), "wait_for_sandbox": latency_summary(entry.waits),
+                "environment_assembly": latency_summary(entry.assembly),
+                "wait_for_sandbox": latency_summary(entry.waits),
             } for key, entry in sorted(self._images.items())]
 
     def close(self) -> None:

@@ -21,7 +21,8 @@ PROGRAMS = {
     "hostile: fork bomb": "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass",
     "hostile: memory bomb": "x = []\nwhile True: x.append(bytearray(8 << 20))",
     "hostile: output flood": "import sys\nwhile True: sys.stdout.write('y' * 65536)",
-    "hostile: detached sleeper": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(10**6)\nprint(1)",
+    "hostile: detached sleeper": "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+                                 "    time.sleep(10**6)\nprint(1)",
     "hostile: kill parent": "import os\nos.kill(os.getppid(), 9)",
     "hostile: disk fill": "f = open('fill', 'wb')\nwhile True: f.write(b'x' * (1 << 20))",
 }

@@ -1,7 +1,7 @@
 """The judge layer: a language model grades what the exact and environment layers cannot.
 
 `JudgeClient` talks to any OpenAI-compatible endpoint through the official `openai` client. The checks
-`score_model` and `label_model` (apps/registry/specs.py) build the judge's prompt, fence the candidate's
+`score_model` and `label_model` (workers/definitions/specs.py) build the judge's prompt, fence the candidate's
 answer, and parse the reply strictly:
 
 - The system message is the only instruction. Everything the policy, the dataset or the reference wrote goes

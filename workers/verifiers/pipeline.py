@@ -79,7 +79,8 @@ def _run_check(check: dict, sample, item, context, retries: int) -> tuple[Outcom
         try:
             outcome = function(check, sample, item, context)
         except Exception as exc:  # the grader's own fault: never a reward
-            outcome = Outcome(value=None, status=INFRA_ERROR, evidence=f"the check crashed: {type(exc).__name__}: {exc}")
+            outcome = Outcome(value=None, status=INFRA_ERROR,
+                              evidence=f"the check crashed: {type(exc).__name__}: {exc}")
         if outcome.status not in (INFRA_ERROR, ERROR):
             break
     return outcome, time.monotonic() - started

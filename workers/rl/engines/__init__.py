@@ -10,8 +10,8 @@ everything waiting. The torch engine batches continuously: requests join the run
 and leave when done, so a short answer never waits behind a long one. The others run one batch at a time (for
 vLLM, one `LLM.generate` call over everything waiting, which vLLM batches inside); requests that arrive
 meanwhile form the next batch. New weights wait beside the model and are swapped in between two batches (two
-tokens, when continuous), so the trainer never waits for a batch of long samples to finish. Each engine counts the seconds it spent generating,
-shared out as each completion's policy compute cost.
+tokens, when continuous), so the trainer never waits for a batch of long samples to finish. Each engine counts
+the seconds it spent generating, shared out as each completion's policy compute cost.
 
 A caller that alone submits all of a step's requests at once (the sync pipeline) gets the same batches, and
 so the same samples, in every run with the same seed: that is what makes a sync resume bit-identical.

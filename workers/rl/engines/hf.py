@@ -51,4 +51,5 @@ class TransformersEngine(BatchingEngine):
         # Tied output embeddings may be absent from a state dict; anything else missing is a wrong model.
         missing = [name for name in missing if not name.endswith("lm_head.weight")]
         if missing or unexpected:
-            raise ValueError(f"weights do not fit the engine's model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise ValueError(f"weights do not fit the engine's model: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}")

@@ -73,7 +73,8 @@ class Candidate:
         reply = json.loads(line)
         if "error" in reply:
             raise CandidateError(reply["error"])
-        for original, after in zip(args, decode(reply["args"]), strict=False):  # copy mutations of mutable arguments back
+        # copy mutations of mutable arguments back
+        for original, after in zip(args, decode(reply["args"]), strict=False):
             if type(original) is list:
                 original[:] = after
             elif type(original) is dict:

@@ -4,7 +4,7 @@ start a run.
 Headless, the run trains in this process with a progress bar on stderr and ends with its summary (JSON with
 --json): per-domain reward at the start and the end, trajectories and effective trajectories per hour,
 cost per task, the trainer's idle time by cause. Without --headless the run is queued for the studio's
-workers (Celery's gpu queue, or the embedded runner of `make demo`) and its page is printed.
+workers (Celery's gpu queue, or the embedded training of `make demo`) and its page is printed.
 """
 
 import json
