@@ -19,6 +19,7 @@ import sys
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0, before the tests are even read
 sys.path[:] = [p for p in sys.path if p not in ("", "/sandbox", os.getcwd())]  # no local module shadows ours
 
+import builtins  # noqa: E402
 import json  # noqa: E402
 import select  # noqa: E402
 import subprocess  # noqa: E402
@@ -53,12 +54,11 @@ class Candidate:
         os.close(write_replies)
         self.requests, self.replies = os.fdopen(write_requests, "w"), os.fdopen(read_replies, "r")
 
-    def call(self, name, args, kwargs):
+    def ask(self, request):
         if self.process is None or self.process.poll() is not None:
             self.start()
         try:
-            self.requests.write(json.dumps({"name": name, "args": encode(list(args)),
-                                            "kwargs": encode(kwargs)}) + "\n")
+            self.requests.write(json.dumps(request) + "\n")
             self.requests.flush()
         except BrokenPipeError:
             self.process.kill()
@@ -73,6 +73,21 @@ class Candidate:
         reply = json.loads(line)
         if "error" in reply:
             raise CandidateError(reply["error"])
+        return reply
+
+    def names(self):
+        """The candidate module's own top-level functions and classes (the prompt's helpers among them): names
+        only, each reached through the same proxy as the entry point. Never a builtin's name: a candidate's
+        `abs` or `len` must not stand in for the real one in the tests' code."""
+        try:
+            names = self.ask({"names": True})["names"]
+        except CandidateError:
+            return []
+        return [name for name in names if isinstance(name, str) and name.isidentifier()
+                and not name.startswith("_") and name not in vars(builtins)]
+
+    def call(self, name, args, kwargs):
+        reply = self.ask({"name": name, "args": encode(list(args)), "kwargs": encode(kwargs)})
         # copy mutations of mutable arguments back
         for original, after in zip(args, decode(reply["args"]), strict=False):
             if type(original) is list:
@@ -93,7 +108,8 @@ class CandidateModule:
         return lambda *args, **kwargs: self._candidate.call(name, args, kwargs)
 
 
-def run_unittest(tests_source, module):
+def run_unittest(tests_source, module, names):
+    module.__all__ = names  # `from solution import *` brings the candidate's own functions
     sys.modules["solution"] = module
     hidden = types.ModuleType("hidden_tests")
     exec(compile(tests_source, "hidden_tests.py", "exec"), hidden.__dict__)
@@ -127,8 +143,11 @@ def run_unittest(tests_source, module):
     return results
 
 
-def run_check(tests_source, entry_point, module):
-    namespace = {"__name__": "hidden_tests"}
+def run_check(tests_source, entry_point, module, names):
+    # Tests of public code benchmarks call what the prompt defines beside the entry point (a `decode` task's test
+    # calls the prompt's `encode`): the candidate's own functions are in the tests' namespace, behind the proxy,
+    # and whatever the tests define themselves comes after and wins.
+    namespace = {"__name__": "hidden_tests", **{name: getattr(module, name) for name in names}}
     exec(compile(tests_source, "hidden_tests.py", "exec"), namespace)
     try:
         namespace["check"](getattr(module, entry_point))
@@ -144,10 +163,11 @@ def main():
     candidate = Candidate(log)
     module = CandidateModule(candidate)
     started = time.monotonic()
+    names = candidate.names()
     if REQUEST["format"] == "unittest":
-        results = run_unittest(REQUEST["tests"], module)
+        results = run_unittest(REQUEST["tests"], module, names)
     else:
-        results = run_check(REQUEST["tests"], REQUEST["entry_point"], module)
+        results = run_check(REQUEST["tests"], REQUEST["entry_point"], module, names)
     if candidate.process is not None:
         candidate.process.kill()
         candidate.process.wait()
