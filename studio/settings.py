@@ -181,8 +181,14 @@ JUDGE_PRICE_PER_1K_OUTPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_OUTP
 # checkpoint. REMOTE_ROLLOUTS sends tool calls and verifications to the rollout and verify queues.
 RUN_STALE_SECONDS = float(os.environ.get("STUDIO_RUN_STALE_SECONDS", 60))
 REMOTE_ROLLOUTS = not EMBEDDED and env_flag("STUDIO_REMOTE_ROLLOUTS", True)
+# How long a run waits for a rollout or verify worker to answer one call before it counts as an infrastructure
+# error (the run goes on, and its events say which queue no worker serves).
+REMOTE_TIMEOUT_SECONDS = float(os.environ.get("STUDIO_REMOTE_TIMEOUT_SECONDS", 300))
 # The embedded studio trains queued runs in the web process (a thread) when this is on; `make demo` turns it on.
 EMBEDDED_TRAINING = EMBEDDED and env_flag("STUDIO_EMBEDDED_TRAINING", False)
+# Where a run may load a Hugging Face model from (its `model` setting is a directory inside one of these);
+# colon-separated. Nothing outside them is read as a model, whoever queues the run.
+MODEL_DIRS = [Path(p) for p in os.environ.get("STUDIO_MODEL_DIRS", str(DATA_DIR / "models")).split(":") if p]
 # Seconds of CPU pretraining for the built-in demo base model (cached per bundle under DATA_DIR/models).
 DEMO_PRETRAIN_SECONDS = float(os.environ.get("STUDIO_DEMO_PRETRAIN_SECONDS", 75))
 # Where `make demo` serves; the demo's seed prints its login address from it.

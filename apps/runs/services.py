@@ -19,7 +19,7 @@ from apps.registry.models import Version
 from workers.rl.config import ConfigError, RunConfig, config_hash
 from workers.rl.types import Trajectory
 
-from . import live
+from . import live, wiring
 from .models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -58,6 +58,9 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
         config = RunConfig.resolve(overrides)
     except ConfigError as exc:
         raise RunError(f"config: {exc}") from None
+    problem = wiring.model_problem(config["model"])
+    if problem:
+        raise RunError(f"config: {problem}")
     with transaction.atomic():
         run = Run.objects.create(
             project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}",

@@ -72,8 +72,9 @@ def run_runners(pool: SandboxPool, config: RunConfig):
     if settings.REMOTE_ROLLOUTS:
         from workers.remote import RemoteToolRunner, RemoteVerifier
 
-        app = celery_app()
-        return RemoteToolRunner(app, max_output_chars=config.max_tool_output_chars), RemoteVerifier(app)
+        app, timeout = celery_app(), settings.REMOTE_TIMEOUT_SECONDS
+        return (RemoteToolRunner(app, max_output_chars=config.max_tool_output_chars, timeout=timeout),
+                RemoteVerifier(app, timeout=timeout))
     return local_runners(pool, config)
 
 
@@ -93,6 +94,21 @@ def checkpoint_dir(run_id) -> Path:
 def models_dir() -> Path:
     """Where built-in base models are cached (pretrained once per corpus)."""
     return Path(settings.DATA_DIR) / "models"
+
+
+def model_problem(model: str) -> str | None:
+    """Why a run may not use `model`, or None: a built-in name, or a Hugging Face model directory (with its
+    config.json) inside settings.MODEL_DIRS — never an arbitrary path of the worker's file system."""
+    if model.startswith("builtin:"):
+        return None
+    path = Path(model)
+    roots = [Path(root).resolve() for root in settings.MODEL_DIRS]
+    if not path.is_absolute() or not any(path.resolve().is_relative_to(root) for root in roots):
+        return (f"model {model!r} is neither built in nor a directory inside the model directories "
+                f"({', '.join(map(str, roots))}; STUDIO_MODEL_DIRS sets them)")
+    if not (path / "config.json").is_file():
+        return f"model {model!r} has no config.json: not a Hugging Face model directory"
+    return None
 
 
 def run_model(config: RunConfig, tasks: TaskSet, *, progress=None) -> Model:

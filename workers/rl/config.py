@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,8 +19,18 @@ class ConfigError(ValueError):
     """Every problem with a set of overrides, each naming its field."""
 
 
-
 REFERENCE_MODEL = "builtin:reference"  # the "model" of a reference check: the tasks' own answers
+DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")
+# What one run may ask of a worker. Far above what a single GPU node serves, far below what would exhaust one by
+# accident (a typo of group_size=1e9 queues a run that can never take a step).
+BOUNDS: dict[str, tuple[float, float]] = {
+    "seed": (0, 2**63 - 1), "groups_per_step": (1, 4096), "group_size": (1, 1024), "max_staleness": (0, 64),
+    "rollout_concurrency": (1, 4096), "verify_concurrency": (1, 1024), "oversampling": (1, 64),
+    "temperature": (0, 10), "learning_rate": (0, 1), "warmup_steps": (0, 10_000_000), "weight_decay": (0, 10),
+    "max_grad_norm": (0, 1e6), "micro_batch_size": (1, 65_536), "clip_low": (0, 1), "clip_high": (0, 10),
+    "kl_coef": (0, 100), "lora_rank": (0, 4096), "lora_alpha": (1, 65_536), "checkpoint_every": (1, 10_000_000),
+    "keep_checkpoints": (1, 1000), "eval_tasks_per_domain": (0, 100_000), "max_tool_output_chars": (100, 1_000_000),
+}
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -124,30 +136,32 @@ class RunConfig:
 
     def check(self) -> None:
         problems = []
-        for name in ("groups_per_step", "group_size", "rollout_concurrency", "verify_concurrency",
-                     "micro_batch_size", "checkpoint_every", "keep_checkpoints", "oversampling"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}: must be at least 1")
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and low <= value <= high):
+                problems.append(f"{name}: must be between {low:g} and {high:g}, not {value!r}")
+        if not DEVICE.match(self.device):
+            problems.append(f"device: {self.device!r} is not auto, cpu, cuda or cuda:N")
         if self.group_size < 2:
             problems.append("group_size: GRPO compares samples, so a group needs at least 2")
-        if self.max_staleness < 0:
-            problems.append("max_staleness: must be 0 or more")
         if self.mode not in ("async", "sync"):
             problems.append(f"mode: {self.mode!r} is not async or sync")
         if self.engine not in ("torch", "transformers", "vllm"):
             problems.append(f"engine: {self.engine!r} is not torch, transformers or vllm")
         if self.model.startswith("builtin:") and self.engine != "torch":
             problems.append(f"engine: the built-in model runs on the torch engine, not {self.engine}")
-        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
-            problems.append("clip_low must be in [0, 1) and clip_high at least 0")
+        if self.clip_low >= 1:
+            problems.append("clip_low: must be below 1")
         if self.temperature <= 0:
             problems.append("temperature: must be above 0")
         if self.learning_rate <= 0:
             problems.append("learning_rate: must be above 0")
+        if len(self.model) > 500:
+            problems.append("model: a built-in name or a local path of at most 500 characters")
         if self.lr_schedule not in ("constant", "linear"):
             problems.append(f"lr_schedule: {self.lr_schedule!r} is not constant or linear")
-        if any(not isinstance(w, int | float) or w < 0 for w in self.domain_weights.values()):
-            problems.append("domain_weights: weights must be numbers of 0 or more")
+        if any(not isinstance(w, int | float) or not 0 <= w <= 1000 for w in self.domain_weights.values()):
+            problems.append("domain_weights: weights must be numbers from 0 to 1000")
         if any(not isinstance(q, int | float) or not 0 < q <= 1 for q in self.domain_quotas.values()):
             problems.append("domain_quotas: quotas must be fractions in (0, 1]")
         if problems:
