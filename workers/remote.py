@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import base64
 
+from celery.exceptions import TimeoutError as CeleryTimeout
+
 from workers.rl.tools import PolicyToolError, ToolResult, tool_execution
 from workers.rl.types import TaskTemplate, Trajectory
 from workers.verifiers import Item, Verdict
+from workers.verifiers.types import INFRA_ERROR
 
 EXECUTE_TOOL_CALL = "workers.tasks.execute_tool_call"
 VERIFY_TRAJECTORY = "workers.tasks.verify_trajectory"
@@ -47,10 +50,16 @@ def verdict_from_wire(data: dict) -> Verdict:
     return Verdict.from_json(data["verdict"], artifacts=blobs_from_wire(data["artifacts"]))
 
 
-class RemoteToolRunner:
-    """Tool calls on the `rollout` queue (the task's route, set in the settings)."""
+def unanswered(queue: str, seconds: float) -> str:
+    return (f"no worker answered on the {queue!r} queue within {seconds:g} s: is a Celery worker serving it "
+            f"(celery -A studio worker -Q {queue})?")
 
-    def __init__(self, app, *, max_output_chars: int, timeout: float = 600.0):
+
+class RemoteToolRunner:
+    """Tool calls on the `rollout` queue (the task's route, set in the settings). A call no worker answers in
+    `timeout` seconds is an infrastructure error of its trajectory, which says why: never a wait without end."""
+
+    def __init__(self, app, *, max_output_chars: int, timeout: float):
         self.app, self.max_output_chars, self.timeout = app, max_output_chars, timeout
 
     def run(self, image, name: str, arguments: dict, *, on_acquired=None) -> ToolResult:
@@ -58,17 +67,27 @@ class RemoteToolRunner:
         if on_acquired is not None:
             on_acquired()  # waiting on a remote worker counts as the tool's time
         reply = self.app.send_task(EXECUTE_TOOL_CALL, (image.to_json(), name, arguments, self.max_output_chars))
-        return tool_result_from_wire(reply.get(timeout=self.timeout, disable_sync_subtasks=False))
+        try:
+            return tool_result_from_wire(reply.get(timeout=self.timeout, disable_sync_subtasks=False))
+        except CeleryTimeout:
+            reply.revoke()
+            reason = unanswered("rollout", self.timeout)
+            return ToolResult(status=INFRA_ERROR, text=reason, reason=reason)
 
 
 class RemoteVerifier:
-    """Verifications on the `verify` queue."""
+    """Verifications on the `verify` queue; one no worker answers in `timeout` seconds is ungraded (an
+    infrastructure error, never a reward), and its verdict says why."""
 
-    def __init__(self, app, *, timeout: float = 900.0):
+    def __init__(self, app, *, timeout: float):
         self.app, self.timeout = app, timeout
 
     def verify(self, template: TaskTemplate, trajectory: Trajectory, item: Item) -> Verdict:
         reply = self.app.send_task(VERIFY_TRAJECTORY, (template.to_json(), trajectory.to_json(),
                                                        {"key": item.key, "inputs": item.inputs,
                                                         "hidden": item.hidden}))
-        return verdict_from_wire(reply.get(timeout=self.timeout, disable_sync_subtasks=False))
+        try:
+            return verdict_from_wire(reply.get(timeout=self.timeout, disable_sync_subtasks=False))
+        except CeleryTimeout:
+            reply.revoke()
+            return Verdict(reward=None, status=INFRA_ERROR, stopped_because=unanswered("verify", self.timeout))
