@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: whatever answers an /api/ request with an error, the client reads JSON.
+    "apps.common.api_errors.JsonErrorsUnderApi",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -79,6 +81,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "studio.urls"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "studio.error_reports.StudioExceptionReporterFilter"
 WSGI_APPLICATION = "studio.wsgi.application"
 ASGI_APPLICATION = "studio.asgi.application"
 

@@ -6,12 +6,13 @@ client needs one error handler.
 """
 
 import logging
+import secrets
 from collections.abc import Sequence
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DataError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
@@ -19,6 +20,7 @@ from apps.accounts.models import SLUG_PATTERN
 from apps.registry.errors import FieldError, PublishConflict, SpecError, VersionNotFound
 
 logger = logging.getLogger(__name__)
+API_PREFIX = "/api/"
 
 
 class FieldProblem(Schema):
@@ -104,6 +106,40 @@ def register_exception_handlers(api: NinjaAPI) -> None:
         # The database refused a value the validation let through (e.g. a NUL character on PostgreSQL).
         logger.warning("API request refused by the database: %s", exc)
         return answer(request, 400, f"A value in the request cannot be stored: {exc}".strip())
+
+    @api.exception_handler(Exception)
+    def server_error(request, exc: Exception):
+        # Our fault, never the client's: logged with its traceback under a reference the client can quote; the
+        # answer says nothing about the server's insides, whatever DEBUG says.
+        reference = secrets.token_hex(6)
+        logger.error("API %s %s failed (reference %s)", request.method, request.path, reference, exc_info=exc)
+        return answer(request, 500, f"The server failed to answer this request (reference {reference}); it is "
+                                    "logged and is not a problem with the request.")
+
+
+class JsonErrorsUnderApi:
+    """Every error the API answers is JSON in the API's shape, including the ones Django and ninja answer
+    outside its handlers: 405 for a method an endpoint does not take (plain text from ninja), and anything a
+    middleware raised before ninja ran (Django's HTML page)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (not request.path.startswith(API_PREFIX) or response.status_code < 400
+                or response.get("Content-Type", "").startswith("application/json")):
+            return response
+        if response.status_code == 405:
+            allowed = response.get("Allow", "")
+            detail = f"{request.method} is not allowed on {request.path}; it takes {allowed or 'no method'}."
+        else:
+            detail = {400: "Bad request.", 403: "Forbidden.", 404: "Not found.", 413: "The request body is too "
+                      "large."}.get(response.status_code, f"The server answered {response.status_code}.")
+        body = JsonResponse({"detail": detail, "errors": []}, status=response.status_code)
+        if response.has_header("Allow"):
+            body["Allow"] = response["Allow"]
+        return body
 
 
 def _request_problem(error: dict) -> FieldError:
