@@ -10,6 +10,7 @@ from ninja import NinjaAPI, Router, Status
 from apps.accounts.api import api_auth
 from apps.accounts.api import router as accounts_router
 from apps.common.api_errors import ErrorOut, register_exception_handlers
+from apps.common.json_body import StrictJSONParser
 from apps.registry.api import router as registry_router
 
 
@@ -27,6 +28,7 @@ api = StudioAPI(
     openapi_url="/openapi.json",
     docs_url=None,
     auth=api_auth,
+    parser=StrictJSONParser(),
 )
 register_exception_handlers(api)
 api.add_router("", accounts_router)

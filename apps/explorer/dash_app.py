@@ -21,7 +21,7 @@ from flask import Flask
 from apps.runs import figures
 from apps.runs.models import Run
 from apps.runs.selectors import metric_history, metric_names
-from apps.trajectories.selectors import trajectory_slice
+from apps.trajectories.selectors import BadFilter, trajectory_slice
 
 _apps: dict[int, Dash] = {}
 _lock = threading.Lock()
@@ -107,9 +107,12 @@ def _callbacks(app: Dash, project) -> None:
         Input("run", "value"), Input("domain", "value"), Input("template", "value"), Input("layer", "value"),
         Input("status", "value"), Input("policy-min", "value"), Input("policy-max", "value"))
     def update(run, domains, templates, layers, statuses, policy_min, policy_max):
-        rows = trajectory_slice(project=project, run=run or None, domains=domains or (), templates=templates or (),
-                                layers=layers or (), statuses=statuses or (), policy_min=policy_min,
-                                policy_max=policy_max)
+        try:
+            rows = trajectory_slice(project=project, run=run or None, domains=domains or (),
+                                    templates=templates or (), layers=layers or (), statuses=statuses or (),
+                                    policy_min=policy_min, policy_max=policy_max)
+        except BadFilter as exc:  # a hand-made callback (the page's own controls cannot send these)
+            return (f"No trajectories: {exc}.", *explorer_figures(project=project, rows=[], run_id=None))
         return (_summary(rows), *explorer_figures(project=project, rows=rows, run_id=run or None))
 
 

@@ -4,6 +4,9 @@ callbacks, component bundles) sits behind the studio's login, project permission
 
 from __future__ import annotations
 
+import json
+
+from django.http import HttpResponseNotFound, JsonResponse
 from django.middleware.csrf import get_token
 
 from apps.accounts.selectors import project_for_user
@@ -16,4 +19,27 @@ def explorer(request, project, rest):
     project = project_for_user(user=request.user, slug=project)
     if request.method == "GET" and not rest:
         get_token(request)  # sets Django's csrftoken cookie, which Dash sends back as X-CSRFToken on callbacks
-    return call_wsgi(explorer_app(project).server, request)
+    app = explorer_app(project)
+    if rest == "_dash-update-component":
+        problem = _callback_problem(app, request.body)
+        if problem:
+            return JsonResponse({"detail": problem}, status=400)
+    response = call_wsgi(app.server, request)
+    if rest.startswith("_dash-component-suites/") and response.status_code >= 500:
+        # Dash fails on a bundle it does not serve (a mistyped or traversal path: nothing is read): not found.
+        return HttpResponseNotFound("No such explorer file.")
+    return response
+
+
+def _callback_problem(app, body: bytes) -> str | None:
+    """Why a callback request is not one this explorer's page could send, or None. Dash answers such a request
+    with a 500; it is the caller's mistake."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return "the callback request is not JSON"
+    if not isinstance(payload, dict) or payload.get("output") not in app.callback_map:
+        return "the callback request names no callback of this explorer"
+    if not isinstance(payload.get("inputs"), list) or not all(isinstance(i, dict) for i in payload["inputs"]):
+        return "the callback request's inputs are not a list of inputs"
+    return None

@@ -26,6 +26,7 @@ from django.db import transaction
 
 from apps.accounts.models import Project, Team
 from apps.accounts.services import audit_record, project_create
+from workers.definitions.canonical import MAX_DEPTH, data_problem
 from workers.definitions.specs import KINDS, SLUG_RE, validate_spec
 
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
@@ -77,6 +78,10 @@ def load_yaml(text: str):
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise YamlError(f"malformed YAML: {where}{getattr(exc, 'problem', None) or exc}") from None
+    except RecursionError:
+        raise YamlError(f"the YAML is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # a value the loader cannot build: an integer of more than 4,300 digits
+        raise YamlError(f"a value cannot be read: {exc}") from None
     seen, stack = set(), [value]
     while stack:
         node = stack.pop()
@@ -85,6 +90,9 @@ def load_yaml(text: str):
                 raise YamlError("YAML anchors and aliases (&name, *name) are not allowed; write the value out")
             seen.add(id(node))
             stack.extend(node.values() if isinstance(node, dict) else node)
+    problem = data_problem(value)
+    if problem:
+        raise YamlError(problem)
     return value
 
 
@@ -394,18 +402,28 @@ def _read_instances(folder: Path, relative, name: str, where: str, errors: list[
     if not path.is_file():
         errors.append(FileError(name, where, f"{relative} does not exist"))
         return None
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                errors.append(FileError(f"{path.parent.name}/{relative}", f"line {line_number}",
-                                        f"not JSON: {exc.msg}"))
-                if len(errors) > 50:
-                    break
+    rows, shown = [], f"{path.parent.name}/{relative}"
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                problem = None
+                try:
+                    row = json.loads(line)
+                    problem = data_problem(row)
+                except json.JSONDecodeError as exc:
+                    problem = f"not JSON: {exc.msg}"
+                except RecursionError:
+                    problem = f"nested deeper than {MAX_DEPTH} levels"
+                if problem:
+                    errors.append(FileError(shown, f"line {line_number}", problem))
+                    if len(errors) > 50:
+                        break
+                else:
+                    rows.append(row)
+    except UnicodeDecodeError as exc:
+        errors.append(FileError(shown, "", f"is not UTF-8 text ({exc.reason} at byte {exc.start})"))
     cache[relative] = rows
     return rows
 

@@ -9,7 +9,7 @@ from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from workers.definitions.canonical import (
     canonical_json,
-    has_non_finite,
+    data_problem,
     instance_hash,
     instance_set_digest,
     version_content_hash,
@@ -145,8 +145,9 @@ def _instances_check(spec: dict, instances: list[dict]) -> None:
             errors.append(FieldError(f"{where}.inputs", f"missing {', '.join(missing)} (used by prompt_template)"))
         if not isinstance(hidden, dict):
             errors.append(FieldError(f"{where}.hidden", "must be a mapping (references, tests)"))
-        if has_non_finite(inputs) or has_non_finite(hidden):
-            errors.append(FieldError(where, "holds NaN or an infinity, which JSON cannot carry"))
+        problem = data_problem(item.get("inputs"), where="inputs") or data_problem(item.get("hidden"), where="hidden")
+        if problem or not _is_unicode_key(key):
+            errors.append(FieldError(where, problem or "the key holds a lone surrogate, which is not Unicode text"))
         if len(errors) >= 50:
             errors.append(FieldError("instances", "stopped after 50 errors"))
             break
@@ -203,3 +204,7 @@ def alias_move(*, version: Version, name: str, actor, via: str = "web") -> Alias
         audit_record(project=version.definition.project, actor=actor, action="alias.move",
                      target=f"{version.definition}@{name}", details={"from": previous, "to": version.number}, via=via)
         return alias
+
+
+def _is_unicode_key(key) -> bool:
+    return not isinstance(key, str) or data_problem(key) is None

@@ -10,6 +10,8 @@ import gzip
 import json
 from pathlib import Path
 
+from workers.definitions.canonical import MAX_DEPTH, data_problem
+
 from .errors import FieldError, SpecError
 
 FORMATS = {
@@ -40,6 +42,13 @@ def read_task_file(path: Path, fmt: str) -> list[dict]:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     errors.append(FieldError(f"line {number}", f"not JSON: {exc.msg}"))
+                    continue
+                except RecursionError:
+                    errors.append(FieldError(f"line {number}", f"nested deeper than {MAX_DEPTH} levels"))
+                    continue
+                problem = data_problem(row)
+                if problem:
+                    errors.append(FieldError(f"line {number}", problem))
                     continue
                 if not isinstance(row, dict):
                     errors.append(FieldError(f"line {number}", "must be a JSON object"))

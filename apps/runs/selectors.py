@@ -7,6 +7,7 @@ events after the last event id), so a reconnect fetches only what it missed.
 from __future__ import annotations
 
 import math
+import uuid
 
 from django.db.models import Avg, Count, F, Max, Min, OuterRef, QuerySet, Subquery
 from django.http import Http404
@@ -34,8 +35,10 @@ def run_get(*, project, run_id) -> Run:
 
 
 def runs_get(*, project, run_ids) -> list[Run]:
-    """Runs of `project` in the order asked for; ids of other projects' runs are left out."""
-    found = {str(r.pk): r for r in run_list(project=project).filter(pk__in=list(run_ids))}
+    """Runs of `project` in the order asked for; ids of other projects' runs, and ids that are no run's, are left
+    out."""
+    run_ids = [i for i in run_ids if _is_uuid(i)]
+    found = {str(r.pk): r for r in run_list(project=project).filter(pk__in=run_ids)}
     return [found[str(i)] for i in run_ids if str(i) in found]
 
 
@@ -84,3 +87,11 @@ def event_list(*, run: Run, after_id: int = 0, limit: int = 500) -> list[RunEven
 def event_json(event: RunEvent) -> dict:
     return {"id": event.id, "kind": event.kind, "message": event.message, "step": event.step,
             "created_at": event.created_at.isoformat() if event.created_at else None}
+
+
+def _is_uuid(text) -> bool:
+    try:
+        uuid.UUID(str(text))
+    except ValueError:
+        return False
+    return True

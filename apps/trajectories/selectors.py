@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -37,6 +39,10 @@ class BadCursor(ValueError):
     pass
 
 
+class BadFilter(ValueError):
+    """A filter value that cannot name anything (a run that is not a UUID, a policy version that is no number)."""
+
+
 @dataclass
 class TrajectoryPage:
     rows: list[Trajectory]
@@ -51,14 +57,31 @@ def cursor_encode(value, pk) -> str:
     return base64.urlsafe_b64encode(json.dumps([value, str(pk)]).encode()).decode().rstrip("=")
 
 
-def cursor_decode(cursor: str):
+def cursor_decode(cursor: str, column: str):
+    """(value, id) of the row a page ends at; the value of the type `column` holds, or BadCursor."""
+    damaged = BadCursor("this page link is damaged; start again from the first page")
     try:
         value, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, TypeError):
-        raise BadCursor("this page link is damaged; start again from the first page") from None
-    if isinstance(value, dict) and "t" in value:
-        value = datetime.fromisoformat(value["t"])
+        pk = uuid.UUID(pk)
+        if column == "finished_at":
+            value = datetime.fromisoformat(value["t"])
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise damaged
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise damaged from None
     return value, pk
+
+
+def _checked_filters(filters: dict) -> dict:
+    for name, kind, example in (("run", uuid.UUID, "a run's id"), ("policy_version", int, "a whole number")):
+        if name in filters:
+            try:
+                if isinstance(filters[name], bool | float):
+                    raise TypeError
+                kind(filters[name])
+            except (ValueError, TypeError, AttributeError):
+                raise BadFilter(f"{name} {filters[name]!r} is not {example}") from None
+    return filters
 
 
 def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
@@ -76,13 +99,13 @@ def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
 
 def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent", after: str = "",
                     limit: int = PAGE_SIZE) -> TrajectoryPage:
-    filters = {k: v for k, v in (filters or {}).items() if k in FILTERS and v not in (None, "")}
+    filters = _checked_filters({k: v for k, v in (filters or {}).items() if k in FILTERS and v not in (None, "")})
     column, descending, id_descending = SORTS.get(sort, SORTS["recent"])
     rows = trajectory_filter(project=project, filters=filters)
     if column == "reward":
         rows = rows.filter(reward__isnull=False)  # rows without a reward (infra errors) sort nowhere
     if after:
-        value, pk = cursor_decode(after)
+        value, pk = cursor_decode(after, column)
         beyond, tie = ("lt" if descending else "gt"), ("lt" if id_descending else "gt")
         # The redundant `column <= value` bounds the index range; the OR alone would be a filter on a full walk.
         rows = rows.filter(**{f"{column}__{beyond}e": value}).filter(
@@ -136,13 +159,15 @@ def trajectory_slice(*, project, run=None, domains=(), templates=(), layers=(), 
     Distributions over the newest 20,000 are what a person reads; they stay fast at millions of rows."""
     rows = Trajectory.objects.filter(project=project)
     if run:
-        rows = rows.filter(run_id=run)
+        rows = rows.filter(run_id=_checked_filters({"run": run})["run"])
     for column, values in (("domain", domains), ("template", templates), ("deciding_layer", layers),
                            ("status", statuses)):
         if values:
+            if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
+                raise BadFilter(f"{column}: expected a list of names, not {values!r}"[:200])
             rows = rows.filter(**{f"{column}__in": list(values)})
-    if policy_min is not None:
-        rows = rows.filter(policy_version__gte=policy_min)
-    if policy_max is not None:
-        rows = rows.filter(policy_version__lte=policy_max)
+    for bound, lookup in ((policy_min, "gte"), (policy_max, "lte")):
+        if bound not in (None, ""):
+            _checked_filters({"policy_version": bound})
+            rows = rows.filter(**{f"policy_version__{lookup}": int(bound)})
     return list(rows.order_by("-finished_at", "id").values(*SLICE_COLUMNS)[:limit])

@@ -23,19 +23,48 @@ def _refuse(value: Any):
 
 
 def canonical_json(value: Any) -> str:
-    if has_non_finite(value):
-        raise ValueError("not JSON data: NaN and infinities have no JSON form")
+    problem = data_problem(value)
+    if problem:
+        raise ValueError(f"not JSON data: {problem}")
     return canonical_bytes(value).decode()
 
 
-def has_non_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(has_non_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(has_non_finite(v) for v in value)
-    return False
+MAX_DEPTH = 64  # no spec or task instance needs more; deeper data breaks every recursive walk after it
+INT_RANGE = 2**63  # what canonical hashing (orjson) and PostgreSQL's JSON numbers hold exactly
+
+
+def data_problem(value: Any, *, where: str = "") -> str | None:
+    """Why `value` cannot be a spec's or a task instance's data, or None: nested deeper than MAX_DEPTH, NaN or an
+    infinity (JSON has no such numbers), an integer beyond 64 bits, text with a lone surrogate (not Unicode: no
+    encoder or database stores it). Iterative, so the check cannot overflow the stack it protects."""
+    stack = [(value, 1, where)]
+    while stack:
+        item, depth, at = stack.pop()
+        at_text = (at if len(at) <= 60 else at[:60] + "…") or "the data"
+        if depth > MAX_DEPTH:
+            return f"{at_text} is nested deeper than {MAX_DEPTH} levels"
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{at_text} holds NaN or an infinity, which JSON cannot carry"
+        if isinstance(item, int) and not isinstance(item, bool) and not -INT_RANGE <= item < INT_RANGE:
+            return f"{at_text} holds an integer beyond 64 bits"
+        if isinstance(item, str) and not _is_unicode(item):
+            return f"{at_text} holds a lone surrogate (such as \\ud800), which is not Unicode text"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and not _is_unicode(key):
+                    return f"a key of {at_text} holds a lone surrogate, which is not Unicode text"
+                stack.append((child, depth + 1, f"{at}.{key}" if at else str(key)))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1, f"{at}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def content_hash(value: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .canonical import has_non_finite
+from .canonical import data_problem
 
 SPEC_SCHEMA_VERSION = 1
 MAX_SPEC_BYTES = 1_000_000  # task data belongs in task instances, not in a spec
@@ -475,9 +475,11 @@ def validate_spec(kind: str, data: Any) -> dict:
         raise SpecError([FieldError("kind", f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")])
     if not isinstance(data, dict):
         raise SpecError([FieldError("spec", f"must be a mapping of fields, not {type(data).__name__}")])
-    if has_non_finite(data):
-        # pydantic would turn them into null in free-form fields (json_schema, tool parameters).
-        raise SpecError([FieldError("spec", "holds NaN or an infinity, which JSON cannot carry")])
+    problem = data_problem(data)
+    if problem:
+        # Checked before pydantic: it would turn NaN into null in free-form fields (json_schema, tool parameters),
+        # and deep data into a RecursionError.
+        raise SpecError([FieldError("spec", problem)])
     try:
         model = SPEC_MODELS[kind].model_validate(data)
     except ValidationError as exc:
