@@ -12,6 +12,7 @@ from apps.accounts.api import router as accounts_router
 from apps.common.api_errors import ErrorOut, register_exception_handlers
 from apps.common.json_body import StrictJSONParser
 from apps.registry.api import router as registry_router
+from apps.runs.api import router as runs_router
 
 
 class StudioAPI(NinjaAPI):
@@ -23,7 +24,8 @@ class StudioAPI(NinjaAPI):
 api = StudioAPI(
     title="Posttrain Studio API",
     version="1",
-    description="Definitions, versions, aliases, task instances and bundles of Posttrain Studio projects.",
+    description="Definitions, versions, aliases, task instances and bundles of Posttrain Studio projects, and the "
+                "training runs on them.",
     urls_namespace="api-v1",
     openapi_url="/openapi.json",
     docs_url=None,
@@ -33,6 +35,7 @@ api = StudioAPI(
 register_exception_handlers(api)
 api.add_router("", accounts_router)
 api.add_router("", registry_router)
+api.add_router("", runs_router)
 
 # Registered last, so it only sees paths no endpoint matched: without it Django would answer those with an
 # HTML 404 page.
