@@ -120,8 +120,7 @@ def get_run(request, project: str, run_id: UUID):
 
 @router.get(RUN + "/metrics", response={200: MetricsOut, **READ_ERRORS})
 def run_metrics(request, project: str, run_id: UUID,
-                names: Annotated[list[str] | None, Query(description="metric names, e.g. reward/mean (default: all)")]
-                = None,
+                names: Annotated[list[str] | None, Query(description="e.g. reward/mean (default: all)")] = None,
                 after_step: int = Query(0, ge=0, le=2**31, description="only points after this step")):
     """The run's metric series, at most 1,000 points each (consecutive steps averaged beyond that)."""
     run = selectors.run_get(project=_project(request, project), run_id=run_id)
