@@ -1,21 +1,58 @@
-"""Shared fixtures. Tests use the real database named by DATABASE_URL (SQLite by default, PostgreSQL in CI)."""
+"""Shared fixtures, and the one rule for tests that need a real resource.
+
+Tests use the real database named by DATABASE_URL (SQLite by default, PostgreSQL in CI). A test that needs
+more — bubblewrap sandboxes, PostgreSQL, Redis, a Docker engine, a browser, studio processes of its own — says
+so with a marker (pyproject.toml lists them); where the resource is missing it is skipped with the reason, or
+fails where STUDIO_REQUIRE asks for it (tests/support/resources.py). Every test's data directory is a fresh
+temporary one.
+"""
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.test import Client, override_settings
 
-from apps.accounts.services import membership_set, project_create
-from specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
+from apps.accounts.services import api_token_create, membership_set, project_create
+from tests.support.api import ApiClient
+from tests.support.resources import PROBES, require, required
+from tests.support.sandbox import reachable_cache, remove_cache
+from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked `postgres` need the real server; elsewhere they are skipped and -ra says why."""
-    if connection.vendor == "postgresql":
-        return
-    skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)")
-    for item in items:
-        if "postgres" in item.keywords:
-            item.add_marker(skip)
+def pytest_configure(config):
+    required()  # a misspelt STUDIO_REQUIRE is a usage error, not a silently optional resource
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture of the test is set up: the resources its markers name are there, or it is skipped
+    (or failed, under STUDIO_REQUIRE) with the reason."""
+    resources = dict.fromkeys(marker.name for marker in item.iter_markers() if marker.name in PROBES)
+    if resources:
+        require(*resources)
+
+
+# --- every test's data directory is a temporary one ----------------------------------------------------------
+
+def _data_dir_settings(root) -> dict:
+    return {"DATA_DIR": root, "SANDBOX_STATUS_DIR": root / "sandbox-pools"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_data_dir(tmp_path_factory):
+    """For what session- and module-scoped fixtures write (the threaded ASGI server, sandbox pools)."""
+    with override_settings(**_data_dir_settings(tmp_path_factory.mktemp("session") / "data")):
+        yield django_settings.DATA_DIR
+
+
+@pytest.fixture(autouse=True)
+def data_dir(settings, tmp_path, monkeypatch):
+    """settings.DATA_DIR (artifacts, checkpoints, models, sandbox pool states) is under this test's tmp_path,
+    and so is the STUDIO_DATA_DIR of any process the code under test starts: nothing is written to ./var."""
+    for name, value in _data_dir_settings(tmp_path / "data").items():
+        setattr(settings, name, value)
+    monkeypatch.setenv("STUDIO_DATA_DIR", str(settings.DATA_DIR))
+    return settings.DATA_DIR
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +60,8 @@ def fast_password_hashing(settings):
     # Tests create many users; the production hasher is deliberately slow.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+
+# --- people and projects ------------------------------------------------------------------------------------
 
 @pytest.fixture
 def make_user(db):
@@ -62,7 +101,6 @@ def outsider(make_user):
     return user
 
 
-
 # --- a small but complete registry: image, verifier, task template with instances, domain, bundle ----------
 
 @pytest.fixture
@@ -80,3 +118,71 @@ def registry(project, owner):
         "domain": publish("domain", "arithmetic", DOMAIN_SPEC, description="Exact-answer arithmetic"),
         "bundle": publish("bundle", "arith-bundle", {"members": ["domain/arithmetic@latest"]}),
     }
+
+
+# --- clients: a logged-in browser session, an API token holder ----------------------------------------------
+
+@pytest.fixture
+def login(client):
+    """login(user) -> the test client, logged in as user."""
+
+    def as_user(user):
+        client.force_login(user)
+        return client
+
+    return as_user
+
+
+@pytest.fixture
+def session_cookie():
+    """session_cookie(user) -> the value of a session cookie logged in as user (for a browser or a websocket)."""
+
+    def make(user) -> str:
+        client = Client()
+        client.force_login(user)
+        return client.cookies[django_settings.SESSION_COOKIE_NAME].value
+
+    return make
+
+
+@pytest.fixture
+def token_for(db):
+    """token_for(user) -> a plaintext API token of user."""
+
+    def make(user) -> str:
+        return api_token_create(user=user, name="tests", via="api")[1]
+
+    return make
+
+
+@pytest.fixture
+def api_as(client, token_for):
+    """api_as(user) -> an ApiClient authenticated with a fresh token of user; api_as(None) sends no token."""
+
+    def make(user) -> ApiClient:
+        return ApiClient(client, token_for(user) if user is not None else None)
+
+    return make
+
+
+# --- a run with history -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def studio_run(project, registry, owner):
+    """A running run with 30 synthetic steps (metrics, events, trajectories); returns (run, attempt)."""
+    from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
+
+    run = run_synthetic_create(project=project, bundle=registry["bundle"], steps=100, name="live-run", actor=owner)
+    attempt = run_synthetic_steps(run=run, steps=30, finish=False)
+    run.refresh_from_db()
+    return run, attempt
+
+
+# --- sandboxes ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def layer_cache():
+    """A layer cache for this session's sandboxes, where the sandbox uids can reach it."""
+    cache = reachable_cache()
+    yield cache
+    remove_cache(cache)

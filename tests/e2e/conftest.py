@@ -1,28 +1,27 @@
-"""Fixtures for the live studio's tests: a run with synthetic history, the ASGI server in a thread (HTTP and
-websockets), and Playwright driving Debian's Chromium (never a downloaded browser).
+"""Fixtures for the end-to-end tests that drive a browser: the ASGI server in a thread (HTTP and websockets)
+and Playwright driving Debian's Chromium (never a downloaded browser). Mark such tests `browser`.
 
 The server runs in this process so that, with the in-memory channel layer, what a test writes as a worker
 reaches the page exactly as in the embedded studio; with REDIS_URL it goes through Redis.
 """
 
 import os
-from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.test import Client
+
+from tests.support import ROOT
+from tests.support.resources import CHROMIUM, require
 
 # Playwright's sync API runs an event loop in this thread; the tests still call the ORM from it.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
+ARTIFACTS = ROOT / "test-artifacts" / "ui"
 
 
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("needs Debian's Chromium at /usr/bin/chromium (make setup installs it as root)")
+    require("browser")
     return {**browser_type_launch_args, "executable_path": CHROMIUM,
             "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync", "--no-first-run"]}
@@ -47,16 +46,6 @@ def asgi_server():
 def live_url(transactional_db, asgi_server):
     """The server's base URL; the test's writes are committed, so the server's threads see them."""
     return asgi_server
-
-
-@pytest.fixture
-def session_cookie():
-    def make(user) -> str:
-        client = Client()
-        client.force_login(user)
-        return client.cookies[settings.SESSION_COOKIE_NAME].value
-
-    return make
 
 
 @pytest.fixture
@@ -86,14 +75,3 @@ def screenshot():
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
     return save
-
-
-@pytest.fixture
-def studio_run(project, registry, owner):
-    """A running run with 30 synthetic steps (metrics, events, trajectories); returns (run, attempt)."""
-    from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
-
-    run = run_synthetic_create(project=project, bundle=registry["bundle"], steps=100, name="live-run", actor=owner)
-    attempt = run_synthetic_steps(run=run, steps=30, finish=False)
-    run.refresh_from_db()
-    return run, attempt

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_support import database_url, wait_for
 
 from apps.runs.models import EventKind, Run, RunStatus
 from apps.runs.services import run_create
+from tests.support import ROOT
+from tests.support.processes import database_url, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def _studio(tmp_path: Path, name: str) -> subprocess.Popen:

@@ -1,5 +1,9 @@
 """The Dash explorer under the studio's URL and login: its figures render, its callbacks pass our CSRF check."""
 
+import pytest
+
+pytestmark = pytest.mark.browser
+
 
 def test_the_explorer_renders_and_filters_a_run(page_as, live_url, project, owner, studio_run, screenshot):
     run, _ = studio_run

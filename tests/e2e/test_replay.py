@@ -1,7 +1,11 @@
 """Trajectory replay in a real browser: a coding trajectory's code, sandbox output and unit-test verdict; a 3D
 trajectory's screenshot; keyboard navigation, the permalink, and two trajectories side by side."""
 
+import pytest
+
 from apps.trajectories.models import Trajectory
+
+pytestmark = pytest.mark.browser
 
 
 def _coding(run):

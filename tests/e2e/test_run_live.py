@@ -3,7 +3,11 @@ socket reconnects and fetches only the steps it missed."""
 
 import time
 
+import pytest
+
 from apps.runs.services import run_step_record
+
+pytestmark = pytest.mark.browser
 
 LAST_X = """name => { const panel = document.querySelector('[data-panel="reward"]');
   const trace = panel.data.find(t => t.meta === name); return trace ? trace.x : null; }"""

@@ -11,16 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_support import database_url, wait_for
 
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import EventKind, MetricPoint, Run, RunStatus
 from apps.runs.services import run_create
 from apps.trajectories.models import Trajectory
+from tests.support import ROOT
+from tests.support.processes import database_url, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
-              pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis: set REDIS_URL (CI does)")]
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 STEPS, GROUPS, GROUP_SIZE = 12, 4, 8
 

@@ -3,11 +3,11 @@ every setting it passes is one the studio reads."""
 
 import importlib
 import re
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 

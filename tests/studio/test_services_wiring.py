@@ -9,15 +9,13 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
 
-needs_redis = pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis: set REDIS_URL (CI does)")
-
 
 def test_database_is_the_one_database_url_names():
     expected = "postgresql" if os.environ.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
     assert connection.vendor == expected
 
 
-@needs_redis
+@pytest.mark.redis
 def test_channel_layer_round_trips_through_real_redis():
     layer = get_channel_layer()
     assert type(layer).__name__ == "RedisChannelLayer"

@@ -1,10 +1,7 @@
-"""Fixtures for the REST API: a client that sends a real API token, made the way users make theirs."""
+"""The REST API as a token holder calls it: JSON to /api/v1 with `Authorization: Bearer <token>` (the `api_as`
+fixture, tests/conftest.py, makes one with a real token, made the way users make theirs)."""
 
 import json
-
-import pytest
-
-from apps.accounts.services import api_token_create
 
 PREFIX = "/api/v1"
 
@@ -28,24 +25,3 @@ class ApiClient:
     def _send(self, method: str, path: str, body):
         data = body if isinstance(body, (str, bytes)) else json.dumps(body)
         return getattr(self.client, method)(PREFIX + path, data, content_type="application/json", **self.headers)
-
-
-@pytest.fixture
-def token_for(db):
-    """token_for(user) -> a plaintext API token of user."""
-
-    def make(user) -> str:
-        return api_token_create(user=user, name="tests", via="api")[1]
-
-    return make
-
-
-@pytest.fixture
-def api_as(client, token_for):
-    """api_as(user) -> an ApiClient authenticated with a fresh token of user; api_as(None) sends no token."""
-
-    def make(user) -> ApiClient:
-        return ApiClient(client, token_for(user) if user is not None else None)
-
-    return make
-

@@ -1,5 +1,5 @@
 """Helpers for tests that start studio processes of their own (Celery workers, an embedded runserver) on the
-test database and watch what they write (tests/runs)."""
+test database and watch what they write (tests/e2e; mark them `processes`)."""
 
 import time
 from pathlib import Path

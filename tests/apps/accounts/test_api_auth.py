@@ -8,7 +8,7 @@ from django.test import Client
 from apps.accounts.models import ApiToken
 from apps.accounts.services import api_token_revoke
 from apps.registry.models import Version
-from specimens import VERIFIER_SPEC
+from tests.support.specimens import VERIFIER_SPEC
 
 PUBLISH = "/api/v1/projects/acme-rl/definitions/verifier/numeric/versions"
 CHANGED = {**VERIFIER_SPEC, "pass_threshold": 0.5}

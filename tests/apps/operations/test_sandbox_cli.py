@@ -1,15 +1,17 @@
-"""`manage.py sandbox exec` and `pool-status` through the real command."""
+"""`manage.py sandbox exec` and `pool-status` through the real command (apps/operations)."""
 
 import base64
 import json
 
 import pytest
-from conftest import settle
 from django.core.management import CommandError, call_command
 
 from apps.registry.services import version_publish
+from tests.support.sandbox import settle
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.process import ProcessBackend
+
+pytestmark = pytest.mark.sandbox
 
 
 def exec_json(capsys, *args) -> dict:
@@ -47,10 +49,9 @@ def test_image_comes_from_the_registry(tmp_path, capsys, project, owner):
         call_command("sandbox", "exec", str(program), "--image", "nothing")
 
 
-def test_pool_status_lists_the_running_pools(capsys, settings, layer_cache, tmp_path):
-    settings.SANDBOX_STATUS_DIR = tmp_path
+def test_pool_status_lists_the_running_pools(capsys, settings, layer_cache):
     image = SandboxImage(key="test/status@1", layers=({"type": "base", "image": "python-3.11"},), warm_pool_size=1)
-    pool = SandboxPool(ProcessBackend(layers=layer_cache), status_dir=tmp_path)
+    pool = SandboxPool(ProcessBackend(layers=layer_cache), status_dir=settings.SANDBOX_STATUS_DIR)
     try:
         pool.warm(image)
         settle(pool, image)

@@ -4,11 +4,10 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
-from sandbox_support import bubblewrap_skip_reason
 
 from apps.registry.models import InstanceSetMember, Version
 
-pytestmark = pytest.mark.skipif(bubblewrap_skip_reason() is not None, reason=str(bubblewrap_skip_reason()))
+pytestmark = pytest.mark.sandbox
 
 
 @pytest.fixture

@@ -1,18 +1,7 @@
-"""Fixtures for the web pages: a logged-in client per role, and the URLs of the registry's pages."""
+"""The URLs of the registry's pages, for the tests that walk all of them."""
 
 import pytest
 from django.urls import reverse
-
-
-@pytest.fixture
-def login(client):
-    """login(user) -> the test client, logged in as user."""
-
-    def as_user(user):
-        client.force_login(user)
-        return client
-
-    return as_user
 
 
 @pytest.fixture

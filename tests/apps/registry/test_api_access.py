@@ -4,7 +4,7 @@ import pytest
 
 from apps.accounts.models import AuditEvent
 from apps.registry.models import Alias, Definition, Version
-from specimens import VERIFIER_SPEC
+from tests.support.specimens import VERIFIER_SPEC
 
 VERIFIER = "/projects/acme-rl/definitions/verifier/numeric"
 LOOSER = {**VERIFIER_SPEC, "pass_threshold": 0.5}

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from apps.registry.models import Alias, Definition, Version
-from specimens import TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
+from tests.support.specimens import TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 DEFINITIONS = "/projects/acme-rl/definitions"
 VERIFIER = DEFINITIONS + "/verifier/numeric"
@@ -85,14 +85,15 @@ def test_malformed_json(api, unchanged):
 def test_json_nested_too_deeply(api, unchanged):
     response = api.post(VERIFIER + "/versions", '{"spec": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001)
     problems(response, 400)
-    assert response.json()["detail"].startswith("The request body is not valid JSON: maximum recursion depth")
+    assert "nested deeper than 64 levels" in response.json()["detail"]
 
 
 def test_nan_which_json_cannot_carry(api, unchanged):
     spec = json.loads(json.dumps(VERIFIER_SPEC))
     spec["layers"][0]["checks"].append({"type": "json_schema", "json_schema": {"maximum": "NAN"}})
     response = api.post(VERIFIER + "/versions", json.dumps({"spec": spec, "message": "m"}).replace('"NAN"', "NaN"))
-    assert "NaN" in problems(response, 422)["spec"]
+    problems(response, 400)  # refused with the body, before any field is validated
+    assert "body.spec.layers[0].checks[1].json_schema.maximum holds NaN" in response.json()["detail"]
 
 
 def test_body_above_the_upload_limit_is_413(api, unchanged, settings):
@@ -144,10 +145,13 @@ def test_bundle_member_that_names_nothing(api, unchanged):
 
 def test_huge_integers_are_refused_before_the_database(api, unchanged):
     response = api.post(VERIFIER + "/versions", {"spec": LOOSER, "message": "m", "expected_head": 10**20})
-    assert "expected_head" in problems(response, 422)
+    problems(response, 400)  # refused with the body, before any field is validated
+    assert "body.expected_head holds an integer beyond 64 bits" in response.json()["detail"]
     assert "before" in problems(api.get(VERIFIER + "/versions", before=10**20), 422)
     assert "ref" in problems(api.get(VERIFIER + "/versions/99999999999999999999"), 422)
-    assert "version" in problems(api.put(VERIFIER + "/aliases/prod", {"version": 10**20}), 422)
+    alias = api.put(VERIFIER + "/aliases/prod", {"version": 10**20})
+    problems(alias, 400)
+    assert "body.version holds an integer beyond 64 bits" in alias.json()["detail"]
 
 
 # --- paths ------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from apps.accounts.models import AuditEvent
 from apps.registry.models import Definition, TaskInstance, Version
-from specimens import TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
+from tests.support.specimens import TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 VERIFIER = "/projects/acme-rl/definitions/verifier/numeric"
 TEMPLATE = "/projects/acme-rl/definitions/task_template/add-two"

@@ -5,7 +5,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apps.registry.services import alias_move, version_publish
-from specimens import TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
+from tests.support.specimens import TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 
 DEFINITIONS = "/projects/acme-rl/definitions"
 VERIFIER = DEFINITIONS + "/verifier/numeric"

@@ -142,8 +142,9 @@ def test_slug_with_path_characters_and_mismatched_names_are_refused(exported, ca
 
 def test_a_cycle_of_bundles_is_refused(exported, capsys):
     directory, _ = exported
-    (directory / "bundle" / "ring-a.yaml").write_text("kind: bundle\nslug: ring-a\nspec: {members: [bundle/ring-b@latest]}\n")
-    (directory / "bundle" / "ring-b.yaml").write_text("kind: bundle\nslug: ring-b\nspec: {members: [bundle/ring-a@latest]}\n")
+    for slug, other in (("ring-a", "ring-b"), ("ring-b", "ring-a")):
+        (directory / "bundle" / f"{slug}.yaml").write_text(
+            f"kind: bundle\nslug: {slug}\nspec: {{members: [bundle/{other}@latest]}}\n")
     before = Version.objects.count()
     with pytest.raises(CommandError):
         call_command("registry", "import", str(directory))
@@ -198,7 +199,8 @@ def test_yaml_anchors_are_refused_before_they_can_expand(exported, capsys):
         for i in range(20))
     (directory / "verifier" / "bomb.yaml").write_text(
         "kind: verifier\nslug: bomb\nspec:\n  layers:\n  - name: exact\n    kind: exact\n    checks:\n"
-        "    - type: json_schema\n      json_schema:\n" + "".join("        " + line + "\n" for line in bomb.splitlines()))
+        "    - type: json_schema\n      json_schema:\n"
+        + "".join("        " + line + "\n" for line in bomb.splitlines()))
     with pytest.raises(CommandError):
         call_command("registry", "import", str(directory))
     assert "verifier/bomb.yaml: YAML anchors and aliases (&name, *name) are not allowed" in capsys.readouterr().err

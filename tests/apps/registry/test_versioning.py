@@ -11,7 +11,7 @@ from apps.registry.models import Alias, ImmutableVersionError, InstanceSet, Task
 from apps.registry.refs import Ref
 from apps.registry.selectors import instance_page, version_resolve
 from apps.registry.services import alias_move, version_publish
-from specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
+from tests.support.specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 from workers.definitions.canonical import layer_chain_hashes
 
 
@@ -32,7 +32,8 @@ def test_identical_spec_returns_the_existing_version_and_writes_nothing(project,
     first = publish(project, owner, "sandbox_image", "py", IMAGE_SPEC).version
     audits = AuditEvent.objects.count()
     # Spelling out a default is the same spec: the content hash is over the normalised spec.
-    again = publish(project, owner, "sandbox_image", "py", {**IMAGE_SPEC, "limits": {"memory_mb": 256, "network": False}})
+    spelt_out = {**IMAGE_SPEC, "limits": {"memory_mb": 256, "network": False}}
+    again = publish(project, owner, "sandbox_image", "py", spelt_out)
     assert not again.created and again.version.pk == first.pk
     assert Version.objects.count() == 1 and AuditEvent.objects.count() == audits
 

@@ -1,5 +1,5 @@
-"""Run and trajectory pages without a browser: history downsampled on the server and fetched after a step,
-keyset pages that visit every row once in order, starting, comparing and controlling runs."""
+"""Run pages without a browser: history downsampled on the server and fetched after a step, starting,
+comparing and controlling runs."""
 
 import json
 
@@ -8,8 +8,6 @@ from django.urls import reverse
 from apps.runs.models import Run
 from apps.runs.selectors import metric_history
 from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
-from apps.trajectories.models import Trajectory
-from apps.trajectories.selectors import SORTS, trajectory_page
 
 
 def test_history_is_downsampled_on_the_server_and_fetched_after_a_step(client, owner, project, studio_run):
@@ -27,36 +25,6 @@ def test_history_is_downsampled_on_the_server_and_fetched_after_a_step(client, o
     assert [e["kind"] for e in body["events"]][:2] == ["created", "started"]
     last_event = body["events"][-1]["id"]
     assert json.loads(client.get(url + f"?after_step=30&after_event={last_event}").content)["events"] == []
-
-
-def test_keyset_pages_visit_every_row_once_in_order_for_every_sort(project, studio_run):
-    run, _ = studio_run
-    total = Trajectory.objects.filter(project=project).count()
-    for sort, (column, descending, _) in SORTS.items():
-        seen, after = [], ""
-        while True:
-            page = trajectory_page(project=project, sort=sort, after=after, limit=7)
-            seen += page.rows
-            if not page.next_cursor:
-                break
-            after = page.next_cursor
-        expected = Trajectory.objects.filter(project=project)
-        if column == "reward":
-            expected = expected.filter(reward__isnull=False)
-        assert len(seen) == expected.count() == total, sort
-        assert len({t.pk for t in seen}) == len(seen), sort
-        keys = [getattr(t, column) for t in seen]
-        assert keys == sorted(keys, reverse=descending), sort
-
-
-def test_filters_narrow_the_list(client, owner, project, studio_run):
-    run, _ = studio_run
-    client.force_login(owner)
-    url = reverse("trajectories:trajectory_list", kwargs={"project": project.slug})
-    page = client.get(url, {"domain": "3d-modelling", "template": "task_template/primitive-solids"})
-    assert page.content.count(b"data-trajectory=") == 30
-    assert client.get(url, {"status": "timeout"}).content.count(b"data-trajectory=") == 0
-    assert client.get(url, {"after": "not-a-cursor"}).status_code == 400
 
 
 def test_start_a_run_from_the_list_and_compare_two_runs(client, owner, project, registry, studio_run):

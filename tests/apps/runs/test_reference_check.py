@@ -1,13 +1,13 @@
 """`manage.py reference_check` on the demo bundle: the references run in real sandboxes (bubblewrap), through
 the real verifiers; they are archived as a run's trajectories (a 3D answer with its rendered views); a
-template whose reference is wrong fails the command and is named in the run's events."""
+template whose reference is wrong fails the command and is named in the run's events. That a reference check is
+never trained needs no sandbox."""
 
 import ast
 import json
 
 import pytest
 from django.core.management import CommandError, call_command
-from sandbox_support import bubblewrap_skip_reason
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
@@ -15,8 +15,6 @@ from apps.registry.services import version_publish
 from apps.runs.models import EventKind, Run, RunStatus
 from apps.trajectories.artifacts import artifact_open
 from apps.trajectories.models import Trajectory
-
-pytestmark = pytest.mark.skipif(bubblewrap_skip_reason() is not None, reason=str(bubblewrap_skip_reason()))
 
 
 @pytest.fixture
@@ -31,6 +29,7 @@ def _check(capsys, *args):
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.sandbox
 def test_the_demo_references_pass_and_are_archived_with_their_renders(demo, capsys):
     summary = _check(capsys, "--bundle", "demo", "--per-template", "1")
     run = Run.objects.get(pk=summary["run"])
@@ -71,6 +70,7 @@ def test_the_demo_references_pass_and_are_archived_with_their_renders(demo, caps
     assert Run.objects.filter(config__model="builtin:reference").count() == 1
 
 
+@pytest.mark.sandbox
 def test_a_wrong_reference_fails_the_command_and_is_named(demo, capsys):
     owner = demo.memberships.get(role="owner").user
     functions = Version.objects.get(definition__slug="python-functions", number=1)

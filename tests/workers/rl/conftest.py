@@ -45,8 +45,8 @@ ITEMS = {f"add-{a}-{b}": Item(key=f"add-{a}-{b}", inputs={"a": a, "b": b}, hidde
 @pytest.fixture(scope="session")
 def addition_base_model():
     """A TinyLM that knows the a+b format and is unreliable about the sums (about 10 s on two cores)."""
-    corpus = [(f"{item.inputs['a']}+{item.inputs['b']}=", [{"role": "assistant", "content": str(item.hidden['answer'])}])
-              for item in ITEMS.values()]
+    corpus = [(f"{item.inputs['a']}+{item.inputs['b']}=",
+               [{"role": "assistant", "content": str(item.hidden['answer'])}]) for item in ITEMS.values()]
     model, _ = pretrain(corpus, steps=100, seed=0, block_size=64, wrong_fraction=0.0)
     return model
 

@@ -1,5 +1,6 @@
 """The agent loop with a real model and real sandboxes: the policy's tool calls run in bubblewrap, their
-output comes back into the context, and the limits end what runs too long or breaks the protocol.
+output comes back into the context, and the limits end what runs too long or breaks the protocol (a call the
+policy gets wrong ends the rollout before anything runs: those tests need no sandbox).
 
 The policy is a TinyLM that has learned three conversations by heart (a few seconds of training), so what it
 writes is known and everything after the sampling — parsing, sandboxing, context, limits — is the real code.
@@ -10,17 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from sandbox_support import bubblewrap_skip_reason, reachable_cache, remove_cache
 from torch.nn import functional as F
 
+from tests.support.sandbox import process_pool
 from workers.rl.agent import PhaseBoard, rollout_groups
 from workers.rl.chat import CharChat
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.model import ModelConfig, TinyLM
 from workers.rl.tools import PolicyToolError, SandboxToolRunner, parse_tool_calls
 from workers.rl.types import Phase, Task, TaskTemplate, TrajectoryStatus
-from workers.sandbox import SandboxImage, SandboxPool
-from workers.sandbox.process import ProcessBackend
+from workers.sandbox import SandboxImage
 from workers.sandbox.types import Limits
 from workers.verifiers import Item
 
@@ -63,18 +63,18 @@ def memorising_model():
 
 @pytest.fixture(scope="module")
 def pool():
-    reason = bubblewrap_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    cache = reachable_cache()
-    pool = SandboxPool(ProcessBackend(layers=cache))
-    pool.warm(IMAGE)
-    yield pool
-    pool.close()
-    remove_cache(cache)
+    with process_pool(IMAGE) as pool:
+        yield pool
 
 
-def _rollout(model, pool, prompt: str, *, group_size=2, max_seconds=20, board=None):
+class NoSandbox:
+    """The tool runner of a rollout that must never run a tool."""
+
+    def run(self, *args, **kwargs):
+        raise AssertionError("a tool ran")
+
+
+def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None):
     template = TaskTemplate(key="task_template/agent@1", domain="agents", system_prompt="", prompt_template="{q}",
                             tools=(RUN_PYTHON,), limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds},
                             image=IMAGE, verifier_key="verifier/none@1", verifier_spec={})
@@ -82,15 +82,16 @@ def _rollout(model, pool, prompt: str, *, group_size=2, max_seconds=20, board=No
     with ThreadPoolExecutor(4) as tools:
         engine = TorchEngine(model)
         [group] = rollout_groups([task], run_id="00000000-0000-4000-8000-000000000002", group_size=group_size,
-                                 engine=engine, chat=CharChat(), tool_runner=SandboxToolRunner(pool), tool_executor=tools,
+                                 engine=engine, chat=CharChat(), tool_runner=tool_runner, tool_executor=tools,
                                  board=board or PhaseBoard(), seed=0, temperature=0.05)
         engine.close()
         return group
 
 
+@pytest.mark.sandbox
 def test_a_tool_call_runs_in_the_sandbox_and_its_output_enters_the_context(memorising_model, pool):
     board = PhaseBoard()
-    for trajectory in _rollout(memorising_model, pool, "calc", board=board):
+    for trajectory in _rollout(memorising_model, SandboxToolRunner(pool), "calc", board=board):
         assert [t.role for t in trajectory.turns] == ["user", "assistant", "tool", "assistant"]
         call, result, answer = trajectory.turns[1], trajectory.turns[2], trajectory.turns[3]
         assert call.tool_calls[0].name == "run_python" and call.finish_reason == "tool_calls"
@@ -109,16 +110,17 @@ def test_a_tool_call_runs_in_the_sandbox_and_its_output_enters_the_context(memor
     assert board.in_flight() == 2
 
 
+@pytest.mark.sandbox
 def test_a_rollout_that_outlives_its_time_limit_ends_as_a_timeout(memorising_model, pool):
     board = PhaseBoard()
-    [trajectory] = _rollout(memorising_model, pool, "nap", group_size=1, max_seconds=1, board=board)
+    [trajectory] = _rollout(memorising_model, SandboxToolRunner(pool), "nap", group_size=1, max_seconds=1, board=board)
     assert trajectory.status == TrajectoryStatus.TIMEOUT and "time limit" in trajectory.status_reason
     assert trajectory.turns[-1].result["status"] == "timeout"  # the sandbox killed the sleeper at its wall limit
     assert board.in_flight() == 0  # a timed-out rollout is not waiting for verification
 
 
-def test_an_unknown_tool_is_the_policys_error(memorising_model, pool):
-    [trajectory] = _rollout(memorising_model, pool, "oops", group_size=1)
+def test_an_unknown_tool_is_the_policys_error(memorising_model):
+    [trajectory] = _rollout(memorising_model, NoSandbox(), "oops", group_size=1)
     assert trajectory.status == TrajectoryStatus.POLICY_ERROR and "rm_rf" in trajectory.status_reason
     assert [t.role for t in trajectory.turns] == ["user", "assistant"]
 

@@ -91,7 +91,8 @@ def make(kind, world: FakeWorld, run_config: RunConfig, **parts):
     collector = kind(config=run_config, draws=Draws(Scheduler(TASKS.domains, seed=0), TASKS,
                                                     batch=run_config.groups_per_step),
                      rollout=parts.get("rollout", world.rollout), verify=parts.get("verify", world.verify),
-                     select=parts.get("select", world.select), board=PhaseBoard(), check=parts.get("check", lambda: None))
+                     select=parts.get("select", world.select), board=PhaseBoard(),
+                     check=parts.get("check", lambda: None))
     world.collector = collector
     return collector
 

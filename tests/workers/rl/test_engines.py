@@ -99,7 +99,8 @@ def test_batched_sampling_of_prompts_of_different_lengths_reports_true_logprobs(
     policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
     engine, chat = TorchEngine(policy.model), CharChat()
     prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=", "9+9=?!")]
-    requests = [GenerationRequest(p, n=3, max_new_tokens=5, stop_ids=chat.stop_ids, seed=i) for i, p in enumerate(prompts)]
+    requests = [GenerationRequest(p, n=3, max_new_tokens=5, stop_ids=chat.stop_ids, seed=i)
+                for i, p in enumerate(prompts)]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(3) as callers:  # three rollout threads at once: one batch

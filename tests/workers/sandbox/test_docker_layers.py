@@ -3,11 +3,11 @@
 import uuid
 
 import pytest
-from conftest import TIGHT, docker_skip_reason
 
+from tests.support.sandbox import TIGHT
 from workers.sandbox import Execution, SandboxImage, Status
 
-pytestmark = pytest.mark.skipif(docker_skip_reason() is not None, reason=str(docker_skip_reason()))
+pytestmark = pytest.mark.docker
 
 
 @pytest.fixture

@@ -7,8 +7,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE_IMAGE, IDLE_PROCESSES, sandbox_process_counts, settle
 
+from tests.support import ROOT
+from tests.support.sandbox import HOSTILE_IMAGE, IDLE_PROCESSES, sandbox_process_counts, settle
 from workers.sandbox import Execution, Status
 from workers.sandbox.docker import DockerBackend
 
@@ -124,7 +125,7 @@ def test_reads_no_host_secret_environment(pool, monkeypatch):
 
 
 @pytest.mark.parametrize("path", ["/etc/shadow", str(Path(__file__).resolve()),
-                                  str(Path(__file__).resolve().parents[2] / "studio" / "settings.py"),
+                                  str(ROOT / "studio" / "settings.py"),
                                   "/root/.bashrc", "/var/lib/postgresql", "/work"])
 def test_host_files_are_out_of_sight(pool, path):
     result = run(pool, f"import os\nprint(os.path.exists({path!r}))\nopen({path!r}).read()")

@@ -1,8 +1,8 @@
 """The process backend's layer cache: built once per layer chain, invalidated from the changed layer on."""
 
 import pytest
-from conftest import TIGHT
 
+from tests.support.sandbox import TIGHT
 from workers.sandbox import Execution, SandboxImage, Status
 from workers.sandbox.layers import LayerBuildError, LayerCache
 from workers.sandbox.process import ProcessBackend
@@ -16,6 +16,7 @@ def image(*layers, key="test/layered@1"):
     return SandboxImage(key=key, layers=tuple(layers), limits=TIGHT, warm_pool_size=0)
 
 
+@pytest.mark.sandbox
 def test_packages_and_files_are_in_every_sandbox_and_built_once(cache_root):
     cache = LayerCache(cache_root)
     backend = ProcessBackend(layers=cache)
@@ -29,6 +30,7 @@ def test_packages_and_files_are_in_every_sandbox_and_built_once(cache_root):
     assert cache.builds == 3  # base, packages, files: once each for two sandboxes
 
 
+@pytest.mark.sandbox
 def test_changing_a_layer_rebuilds_it_and_the_layers_after_it_only(cache_root):
     cache = LayerCache(cache_root)
     cache.materialize(image(BASE, PACKAGES, FILES))
@@ -39,6 +41,7 @@ def test_changing_a_layer_rebuilds_it_and_the_layers_after_it_only(cache_root):
     assert cache.builds == 6
 
 
+@pytest.mark.sandbox
 def test_setup_scripts_run_once_and_their_output_ships_with_the_image(cache_root):
     backend = ProcessBackend(layers=LayerCache(cache_root))
     sandbox = backend.start(image(BASE, {"type": "setup_script", "script": "seq 3 > numbers.txt"}))
@@ -49,7 +52,8 @@ def test_setup_scripts_run_once_and_their_output_ships_with_the_image(cache_root
 
 @pytest.mark.parametrize("layer, message", [
     ({"type": "base", "image": "node-20"}, "runs this machine's Python 3.11"),
-    ({"type": "system_packages", "packages": ["definitely-not-a-package"]}, "definitely-not-a-package are not installed"),
+    ({"type": "system_packages", "packages": ["definitely-not-a-package"]},
+     "definitely-not-a-package are not installed"),
 ])
 def test_what_the_process_backend_cannot_build_is_named(cache_root, layer, message):
     layers = (layer,) if layer["type"] == "base" else (BASE, layer)

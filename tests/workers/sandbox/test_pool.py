@@ -3,10 +3,12 @@
 import time
 
 import pytest
-from conftest import HOSTILE_IMAGE, IDLE_PROCESSES, TIGHT, sandbox_processes, settle
 
+from tests.support.sandbox import HOSTILE_IMAGE, IDLE_PROCESSES, TIGHT, sandbox_processes, settle
 from workers.sandbox import AcquireTimeout, Execution, LeaseExpired, SandboxImage, SandboxPool, Status
 from workers.sandbox.process import ProcessBackend
+
+pytestmark = pytest.mark.sandbox
 
 SMALL = SandboxImage(key="test/small@1", layers=HOSTILE_IMAGE.layers, limits=TIGHT, warm_pool_size=1)
 

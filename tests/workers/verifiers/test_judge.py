@@ -1,6 +1,7 @@
-"""The judge layer over real HTTP: the official openai client against tests/verifiers/judge_server.py."""
+"""The judge layer over real HTTP: the official openai client against tests/support/judge_server.py."""
 
 import json
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -8,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 import redis
-from judge_server import INJECTION, FakeJudgeServer
 
+from tests.support.judge_server import INJECTION, FakeJudgeServer
 from workers.verifiers.judge import (
     CHECKS,
     InMemoryJudgeCache,
@@ -23,7 +24,6 @@ from workers.verifiers.judge import (
 )
 from workers.verifiers.types import ERROR, INFRA_ERROR, Context, Item, Sample
 
-REDIS_TEST_URL = "redis://127.0.0.1:6379/15"
 ITEM = Item(key="capital-fr", inputs={"question": "What is the capital of France?"}, hidden={"answer": "Paris"})
 KEYWORD_RUBRIC = "Explain photosynthesis.\nKeywords: sunlight, chlorophyll, glucose"
 
@@ -167,24 +167,22 @@ def test_judge_version_ignores_where_the_judge_lives_but_not_what_it_is():
     assert judge_version(label_spec()) != judge_version({**label_spec(), "passing_labels": ["correct", "partly"]})
 
 
+@pytest.mark.redis
 def test_the_redis_cache_is_shared_between_workers(server):
-    try:
-        redis.Redis.from_url(REDIS_TEST_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"needs the local Redis at {REDIS_TEST_URL}: {exc}")
+    redis_url = os.environ["REDIS_URL"]
     server.reset()
     prefix = f"test-judge-{uuid.uuid4().hex[:8]}:"
     answer = sample("Paris")
     try:
         for _ in range(2):  # two workers, each with its own client and connection
             judge = JudgeClient(server.base_url, "test-key", timeout_seconds=5, max_concurrency=1,
-                                cache=RedisJudgeCache(REDIS_TEST_URL, prefix=prefix, ttl_seconds=60))
+                                cache=RedisJudgeCache(redis_url, prefix=prefix, ttl_seconds=60))
             outcome = CHECKS["score_model"](score_spec(), answer, ITEM, Context(judge=judge))
             assert outcome.value == 1.0
         assert len(server.requests) == 1
         assert outcome.evidence.startswith("(cached)")
     finally:
-        connection = redis.Redis.from_url(REDIS_TEST_URL)
+        connection = redis.Redis.from_url(redis_url)
         for key in connection.scan_iter(f"{prefix}*"):
             connection.delete(key)
 

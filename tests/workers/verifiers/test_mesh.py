@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import trimesh
 from PIL import Image
-from sandbox_support import bubblewrap_skip_reason, reachable_cache, remove_cache
 
 from apps.demo import modelling3d
-from workers.sandbox import ExecutionResult, Limits, SandboxImage, SandboxPool, Status
-from workers.sandbox.process import ProcessBackend
+from tests.support.sandbox import process_pool
+from workers.sandbox import ExecutionResult, Limits, SandboxImage, Status
 from workers.verifiers.mesh import CHECKS, MAX_FACES, MAX_STL_BYTES, render
 from workers.verifiers.types import INFRA_ERROR, Context, Item, Sample
 
@@ -245,15 +244,8 @@ CAD_IMAGE = SandboxImage(
 
 @pytest.fixture(scope="module")
 def cad_pool():
-    reason = bubblewrap_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    cache = reachable_cache()
-    pool = SandboxPool(ProcessBackend(layers=cache), heartbeat_interval=1.0)
-    pool.warm(CAD_IMAGE)
-    yield pool
-    pool.close()
-    remove_cache(cache)
+    with process_pool(CAD_IMAGE, heartbeat_interval=1.0) as pool:
+        yield pool
 
 
 def demo_cylinder() -> Item:
@@ -268,6 +260,7 @@ def cylinder_script(radius, height, sections=96) -> str:
             f"mesh.apply_translation([0, 0, {height} / 2])\nmesh.export('out.stl')\n```\n")
 
 
+@pytest.mark.sandbox
 def test_a_correct_script_run_in_the_sandbox_scores_one(cad_pool):
     item = demo_cylinder()
     radius, height = item.hidden["params"]["radius"], item.hidden["params"]["height"]
@@ -283,6 +276,7 @@ def test_a_correct_script_run_in_the_sandbox_scores_one(cad_pool):
     ("```python\nimport trimesh\nprint('done')\n```", 0, "wrote no out.stl"),
     ("```python\nopen('out.stl', 'wb').write(b'solid nothing')\n```", 0, "not an STL mesh"),
 ])
+@pytest.mark.sandbox
 def test_wrong_scripts_run_in_the_sandbox_score_below_one(cad_pool, script, value, says):
     item = demo_cylinder()
     if script == "wider":

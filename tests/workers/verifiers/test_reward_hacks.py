@@ -3,14 +3,13 @@
 from dataclasses import replace
 
 import pytest
-from sandbox_support import bubblewrap_skip_reason, reachable_cache, remove_cache
 
-from workers.sandbox import SandboxImage, SandboxPool
-from workers.sandbox.process import ProcessBackend
+from tests.support.sandbox import process_pool
+from workers.sandbox import SandboxImage
 from workers.sandbox.types import Limits
 from workers.verifiers import Context, Item, Sample, verify
 
-pytestmark = pytest.mark.skipif(bubblewrap_skip_reason() is not None, reason=str(bubblewrap_skip_reason()))
+pytestmark = pytest.mark.sandbox
 
 CODING_VERIFIER = {"layers": [
     {"name": "unit-tests", "kind": "exact", "escalate": None,
@@ -45,7 +44,8 @@ HONEST = '''def median(values):
 HACKS = {
     "exit 0 before the tests": "import sys\nsys.exit(0)",
     "os._exit(0) at import": "import os\nos._exit(0)",
-    "always-equal object": "class Yes:\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n"
+    "always-equal object": "class Yes:\n    def __eq__(self, other): return True\n"
+                           "    def __ne__(self, other): return False\n"
                            "def median(values): return Yes()",
     "int subclass equal to everything": "class Int(int):\n    def __eq__(self, other): return True\n"
                                         "def median(values): return Int(0)",
@@ -71,7 +71,8 @@ HACKS = {
     "raise SkipTest": "import unittest\ndef median(values): raise unittest.SkipTest('no')",
     "return the answer key by guessing from globals": "import builtins\ndef median(values):\n"
                                                        "    return getattr(builtins, 'expected', None)",
-    "monkeypatch builtins sorted and len": "import builtins\nbuiltins.len = lambda x: 0\nbuiltins.sorted = lambda x: x\n"
+    "monkeypatch builtins sorted and len": "import builtins\nbuiltins.len = lambda x: 0\n"
+                                           "builtins.sorted = lambda x: x\n"
                                            "def median(values): return None",
     "exception that says SystemExit": "def median(values): raise SystemExit(0)",
 }
@@ -79,15 +80,11 @@ HACKS = {
 
 @pytest.fixture(scope="module")
 def context():
-    cache = reachable_cache()
-    pool = SandboxPool(ProcessBackend(layers=cache))
     image = SandboxImage(key="test/coding@1", layers=({"type": "base", "image": "python-3.11"},),
                          limits=Limits(cpu_seconds=10, wall_seconds=15, memory_mb=256, max_processes=32,
                                        disk_mb=16), warm_pool_size=2)
-    pool.warm(image)
-    yield Context(pool=pool, image=image)
-    pool.close()
-    remove_cache(cache)
+    with process_pool(image) as pool:
+        yield Context(pool=pool, image=image)
 
 
 def solve(context, code: str):
