@@ -80,6 +80,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.accounts.middleware.LoginRequiredEverywhere",
+    "csp.middleware.CSPMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it answers a locked-out login
 ]
 
@@ -155,6 +156,29 @@ AXES_VERBOSE = False
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+# Content-Security-Policy: scripts only from the studio itself (every page's JavaScript is a file in static/; the
+# explorer adds the hashes of Dash's own inline scripts); styles inline too, since Plotly and Dash set them from
+# script; images also from data: and blob: URLs (Plotly's exports, rendered screenshots); nothing framed.
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
+    "default-src": ["'self'"], "script-src": ["'self'"], "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"], "font-src": ["'self'", "data:"], "connect-src": ["'self'"],
+    "object-src": ["'none'"], "base-uri": ["'self'"], "form-action": ["'self'"], "frame-ancestors": ["'none'"],
+}}
+
+# Behind TLS (a proxy that terminates it and sets X-Forwarded-Proto), STUDIO_HTTPS=1 marks the cookies Secure,
+# redirects plain HTTP, and sends HSTS for STUDIO_HSTS_SECONDS (off by default: HSTS is hard to take back).
+HTTPS = env_flag("STUDIO_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_HSTS_SECONDS = int(os.environ.get("STUDIO_HSTS_SECONDS", 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("STUDIO_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_flag("STUDIO_HSTS_PRELOAD", False)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -25,6 +25,8 @@ def explorer(request, project, rest):
         if problem:
             return JsonResponse({"detail": problem}, status=400)
     response = call_wsgi(app.server, request)
+    if not rest:
+        response._csp_update = {"script-src": app.csp_hashes()}  # Dash's own inline scripts, by their hashes
     if rest.startswith("_dash-component-suites/") and response.status_code >= 500:
         # Dash fails on a bundle it does not serve (a mistyped or traversal path: nothing is read): not found.
         return HttpResponseNotFound("No such explorer file.")
