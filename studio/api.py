@@ -7,8 +7,8 @@ in INSTALLED_APPS, and the studio never uses a CDN.
 
 from ninja import NinjaAPI, Router, Status
 
-from apps.accounts.api import api_auth
 from apps.accounts.api import router as accounts_router
+from apps.accounts.api_auth import api_auth
 from apps.common.api_errors import ErrorOut, register_exception_handlers
 from apps.common.json_body import StrictJSONParser
 from apps.registry.api import router as registry_router

@@ -6,42 +6,12 @@ from typing import Any
 
 from django.db.models import F
 from ninja import Query, Router, Schema
-from ninja.errors import AuthenticationError
-from ninja.security import HttpBearer, SessionAuth
 
 from apps.common.api_errors import READ_ERRORS
 
+from .api_auth import caller_project
 from .models import Role
-from .selectors import audit_list, project_for_user, project_list_for_user, user_for_token
-
-
-class ApiTokenAuth(HttpBearer):
-    """`Authorization: Bearer pts_...`, a token made with services.api_token_create.
-
-    A token that is sent but unknown or revoked is refused outright instead of falling back to the browser
-    session: a script with a dead token should fail loudly, not run as whoever is signed in.
-    """
-
-    def authenticate(self, request, token: str):
-        user = user_for_token(plaintext=token)
-        if user is None:
-            raise AuthenticationError(message="This API token is unknown or has been revoked; create a new one "
-                                              "in your account settings.")
-        request.user = user  # so code below the API sees one user however the caller signed in
-        return user
-
-
-class BrowserSession(SessionAuth):
-    """The signed-in browser (ninja's django_auth). CSRF is checked only once there is a signed-in session, so
-    an anonymous request gets 401 rather than a misleading CSRF 403."""
-
-    def __call__(self, request):
-        if not request.user.is_authenticated:
-            return None
-        return super().__call__(request)
-
-
-api_auth = [ApiTokenAuth(), BrowserSession()]
+from .selectors import audit_list, project_list_for_user
 
 router = Router(tags=["projects"])
 
@@ -72,13 +42,21 @@ class AuditEventOut(Schema):
 
 @router.get("/projects", response={200: list[ProjectOut], **READ_ERRORS})
 def list_projects(request):
-    """The projects you are a member of, with your role in each."""
+    """The projects you are a member of, with your role in each; with an API token, its one project and the
+    role it acts with there."""
     # The annotation reuses the selector's join on the caller's membership: one row per project, their role.
-    return project_list_for_user(user=request.auth).annotate(role=F("memberships__role")).select_related("team")
+    projects = list(project_list_for_user(user=request.auth).annotate(role=F("memberships__role"))
+                    .select_related("team"))
+    token = getattr(request, "api_token", None)
+    if token is None:
+        return projects
+    for project in projects:
+        project.role = min(project.role, token.ceiling, key=Role.rank)
+    return [project for project in projects if project.pk == token.project_id]
 
 
 @router.get("/projects/{project}/audit", response={200: list[AuditEventOut], **READ_ERRORS})
 def list_audit_events(request, project: str, limit: int = Query(100, ge=1, le=1000)):
     """Every write in the project, newest first. Owners only."""
-    scope = project_for_user(user=request.auth, slug=project, min_role=Role.OWNER)
+    scope = caller_project(request, project, min_role=Role.OWNER)
     return audit_list(project=scope, limit=limit)

@@ -51,16 +51,37 @@ class Membership(models.Model):
         constraints = [models.UniqueConstraint(fields=["project", "user"], name="one_role_per_project")]
 
 
+class TokenScope(models.TextChoices):
+    """What a token may do in its project, at most: its holder's role there caps it too."""
+
+    READ = "read", "read (a viewer's rights)"
+    REVIEW = "review", "review (a reviewer's rights)"
+    WRITE = "write", "write (an editor's rights)"
+
+    @classmethod
+    def ceiling(cls, scope: str) -> str:
+        return {cls.READ: Role.VIEWER, cls.REVIEW: Role.REVIEWER, cls.WRITE: Role.EDITOR}[scope]
+
+
 class ApiToken(models.Model):
-    """A bearer token `pts_<prefix>_<secret>`; only its SHA-256 digest is stored, the plaintext is shown once."""
+    """A bearer token `pts_<prefix>_<secret>` for one project, with a scope and maybe an expiry; only its SHA-256
+    digest is stored, the plaintext is shown once. Tokens made before scopes existed (no project) were revoked
+    by migration accounts/0002."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    project = models.ForeignKey(Project, null=True, on_delete=models.CASCADE, related_name="api_tokens")
+    scope = models.CharField(max_length=16, choices=TokenScope.choices, default=TokenScope.READ)
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=12, unique=True)
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    @property
+    def ceiling(self) -> str:
+        return TokenScope.ceiling(self.scope)
 
 
 class AuditEvent(models.Model):

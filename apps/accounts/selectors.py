@@ -46,21 +46,39 @@ def project_for_page(*, user, slug: str, min_role: str = Role.VIEWER) -> tuple[P
     return project, Role.rank(role_of(user=user, project=project)) >= Role.rank(Role.EDITOR)
 
 
-def user_for_token(*, plaintext: str):
+def token_for_plaintext(*, plaintext: str) -> ApiToken | None:
+    """The live token (not revoked, not expired, scoped to a project, its user active), or None."""
     if not plaintext.startswith("pts_"):
         return None
+    now = timezone.now()
     token = (
-        ApiToken.objects.select_related("user")
-        .filter(digest=token_digest(plaintext), revoked_at__isnull=True)
+        ApiToken.objects.select_related("user", "project")
+        .filter(digest=token_digest(plaintext), revoked_at__isnull=True, project__isnull=False)
+        .exclude(expires_at__lte=now)
         .first()
     )
     if token is None or not token.user.is_active:
         return None
-    now = timezone.now()
     # At most one write a minute per token: a read-only API call should not take the database's write lock.
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return token.user
+    return token
+
+
+def project_for_caller(*, user, slug: str, min_role: str = Role.VIEWER, token: ApiToken | None = None) -> Project:
+    """project_for_user, within what the caller's API token allows (None: a signed-in browser, the user's own
+    roles): the token's one project — another is as absent as a project the user is not a member of — and at
+    most the token's scope, whatever the user's role."""
+    if token is None:
+        return project_for_user(user=user, slug=slug, min_role=min_role)
+    project = project_for_user(user=user, slug=slug)
+    if project.pk != token.project_id:
+        raise Http404(f"No project {slug!r}.")
+    role = min(role_of(user=user, project=project), token.ceiling, key=Role.rank)
+    if Role.rank(role) < Role.rank(min_role):
+        raise PermissionDenied(f"This API token's scope is {token.scope} (a {role}'s rights here); this needs "
+                               f"{min_role} or above. Create a token with a wider scope on the API tokens page.")
+    return project
 
 
 def audit_list(*, project: Project, limit: int = 100) -> QuerySet[AuditEvent]:
@@ -70,7 +88,8 @@ def audit_list(*, project: Project, limit: int = 100) -> QuerySet[AuditEvent]:
 
 def api_token_list(*, user) -> QuerySet[ApiToken]:
     """Live tokens first, newest first."""
-    return ApiToken.objects.filter(user=user).order_by(F("revoked_at").asc(nulls_first=True), "-created_at")
+    return (ApiToken.objects.filter(user=user).select_related("project")
+            .order_by(F("revoked_at").asc(nulls_first=True), "-created_at"))
 
 
 def project_for_command(*, slug: str | None) -> Project:

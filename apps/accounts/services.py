@@ -2,12 +2,13 @@
 
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from .models import ApiToken, AuditEvent, Membership, Project, Role, Team
+from .models import ApiToken, AuditEvent, Membership, Project, Role, Team, TokenScope
 
 User = get_user_model()
 
@@ -50,17 +51,29 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def api_token_create(*, user, name: str, via: str = "web") -> tuple[ApiToken, str]:
-    """Returns the row and the plaintext token; the plaintext is never stored and cannot be shown again."""
+def api_token_create(*, user, name: str, project: Project, scope: str = TokenScope.READ,
+                     expires_at: datetime | None = None, via: str = "web") -> tuple[ApiToken, str]:
+    """A token for `project` with `scope` (read, review, write), valid until `expires_at` (None: until revoked).
+    Returns the row and the plaintext token; the plaintext is never stored and cannot be shown again."""
+    if scope not in TokenScope.values:
+        raise ValueError(f"Unknown scope {scope!r}; choose one of {', '.join(TokenScope.values)}.")
+    if not Membership.objects.filter(project=project, user=user).exists():
+        raise ValueError(f"You are not a member of {project.slug}: a token can only act where you can.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValueError("The expiry must be in the future.")
     prefix = secrets.token_hex(4)
     plaintext = f"pts_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
-        token = ApiToken.objects.create(user=user, name=name, prefix=prefix, digest=token_digest(plaintext))
-        audit_record(project=None, actor=user, action="token.create", target=f"token/{prefix}", via=via)
+        token = ApiToken.objects.create(user=user, name=name, project=project, scope=scope, expires_at=expires_at,
+                                        prefix=prefix, digest=token_digest(plaintext))
+        audit_record(project=project, actor=user, action="token.create", target=f"token/{prefix}",
+                     details={"name": name, "scope": scope,
+                              "expires_at": expires_at.isoformat() if expires_at else None}, via=via)
     return token, plaintext
 
 
 def api_token_revoke(*, token: ApiToken, actor, via: str = "web") -> None:
     with transaction.atomic():
         ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
-        audit_record(project=None, actor=actor, action="token.revoke", target=f"token/{token.prefix}", via=via)
+        audit_record(project=token.project, actor=actor, action="token.revoke", target=f"token/{token.prefix}",
+                     details={"name": token.name}, via=via)

@@ -1,26 +1,45 @@
 """Account pages: API tokens. Login and logout are django.contrib.auth's own views (see urls.py)."""
 
+from datetime import timedelta
+
 from django import forms
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from . import services
-from .models import ApiToken, Role
-from .selectors import api_token_list, audit_list, project_for_user
+from .models import ApiToken, Project, Role, TokenScope
+from .selectors import api_token_list, audit_list, project_for_user, project_list_for_user
+
+EXPIRIES = [("30", "in 30 days"), ("7", "in 7 days"), ("90", "in 90 days"), ("365", "in a year"),
+            ("", "never (until revoked)")]
 
 
 class ApiTokenCreateForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="Where it will be used, e.g. laptop CLI or CI.")
+    project = forms.ModelChoiceField(queryset=Project.objects.none(), empty_label=None,
+                                     help_text="A token acts in this one project.")
+    scope = forms.ChoiceField(choices=TokenScope.choices, initial=TokenScope.READ,
+                              help_text="At most this, and never more than your own role.")
+    expires = forms.ChoiceField(choices=EXPIRIES, required=False, label="Expires")
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = project_list_for_user(user=user).order_by("slug")
 
 
 def api_tokens(request):
-    form = ApiTokenCreateForm(request.POST if request.method == "POST" else None)
+    form = ApiTokenCreateForm(request.POST if request.method == "POST" else None, user=request.user)
     plaintext = None
     if form.is_valid():
+        days = form.cleaned_data["expires"]
         # Rendered straight from the POST, never redirected: the plaintext exists only in this response.
-        _, plaintext = services.api_token_create(user=request.user, name=form.cleaned_data["name"], via="web")
-        form = ApiTokenCreateForm()
+        _, plaintext = services.api_token_create(
+            user=request.user, name=form.cleaned_data["name"], project=form.cleaned_data["project"],
+            scope=form.cleaned_data["scope"], via="web",
+            expires_at=timezone.now() + timedelta(days=int(days)) if days else None)
+        form = ApiTokenCreateForm(user=request.user)
     tokens = api_token_list(user=request.user)
     status = 400 if form.is_bound and form.errors else 200
     return render(request, "accounts/api_tokens.html",

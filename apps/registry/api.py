@@ -6,8 +6,8 @@ Errors (SpecError, VersionNotFound, PublishConflict, ...) are turned into JSON a
 
 from ninja import Query, Router, Status
 
+from apps.accounts.api_auth import caller_project
 from apps.accounts.models import Project, Role
-from apps.accounts.selectors import project_for_user
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
 
 from . import selectors, services
@@ -40,9 +40,6 @@ router = Router(tags=["registry"])
 DEFINITION = "/projects/{project}/definitions/{kind}/{slug}"
 
 
-def _project(request, slug: str, *, write: bool = False) -> Project:
-    return project_for_user(user=request.auth, slug=slug, min_role=Role.EDITOR if write else Role.VIEWER)
-
 
 def _version(project: Project, kind: str, slug: str, selector: str) -> Version:
     return selectors.version_resolve(project=project, ref=Ref(kind, slug, selector))
@@ -51,13 +48,13 @@ def _version(project: Project, kind: str, slug: str, selector: str) -> Version:
 @router.get("/projects/{project}/definitions", response={200: list[DefinitionOut], **READ_ERRORS})
 def list_definitions(request, project: str, kind: KindName | None = None):
     """Every definition in the project, optionally of one kind."""
-    return selectors.definition_list(project=_project(request, project), kind=kind)
+    return selectors.definition_list(project=caller_project(request, project), kind=kind)
 
 
 @router.get(DEFINITION, response={200: DefinitionDetailOut, **READ_ERRORS})
 def get_definition(request, project: str, kind: KindName, slug: Slug):
     """One definition with its aliases and its newest versions."""
-    scope = _project(request, project)
+    scope = caller_project(request, project)
     definition = selectors.definition_get(project=scope, kind=kind, slug=slug)
     return selectors.definition_list(project=scope, kind=kind).get(pk=definition.pk)  # with the counts
 
@@ -67,7 +64,7 @@ def list_versions(request, project: str, kind: KindName, slug: Slug,
                   limit: int = Query(50, ge=1, le=200),
                   before: int | None = Query(None, ge=1, le=MAX_NUMBER, description="list versions older than this")):
     """Versions newest first, without their specs, a page at a time."""
-    definition = selectors.definition_get(project=_project(request, project), kind=kind, slug=slug)
+    definition = selectors.definition_get(project=caller_project(request, project), kind=kind, slug=slug)
     versions = selectors.version_list(definition=definition).select_related("definition", "instance_set")
     if before is not None:
         versions = versions.filter(number__lt=before)
@@ -80,7 +77,7 @@ def publish_version(request, project: str, kind: KindName, slug: Slug, payload: 
     """Publish the next version. 201 when a version was created; 200 (created: false) with the newest version
     when the spec and instances are identical to it, so re-running a publish script is harmless."""
     published = services.version_publish(
-        project=_project(request, project, write=True),
+        project=caller_project(request, project, min_role=Role.EDITOR),
         kind=kind,
         slug=slug,
         spec=payload.spec,
@@ -97,14 +94,14 @@ def publish_version(request, project: str, kind: KindName, slug: Slug, payload: 
 @router.get(DEFINITION + "/versions/{ref}", response={200: VersionOut, **READ_ERRORS})
 def get_version(request, project: str, kind: KindName, slug: Slug, ref: VersionSelector):
     """One version by number, alias or `latest`."""
-    return _version(_project(request, project), kind, slug, ref)
+    return _version(caller_project(request, project), kind, slug, ref)
 
 
 @router.get(DEFINITION + "/diff", response={200: list[ChangeOut], **READ_ERRORS})
 def diff_versions(request, project: str, kind: KindName, slug: Slug, a: VersionSelectorQuery,
                   b: VersionSelectorQuery):
     """What changed from version a to version b, field by field."""
-    scope = _project(request, project)
+    scope = caller_project(request, project)
     old, new = _version(scope, kind, slug, a), _version(scope, kind, slug, b)
     return spec_diff(old.spec, new.spec)
 
@@ -115,21 +112,21 @@ def list_instances(request, project: str, slug: Slug, ref: VersionSelector,
                    after: str = Query("", max_length=200, description="the last key of the previous page"),
                    limit: int = Query(100, ge=1, le=1000)):
     """A task template version's instances in key order, a page at a time."""
-    version = _version(_project(request, project), "task_template", slug, ref)
+    version = _version(caller_project(request, project), "task_template", slug, ref)
     page = selectors.instance_page(version=version, after_key=after, limit=limit + 1)
     return {"items": page[:limit], "next_after": page[limit - 1].key if len(page) > limit else None}
 
 
 @router.get(DEFINITION + "/aliases", response={200: list[AliasOut], **READ_ERRORS})
 def list_aliases(request, project: str, kind: KindName, slug: Slug):
-    definition = selectors.definition_get(project=_project(request, project), kind=kind, slug=slug)
+    definition = selectors.definition_get(project=caller_project(request, project), kind=kind, slug=slug)
     return selectors.alias_list(definition=definition)
 
 
 @router.put(DEFINITION + "/aliases/{name}", response={200: AliasOut, **WRITE_ERRORS})
 def move_alias(request, project: str, kind: KindName, slug: Slug, name: AliasName, payload: AliasMoveIn):
     """Point an alias (created if new) at a version."""
-    scope = _project(request, project, write=True)
+    scope = caller_project(request, project, min_role=Role.EDITOR)
     selectors.definition_get(project=scope, kind=kind, slug=slug)  # 404 for the path before 422 for the body
     try:
         version = _version(scope, kind, slug, str(payload.version))
@@ -141,4 +138,4 @@ def move_alias(request, project: str, kind: KindName, slug: Slug, name: AliasNam
 @router.get("/projects/{project}/bundles/{slug}/versions/{ref}", response={200: BundleOut, **READ_ERRORS})
 def get_bundle(request, project: str, slug: Slug, ref: VersionSelector):
     """A bundle version with its pinned members and the whole closure it resolves to."""
-    return _version(_project(request, project), "bundle", slug, ref)
+    return _version(caller_project(request, project), "bundle", slug, ref)

@@ -11,8 +11,8 @@ from uuid import UUID
 from ninja import Field, Path, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from apps.accounts.models import Project, Role
-from apps.accounts.selectors import project_for_user
+from apps.accounts.api_auth import caller_project
+from apps.accounts.models import Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
@@ -84,9 +84,6 @@ class EventOut(Schema):
     created_at: datetime
 
 
-def _project(request, slug: str, *, write: bool = False) -> Project:
-    return project_for_user(user=request.auth, slug=slug, min_role=Role.EDITOR if write else Role.VIEWER)
-
 
 def _bad_request(exc: Exception):
     return Status(400, {"detail": str(exc), "errors": []})
@@ -95,13 +92,13 @@ def _bad_request(exc: Exception):
 @router.get(RUNS, response={200: list[RunOut], **READ_ERRORS})
 def list_runs(request, project: str, status: RunStatus | None = None, limit: int = Query(50, ge=1, le=500)):
     """The project's runs, newest first, optionally of one status."""
-    return selectors.run_list(project=_project(request, project), status=status)[:limit]
+    return selectors.run_list(project=caller_project(request, project), status=status)[:limit]
 
 
 @router.post(RUNS, response={201: RunDetailOut, **WRITE_ERRORS})
 def start_run(request, project: str, payload: RunIn):
     """Queue a run on a bundle version (editors). 400 names what is wrong with the bundle, steps or config."""
-    scope = _project(request, project, write=True)
+    scope = caller_project(request, project, min_role=Role.EDITOR)
     try:
         bundle = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.bundle)))
         run = run_create(project=scope, bundle=bundle, steps=payload.steps, overrides=payload.config,
@@ -115,7 +112,7 @@ def start_run(request, project: str, payload: RunIn):
 @router.get(RUN, response={200: RunDetailOut, **READ_ERRORS})
 def get_run(request, project: str, run_id: UUID):
     """One run: its state, the resolved config and, once it ends, its summary."""
-    return selectors.run_get(project=_project(request, project), run_id=run_id)
+    return selectors.run_get(project=caller_project(request, project), run_id=run_id)
 
 
 @router.get(RUN + "/metrics", response={200: MetricsOut, **READ_ERRORS})
@@ -123,7 +120,7 @@ def run_metrics(request, project: str, run_id: UUID,
                 names: Annotated[list[str] | None, Query(description="e.g. reward/mean (default: all)")] = None,
                 after_step: int = Query(0, ge=0, le=2**31, description="only points after this step")):
     """The run's metric series, at most 1,000 points each (consecutive steps averaged beyond that)."""
-    run = selectors.run_get(project=_project(request, project), run_id=run_id)
+    run = selectors.run_get(project=caller_project(request, project), run_id=run_id)
     return selectors.metric_history(run=run, after_step=after_step, names=names or None)
 
 
@@ -131,7 +128,7 @@ def run_metrics(request, project: str, run_id: UUID,
 def run_events(request, project: str, run_id: UUID,
                after: int = Query(0, ge=0, le=2**62, description="only events after this event id")):
     """The run's events, oldest first (at most 500)."""
-    run = selectors.run_get(project=_project(request, project), run_id=run_id)
+    run = selectors.run_get(project=caller_project(request, project), run_id=run_id)
     return selectors.event_list(run=run, after_id=after)
 
 
@@ -141,7 +138,7 @@ def steer_run(request, project: str, run_id: UUID,
               action: Annotated[Literal["pause", "resume", "cancel"], Path(description="pause, resume or cancel")]):
     """Pause (the worker checkpoints at the end of its step), resume (queued again) or cancel a run (editors).
     400 when the run's state does not allow it."""
-    scope = _project(request, project, write=True)
+    scope = caller_project(request, project, min_role=Role.EDITOR)
     run = selectors.run_get(project=scope, run_id=run_id)
     try:
         run = run_request(run=run, action=action, actor=request.auth, via="api")
