@@ -12,6 +12,8 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 
+from apps.accounts.models import TokenScope
+from apps.accounts.selectors import project_list_for_user
 from apps.accounts.services import api_token_create, membership_set, project_create
 from tests.support.api import ApiClient
 from tests.support.resources import PROBES, require, required
@@ -147,20 +149,23 @@ def session_cookie():
 
 @pytest.fixture
 def token_for(db):
-    """token_for(user) -> a plaintext API token of user."""
+    """token_for(user, project=None, scope="write") -> a plaintext API token of user for `project` (default: the
+    first project user is a member of) with `scope` (which caps the user's role there)."""
 
-    def make(user) -> str:
-        return api_token_create(user=user, name="tests", via="api")[1]
+    def make(user, project=None, scope: str = TokenScope.WRITE, **extra) -> str:
+        project = project or project_list_for_user(user=user).order_by("pk").first()
+        return api_token_create(user=user, name="tests", project=project, scope=scope, via="api", **extra)[1]
 
     return make
 
 
 @pytest.fixture
 def api_as(client, token_for):
-    """api_as(user) -> an ApiClient authenticated with a fresh token of user; api_as(None) sends no token."""
+    """api_as(user, **token) -> an ApiClient authenticated with a fresh token of user (token_for's project and
+    scope); api_as(None) sends no token."""
 
-    def make(user) -> ApiClient:
-        return ApiClient(client, token_for(user) if user is not None else None)
+    def make(user, **token) -> ApiClient:
+        return ApiClient(client, token_for(user, **token) if user is not None else None)
 
     return make
 

@@ -1,4 +1,5 @@
-"""Who may call the API: a live API token or a signed-in browser session, nothing else."""
+"""Who may call the API: a live API token (one project, a scope, maybe an expiry) or a signed-in browser
+session, nothing else."""
 
 import json
 
@@ -28,7 +29,7 @@ def test_no_credentials_is_401_json(api_as, project):
 
 @pytest.mark.parametrize("header", ["Bearer pts_00000000_not-a-real-token", "Bearer not-even-a-pts-token", "Bearer "])
 def test_unknown_token_is_401(client, project, header):
-    assert_401(client.get("/api/v1/projects", HTTP_AUTHORIZATION=header), "unknown or has been revoked")
+    assert_401(client.get("/api/v1/projects", HTTP_AUTHORIZATION=header), "unknown, expired or revoked")
 
 
 def test_revoked_token_is_401(api_as, owner, project):
@@ -102,3 +103,26 @@ def test_token_use_is_recorded_at_most_once_a_minute(api_as, owner, project):
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=first - timedelta(minutes=2))
     assert api.get("/projects").status_code == 200
     assert ApiToken.objects.get(pk=token.pk).last_used_at > first
+
+
+def test_an_expired_token_is_401(api_as, owner, project):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    api = api_as(owner, expires_at=timezone.now() + timedelta(hours=1))
+    assert api.get("/projects").status_code == 200
+    ApiToken.objects.filter(user=owner).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert_401(api.get("/projects"), "expired")
+
+
+def test_a_token_acts_in_its_one_project_and_within_its_scope(api_as, owner, project, registry):
+    from apps.accounts.services import project_create
+
+    project_create(team_slug="acme", slug="acme-two", name="Acme two", owner=owner)
+    reader = api_as(owner, project=project, scope="read")
+    assert [(p["slug"], p["role"]) for p in reader.get("/projects").json()] == [("acme-rl", "viewer")]
+    assert reader.get("/projects/acme-two/definitions").status_code == 404  # the owner's, not the token's
+    refused = reader.post("/projects/acme-rl/definitions/verifier/numeric/versions", {"spec": CHANGED, "message": "m"})
+    assert refused.status_code == 403 and "scope is read" in refused.json()["detail"]
+    assert Version.objects.filter(definition__slug="numeric").count() == 1
