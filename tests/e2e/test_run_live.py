@@ -17,8 +17,8 @@ def _open(page, live_url, project, run):
     requests = []
     page.on("request", lambda request: requests.append(request.url))
     page.goto(f"{live_url}/p/{project.slug}/runs/{run.pk}/")
-    page.wait_for_function("window.studioLive && window.studioLive.connected")
-    page.wait_for_function("document.getElementById('run-live').dataset.lastStep === '30'")
+    page.wait_for_function("() => window.studioLive && window.studioLive.connected")
+    page.wait_for_function("() => document.getElementById('run-live').dataset.lastStep === '30'")
     return requests
 
 
@@ -33,7 +33,7 @@ def test_a_metric_written_by_a_worker_appears_on_the_run_page_within_a_second(pa
     run_step_record(run_id=run.pk, attempt=attempt, step=31, wall_time=written, trajectories=[],
                     points={"reward/mean": 0.91, "reward/new-domain": 0.4, "idle/generation": 0.2},
                     events=[("retry", "sandbox restarted", {})])
-    page.wait_for_function("window.studioLive.rendered.some(r => r.step === 31)", timeout=2000)
+    page.wait_for_function("() => window.studioLive.rendered.some(r => r.step === 31)", timeout=2000)
     shown_at = page.evaluate("window.studioLive.rendered.find(r => r.step === 31).at") / 1000
     assert shown_at - written < 1.0, f"visible {shown_at - written:.3f} s after the write"
     assert page.evaluate(LAST_X, "reward/mean")[-1] == 31
@@ -43,7 +43,7 @@ def test_a_metric_written_by_a_worker_appears_on_the_run_page_within_a_second(pa
     trainer_steps = "document.querySelector('[data-panel=\"ns-trainer\"]').data[0].x.length"
     assert page.evaluate(trainer_steps) == 0
     page.locator('[data-panel="ns-trainer"]').scroll_into_view_if_needed()
-    page.wait_for_function(f"{trainer_steps} === 30", timeout=2000)
+    page.wait_for_function(f"() => {trainer_steps} === 30", timeout=2000)
     screenshot(page, "run_page")
 
 
@@ -52,11 +52,11 @@ def test_a_reconnect_fetches_only_what_it_missed(page_as, live_url, project, own
     page = page_as(owner)
     requests = _open(page, live_url, project, run)
     page.evaluate("window.studioLive.dropSocket()")
-    page.wait_for_function("!window.studioLive.connected")
+    page.wait_for_function("() => !window.studioLive.connected")
     for step in (31, 32):  # written while the page has no socket (it waits half a second to reconnect)
         run_step_record(run_id=run.pk, attempt=attempt, step=step, wall_time=time.time(), trajectories=[],
                         points={"reward/mean": 0.5 + step / 100})
-    page.wait_for_function("window.studioLive.connected && "
+    page.wait_for_function("() => window.studioLive.connected && "
                            "document.getElementById('run-live').dataset.lastStep === '32'")
     steps = page.evaluate(LAST_X, "reward/mean")
     assert steps == list(range(1, 33))  # every step once: nothing missed, nothing twice
@@ -70,7 +70,7 @@ def test_the_x_axis_switches_to_wall_time_and_controls_follow_the_status(page_as
     page = page_as(owner)
     _open(page, live_url, project, run)
     page.select_option("[data-x-axis]", "wall_time")
-    page.wait_for_function("document.querySelector('[data-panel=\"reward\"]').layout.xaxis.type === 'date'")
+    page.wait_for_function("() => document.querySelector('[data-panel=\"reward\"]').layout.xaxis.type === 'date'")
     assert page.locator("button[value=pause]").is_visible()
     assert not page.locator("button[value=resume]").is_visible()
     page.locator("button[value=pause]").click()
@@ -92,7 +92,7 @@ def test_a_member_of_another_project_gets_nothing_in_the_browser(page_as, live_u
         socket.onmessage = () => { window.seen.messages += 1; };
         socket.onclose = () => { window.seen.closed = true; }; }""",
                   live_url.replace("http://", "ws://") + f"/ws/runs/{run.pk}/")
-    page.wait_for_function("window.seen.closed")
+    page.wait_for_function("() => window.seen.closed")
     run_step_record(run_id=run.pk, attempt=attempt, step=31, wall_time=time.time(), trajectories=[],
                     points={"reward/mean": 0.9})
     page.wait_for_timeout(300)
