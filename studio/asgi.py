@@ -7,10 +7,6 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 django_asgi_app = get_asgi_application()
 
-from studio.data_dir import prepare_data_dir  # noqa: E402
-
-prepare_data_dir()
-
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the app registry loaded above)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

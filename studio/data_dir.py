@@ -1,6 +1,6 @@
 """The studio's data directory (settings.DATA_DIR: the SQLite database, checkpoints, artifacts, model caches) is
-made by the processes that write there — manage.py, the ASGI/WSGI servers, Celery — when they start, never by
-importing the settings."""
+made when manage.py or a Celery worker starts (`migrate` comes first everywhere, the Docker image included),
+never by importing the settings; what writes below it makes its own folders."""
 
 from pathlib import Path
 

@@ -57,10 +57,11 @@ class TokenScope(models.TextChoices):
     READ = "read", "read (a viewer's rights)"
     REVIEW = "review", "review (a reviewer's rights)"
     WRITE = "write", "write (an editor's rights)"
+    ADMIN = "admin", "admin (an owner's rights: the audit log)"
 
     @classmethod
     def ceiling(cls, scope: str) -> str:
-        return {cls.READ: Role.VIEWER, cls.REVIEW: Role.REVIEWER, cls.WRITE: Role.EDITOR}[scope]
+        return {cls.READ: Role.VIEWER, cls.REVIEW: Role.REVIEWER, cls.WRITE: Role.EDITOR, cls.ADMIN: Role.OWNER}[scope]
 
 
 class ApiToken(models.Model):

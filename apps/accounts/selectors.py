@@ -74,9 +74,11 @@ def project_for_caller(*, user, slug: str, min_role: str = Role.VIEWER, token: A
     project = project_for_user(user=user, slug=slug)
     if project.pk != token.project_id:
         raise Http404(f"No project {slug!r}.")
-    role = min(role_of(user=user, project=project), token.ceiling, key=Role.rank)
+    role = role_of(user=user, project=project)
     if Role.rank(role) < Role.rank(min_role):
-        raise PermissionDenied(f"This API token's scope is {token.scope} (a {role}'s rights here); this needs "
+        raise PermissionDenied(f"Your role in {slug!r} is {role}; this needs {min_role} or above.")
+    if Role.rank(token.ceiling) < Role.rank(min_role):
+        raise PermissionDenied(f"This API token's scope is {token.scope} (a {token.ceiling}'s rights); this needs "
                                f"{min_role} or above. Create a token with a wider scope on the API tokens page.")
     return project
 

@@ -96,6 +96,8 @@ def register_exception_handlers(api: NinjaAPI) -> None:
     def http_error(request, exc: HttpError):
         # ninja turns a body it cannot parse into a 400 "Cannot parse request body"; say what was wrong.
         cause = exc.__cause__  # JSONDecodeError, UnicodeDecodeError, RecursionError (nested too deeply)
+        if isinstance(cause, HttpError):  # our parser's own refusal (apps/common/json_body.py), wrapped by ninja
+            return answer(request, cause.status_code, cause.message, [FieldError("body", cause.message)])
         if cause is not None:
             return answer(request, 400, f"The request body is not valid JSON: {cause}.",
                           [FieldError("body", str(cause))])

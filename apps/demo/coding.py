@@ -2,7 +2,7 @@
 
 Every family states the task, gives a canonical solution (source the sandbox runs) and, separately, a reference
 function that computes the expected outputs of the hidden tests at seed time. The two are written apart on
-purpose: tests/test_seed_demo.py runs canonical solutions against the tests, so a slip in either one shows.
+purpose: tests/apps/demo/test_seed_demo.py runs canonical solutions against the tests, so a slip in either one shows.
 """
 
 import copy

@@ -33,7 +33,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='apitoken',
             name='scope',
-            field=models.CharField(choices=[('read', "read (a viewer's rights)"), ('review', "review (a reviewer's rights)"), ('write', "write (an editor's rights)")], default='read', max_length=16),
+            field=models.CharField(choices=[('read', "read (a viewer's rights)"), ('review', "review (a reviewer's rights)"), ('write', "write (an editor's rights)"), ('admin', "admin (an owner's rights: the audit log)")], default='read', max_length=16),
         ),
         migrations.RunPython(revoke_unscoped, migrations.RunPython.noop),
     ]

@@ -18,13 +18,12 @@ from workers.rl.agent import PhaseBoard, rollout_groups
 from workers.rl.chat import CharChat
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.model import ModelConfig, TinyLM
-from workers.rl.tools import PolicyToolError, SandboxToolRunner, parse_tool_calls
+from workers.rl.tools import RUN_PYTHON_TOOL, PolicyToolError, SandboxToolRunner, parse_tool_calls
 from workers.rl.types import Phase, Task, TaskTemplate, TrajectoryStatus
 from workers.sandbox import SandboxImage
 from workers.sandbox.types import Limits
 from workers.verifiers import Item
 
-RUN_PYTHON = {"name": "run_python", "description": "Run Python", "parameters": {"required": ["code"]}}
 IMAGE = SandboxImage(key="sandbox_image/agent-test@1", layers=({"type": "base", "image": "python-3.11"},),
                      limits=Limits(wall_seconds=3, cpu_seconds=3, memory_mb=128), warm_pool_size=2)
 
@@ -76,7 +75,8 @@ class NoSandbox:
 
 def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None):
     template = TaskTemplate(key="task_template/agent@1", domain="agents", system_prompt="", prompt_template="{q}",
-                            tools=(RUN_PYTHON,), limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds},
+                            tools=(RUN_PYTHON_TOOL,),
+                            limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds},
                             image=IMAGE, verifier_key="verifier/none@1", verifier_spec={})
     task = Task(seq=0, template=template, item=Item(key=prompt, inputs={"q": prompt}, hidden={}))
     with ThreadPoolExecutor(4) as tools:
@@ -126,13 +126,13 @@ def test_an_unknown_tool_is_the_policys_error(memorising_model):
 
 
 def test_malformed_calls_are_refused_before_anything_runs():
-    assert parse_tool_calls("no call here", [RUN_PYTHON]) == []
+    assert parse_tool_calls("no call here", [RUN_PYTHON_TOOL]) == []
     for text, message in [("<tool_call>{not json</tool_call>", "not JSON"),
                           ('<tool_call>{"arguments": {}}</tool_call>', "needs"),
                           ('<tool_call>{"name": "run_python", "arguments": {}}</tool_call>', "needs code"),
                           ('<tool_call>{"name": "run_python", "arguments": [1]}</tool_call>', "JSON object")]:
         with pytest.raises(PolicyToolError, match=message):
-            parse_tool_calls(text, [RUN_PYTHON])
+            parse_tool_calls(text, [RUN_PYTHON_TOOL])
 
 
 def test_the_trainers_idle_time_is_shared_out_by_phase():

@@ -5,8 +5,7 @@ import re
 
 from workers.rl.base_model import corrupt, pretrain, pretraining_example, reference_turns
 from workers.rl.chat import ASSISTANT, END_OF_TURN, CharChat, CharTokenizer
-
-RUN_PYTHON = {"name": "run_python", "parameters": {"required": ["code"]}}
+from workers.rl.tools import RUN_PYTHON_TOOL
 
 
 def test_the_tokenizer_round_trips_and_maps_unknown_characters_to_a_question_mark():
@@ -35,7 +34,7 @@ def test_reference_turns_cover_every_demo_family():
         {"role": "assistant", "content": "3"}]
     word = reference_turns(tools=[], inputs={}, hidden={"answer": 5, "working": "2 + 3 = 5"}, rng=rng)
     assert word[-1]["content"].endswith("Answer: 5")
-    code = reference_turns(tools=[RUN_PYTHON], inputs={"example": "f(2) == 4"},
+    code = reference_turns(tools=[RUN_PYTHON_TOOL], inputs={"example": "f(2) == 4"},
                            hidden={"canonical_solution": "def f(x):\n    return x * 2"}, rng=rng,
                            tool_call_fraction=1.0)
     assert [t["role"] for t in code] == ["assistant", "tool", "assistant"]
