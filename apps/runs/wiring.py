@@ -101,6 +101,8 @@ def model_problem(model: str) -> str | None:
     config.json) inside settings.MODEL_DIRS — never an arbitrary path of the worker's file system."""
     if model.startswith("builtin:"):
         return None
+    if "\x00" in model:  # no file system takes it (Path.resolve raises ValueError)
+        return f"model {model!r} holds a NUL character: not a path"
     path = Path(model)
     roots = [Path(root).resolve() for root in settings.MODEL_DIRS]
     if not path.is_absolute() or not any(path.resolve().is_relative_to(root) for root in roots):
