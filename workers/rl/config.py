@@ -140,7 +140,7 @@ class RunConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and low <= value <= high):
                 problems.append(f"{name}: must be between {low:g} and {high:g}, not {value!r}")
-        if not DEVICE.match(self.device):
+        if not DEVICE.fullmatch(self.device):  # `$` alone lets a final newline through
             problems.append(f"device: {self.device!r} is not auto, cpu, cuda or cuda:N")
         if self.group_size < 2:
             problems.append("group_size: GRPO compares samples, so a group needs at least 2")
