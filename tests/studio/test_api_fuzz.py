@@ -1,0 +1,288 @@
+"""Schemathesis fuzzing of the REST API from its own OpenAPI document (/api/v1/openapi.json), in process: every
+operation, with cases that fit the schema (positive) and cases that break it (negative), sent to the studio's
+WSGI application with a real API token on a project with content — the registry fixture's definitions of every
+kind and two runs — so the cases reach the real handlers, not only 404s:
+
+- as a member (an editor's write token): path parameters are the project's real slug, kinds, slugs, version
+  references, alias names and run ids (and, in a smaller pass, whatever schemathesis generates for them); half
+  the bodies name what exists (a bundle, RunConfig fields with values at and past their bounds, a spec of the
+  definition's kind, a version), so the cases get past the body schema into the services;
+- as the owner with an admin token, briefly (the audit log is theirs only);
+- as an outsider (the owner of another project, with a token for theirs) on the same real paths.
+
+What must hold for every response: no status of 500 or more, and every status of 400 or more is the API's JSON
+error (Content-Type application/json, a "detail"). The outsider never gets a 2xx for our project and changes
+nothing in it.
+
+The budget is seeded and bounded (Hypothesis derandomized, PASSES examples per operation and pass), so a run
+makes the same calls every time: about 1,050 calls in under a minute on two cores (FUZZ_EXAMPLES=2 doubles
+it). The summary line is printed even under -q.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.core import NotSet
+
+from apps.accounts.models import AuditEvent, Project
+from apps.registry.models import Alias, Version
+from apps.registry.services import alias_move
+from apps.runs.models import Run
+from apps.runs.services import run_create
+from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC
+from workers.rl.config import BOUNDS, RunConfig
+
+SCALE = float(os.environ.get("FUZZ_EXAMPLES", "1"))
+# (identity, generation mode, path parameters) -> examples per operation
+PASSES = [
+    ("member", GenerationMode.POSITIVE, "real", 25),
+    ("member", GenerationMode.NEGATIVE, "real", 20),
+    ("member", GenerationMode.NEGATIVE, "generated", 6),
+    ("owner", GenerationMode.POSITIVE, "real", 4),  # an admin token: the audit log too
+    ("outsider", GenerationMode.POSITIVE, "real", 8),
+    ("outsider", GenerationMode.NEGATIVE, "real", 5),
+]
+DEFINITIONS = [("sandbox_image", "py-basic"), ("verifier", "numeric"), ("task_template", "add-two"),
+               ("domain", "arithmetic"), ("bundle", "arith-bundle")]
+CONFIG_FIELDS = sorted(RunConfig.__dataclass_fields__)
+SPECIMENS = {"sandbox_image": IMAGE_SPEC, "verifier": VERIFIER_SPEC, "task_template": TEMPLATE_SPEC,
+             "domain": DOMAIN_SPEC, "bundle": {"members": ["domain/arithmetic@latest"]}}
+
+
+@pytest.fixture
+def api_schema(settings):
+    # Runs started by the fuzz are only queued: no Celery task goes to a broker another test's worker could take.
+    settings.EMBEDDED = True
+    from django.core.handlers.wsgi import WSGIHandler
+
+    return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", WSGIHandler())
+
+
+def real_path_parameters(operation, run_ids) -> st.SearchStrategy[dict]:
+    """The operation's path parameters, drawn from what exists in the project."""
+    names = {parameter.name for parameter in operation.path_parameters}
+    path = operation.path
+    if "/definitions/task_template/{slug}" in path:
+        kinds_slugs = st.just(("task_template", "add-two"))
+    elif "/bundles/{slug}" in path:
+        kinds_slugs = st.just(("bundle", "arith-bundle"))
+    else:
+        kinds_slugs = st.sampled_from(DEFINITIONS)
+    choices = {
+        "project": st.just("acme-rl"),
+        "ref": st.sampled_from(["1", "latest", "stable", "2", "999999999"]),
+        "name": st.sampled_from(["stable", "canary", "latest"]),
+        "run_id": st.sampled_from(run_ids),
+    }
+    unknown = names - set(choices) - {"kind", "slug", "action"}
+    assert not unknown, f"{operation.label}: no real values for the path parameters {unknown}"
+
+    def assemble(kind_slug, rest):
+        values = {name: rest[name] for name in names if name in rest}
+        if "kind" in names:
+            values["kind"] = kind_slug[0]
+        if "slug" in names:
+            values["slug"] = kind_slug[1]
+        return values  # "action" is left to the generator (its enum, or anything in negative cases)
+
+    return st.tuples(kinds_slugs, st.fixed_dictionaries(choices)).map(lambda pair: assemble(*pair))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+                    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=8)
+
+
+MODELS = ["builtin:demo-tiny", "builtin:nope", "/etc", "/", "../models", "models/gpt", "/tmp/\x00", "~/gpt",
+          "/proc/self/root", "\x00"]
+DEVICES = ["auto", "cpu", "cuda:1", "cuda;rm -rf", "cpu\n", "cuda:99", "cuda:", "CPU", ""]
+
+
+def config_value(name: str) -> st.SearchStrategy:
+    """Values for one RunConfig field: the edges of its bounds and beyond, any JSON, and for the model and the
+    device the strings that must be refused."""
+    default = getattr(RunConfig(), name)
+    if name == "model":
+        return st.sampled_from(MODELS) | st.text(max_size=20).map(lambda text: "/" + text)
+    if name == "device":
+        return st.sampled_from(DEVICES) | st.text(max_size=10)
+    if name in BOUNDS:
+        low, high = BOUNDS[name]
+        edges = [low, high, low - 1, high + 1, high * 10**6, float(high) + 0.5, 1e9, -1e9, 0]
+        return st.sampled_from(edges) | st.integers(min_value=-(2**63), max_value=2**63 - 1) | JSON
+    if isinstance(default, bool):
+        return st.booleans() | JSON
+    return JSON
+
+
+def config_overrides() -> st.SearchStrategy[dict]:
+    """Run configs that name real RunConfig fields (the schema says only "an object"), the model and the device
+    most often."""
+    names = st.lists(st.sampled_from(CONFIG_FIELDS + ["model", "device"] * 6), max_size=4, unique=True)
+    return names.flatmap(lambda chosen: st.fixed_dictionaries({name: config_value(name) for name in chosen}))
+
+
+def spec_variants(kind: str) -> st.SearchStrategy[dict]:
+    """A real spec of the kind (tests/support/specimens.py) as it is, without one of its fields, or with one
+    field's value replaced by any JSON: the publish handler's validation, not only the body schema's."""
+    spec = SPECIMENS[kind]
+    return st.one_of(
+        st.just(spec),
+        st.sampled_from(sorted(spec)).map(lambda key: {k: v for k, v in spec.items() if k != key}),
+        st.tuples(st.sampled_from(sorted(spec)), JSON).map(lambda pair: {**spec, pair[0]: pair[1]}),
+    )
+
+
+def with_real_values(operation, case, data) -> None:
+    """Half the time, a body or query that names what exists (a bundle, real config fields, a spec of the kind,
+    a version number, versions to compare): otherwise nearly every case ends at a 404 or the body schema."""
+    label, body = operation.label, case.body if isinstance(case.body, dict) else None
+    if not data.draw(st.booleans(), label="real values"):
+        return
+    if label == "POST /api/v1/projects/{project}/runs" and body is not None:
+        body["bundle"] = data.draw(st.sampled_from(["arith-bundle", "arith-bundle@1", "arith-bundle@latest"]))
+        body["config"] = data.draw(config_overrides())
+    elif label.endswith("/versions") and case.method == "POST" and body is not None:
+        kind = case.path_parameters.get("kind")
+        if kind in SPECIMENS:
+            body["spec"] = data.draw(spec_variants(kind))
+    elif "/aliases/" in label and body is not None:
+        body["version"] = data.draw(st.sampled_from([1, 1, 2]))  # every definition has a version 1
+    elif label.endswith("/diff"):
+        refs = st.sampled_from(["1", "2", "latest", "stable"])
+        case.query = {**(case.query or {}), "a": data.draw(refs), "b": data.draw(refs)}
+
+
+def can_negate(operation, paths: str) -> bool:
+    """Whether a negative case exists with these path parameters: something besides fixed paths to break."""
+    if paths == "generated":
+        return True
+    return bool(list(operation.query) or operation.body)
+
+
+@pytest.fixture
+def world(project, registry, owner, studio_run):
+    """The project's content: a running run with history, a queued one, an alias; returns the run ids."""
+    alias_move(version=registry["verifier"], name="stable", actor=owner)
+    running, _ = studio_run
+    queued = run_create(project=project, bundle=registry["bundle"], steps=4, name="queued", actor=owner)
+    return [str(running.pk), str(queued.pk)]
+
+
+def snapshot(project) -> dict:
+    return {"versions": Version.objects.filter(definition__project=project).count(),
+            "aliases": sorted(Alias.objects.filter(definition__project=project).values_list("name", "version_id")),
+            "runs": sorted(Run.objects.filter(project=project).values_list("id", "status", "requested")),
+            "audit": AuditEvent.objects.filter(project=project).count()}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # each request commits or fails alone, as in production
+def test_fuzz_the_api_from_its_openapi_document(api_schema, world, project, owner, member, outsider, token_for,
+                                                 capsys):
+    tokens = {"member": token_for(member("editor"), project=project, scope="write"),
+              "owner": token_for(owner, project=project, scope="admin"),
+              "outsider": token_for(outsider, project=Project.objects.get(slug="other-team"), scope="write")}
+    operations = [result.ok() for result in api_schema.get_all_operations()]
+    assert len(operations) >= 18, [op.label for op in operations]
+
+    calls: list[dict] = []
+    failures: list[str] = []
+    skipped: list[str] = []
+    started = time.monotonic()
+    before_outsider = None
+    for identity, mode, paths, examples in PASSES:
+        if identity == "outsider" and before_outsider is None:
+            before_outsider = snapshot(project)
+        for operation in operations:
+            if mode == GenerationMode.NEGATIVE and not can_negate(operation, paths):
+                continue
+            _fuzz(operation, mode, paths, max(1, round(examples * SCALE)), tokens[identity], identity, world,
+                  calls, failures, skipped)
+    seconds = time.monotonic() - started
+    after_outsider = snapshot(project)
+
+    statuses = Counter(call["status"] for call in calls)
+    callers = Counter(call["who"] for call in calls)
+    digest = hashlib.sha256("\n".join(call["sent"] for call in calls).encode()).hexdigest()[:12]
+    summary = (f"{len(operations)} operations, {len(calls)} calls ({dict(callers)}, requests {digest}) in "
+               f"{seconds:.1f} s; statuses {dict(sorted(statuses.items()))}; nothing to generate for {len(skipped)} "
+               "operation-passes")
+    with capsys.disabled():
+        print(f"\nAPI fuzz: {summary}")
+    assert not failures, summary + "\n" + "\n".join(failures[:30])
+    assert after_outsider == before_outsider, "the outsider's calls changed the project"
+    # The fuzz reached the handlers: successes, refusals of bodies and of states, not only 404s and 422s.
+    assert statuses[200] and statuses[201] + statuses[200] > 50 and statuses[400] and statuses[404] and statuses[422]
+    reached = {call["operation"] for call in calls if call["status"] < 300 and call["who"] != "outsider"}
+    unreached = sorted({op.label for op in operations} - reached)
+    assert not unreached, f"no 2xx at all for {unreached}"
+
+
+def _fuzz(operation, mode, paths, examples, token, identity, run_ids, calls, failures, skipped):
+    fixed = real_path_parameters(operation, run_ids) if paths == "real" else st.just(None)
+
+    @hypothesis_settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+                         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+                         print_blob=False)
+    @given(data=st.data())
+    def send(data):
+        path_parameters = data.draw(fixed, label="path parameters")
+        case = data.draw(operation.as_strategy(generation_mode=mode, path_parameters=path_parameters), label="case")
+        with_real_values(operation, case, data)
+        where = f"[{identity} {mode.value} {paths}] {case.method} {case.formatted_path} query={case.query!r} " \
+                f"body={_short(case.body)}"
+        try:
+            response = case.call(headers={"Authorization": f"Bearer {token}"})
+        except Exception as exc:  # the transport could not send it: a bug of the test, reported as one
+            failures.append(f"{where}: not sent: {type(exc).__name__}: {exc}")
+            return
+        sent = repr((operation.label, sorted((k, run_ids.index(v) if v in run_ids else v)
+                                             for k, v in case.path_parameters.items()), case.query,
+                     None if isinstance(case.body, NotSet) else case.body))
+        calls.append({"operation": operation.label, "status": response.status_code, "who": identity, "sent": sent})
+        problem = _problem(response, identity, case)
+        if problem:
+            failures.append(f"{where}\n    -> {response.status_code}: {problem}")
+
+    try:
+        send()
+    except Unsatisfiable:
+        skipped.append(f"{identity} {mode.value} {paths} {operation.label}")
+
+
+def _problem(response, identity, case) -> str | None:
+    status, content_type = response.status_code, response.headers.get("content-type", [""])
+    content_type = content_type[0] if isinstance(content_type, list) else content_type
+    if status >= 500:
+        return f"server error: {_short(response.text_lossy())}"
+    if status >= 400:
+        if not content_type.startswith("application/json"):
+            return f"an error that is not JSON ({content_type}): {_short(response.text_lossy())}"
+        try:
+            body = json.loads(response.content)
+        except ValueError:
+            return f"an error whose body is not JSON: {_short(response.text_lossy())}"
+        if not isinstance(body, dict) or not isinstance(body.get("detail"), str):
+            return f"an error without a detail: {_short(body)}"
+    if identity == "outsider" and status < 300 and "/projects/acme-rl" in case.formatted_path:
+        return f"an outsider read or wrote our project: {_short(response.text_lossy())}"
+    return None
+
+
+def _short(value, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
