@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 
-from django.db import close_old_connections, connection
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 
-from workers.rl.config import RunConfig
+from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.session import build_pipeline
 from workers.rl.tracking import LeaseLost
 
@@ -33,17 +35,39 @@ threading._register_atexit(process_exiting.set)
 OUTCOME_STATUS = {"completed": RunStatus.COMPLETED, "paused": RunStatus.PAUSED, "cancelled": RunStatus.CANCELLED}
 
 
+class DatabaseUnavailable(Exception):
+    """The database did not come back within settings.RUN_DATABASE_OUTAGE_SECONDS: the attempt stops without
+    a verdict on the run, which the watchdog resumes from its last checkpoint once the database is back."""
+
+
 class DatabaseTracker:
-    """The pipeline's reports, written through apps.runs.services under this attempt's fence."""
+    """The pipeline's reports, written through apps.runs.services under this attempt's fence.
+
+    A database that goes away (restarted, failed over, a dropped connection) is waited for: each write is one
+    transaction, so it is simply tried again on a fresh connection, with backoff, for up to
+    settings.RUN_DATABASE_OUTAGE_SECONDS. Writing a step twice is harmless (points and trajectories are
+    upserted by their keys)."""
 
     def __init__(self, run_id, attempt: int):
         self.run_id, self.attempt = run_id, attempt
+        self.owner = threading.current_thread()  # the attempt's thread; the heartbeat thread is another
 
     def _fenced(self, call, **kwargs):
-        try:
-            return call(run_id=self.run_id, attempt=self.attempt, **kwargs)
-        except services.RunLeaseLost as exc:
-            raise LeaseLost(str(exc)) from None
+        deadline, pause = time.monotonic() + settings.RUN_DATABASE_OUTAGE_SECONDS, 0.25
+        while True:
+            try:
+                return call(run_id=self.run_id, attempt=self.attempt, **kwargs)
+            except services.RunLeaseLost as exc:
+                raise LeaseLost(str(exc)) from None
+            except (OperationalError, InterfaceError) as exc:
+                connection.close()  # this thread's broken connection; the next call opens a new one
+                if time.monotonic() + pause > deadline:
+                    raise DatabaseUnavailable(f"the database did not answer for "
+                                              f"{settings.RUN_DATABASE_OUTAGE_SECONDS:g} s: {exc}") from exc
+                log.warning("run %s: the database did not answer (%s); trying again in %.1f s", self.run_id,
+                            exc, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
 
     def step(self, *, step, wall_time, points, trajectories, events):
         self._fenced(services.run_step_record, step=step, wall_time=wall_time, points=points,
@@ -56,17 +80,30 @@ class DatabaseTracker:
         self._fenced(services.run_event_record, kind=kind, message=message, step=step, details=details)
 
     def heartbeat(self) -> str:
-        close_old_connections()  # called from the pipeline's heartbeat thread, on that thread's own connection
-        return self._fenced(services.run_heartbeat)
+        try:
+            return self._fenced(services.run_heartbeat)
+        finally:
+            if threading.current_thread() is not self.owner:
+                # The pipeline's heartbeat thread has a connection of its own: one per beat, so none is left
+                # open when the thread ends.
+                connection.close()
 
     def rollback(self, step: int) -> None:
         self._fenced(services.run_rollback, step=step)
+
+    def finish(self, *, status: str, summary: dict) -> None:
+        """The attempt's last word (not part of the engine's Tracker protocol: the engine only reports)."""
+        self._fenced(services.run_finish, status=status, summary=summary)
 
 
 def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) -> dict | None:
     """Runs the attempt to its end; returns the summary, or None if the run was taken over meanwhile."""
     run = Run.objects.select_related("bundle__definition__project", "project").get(pk=run_id)
     config = RunConfig.from_dict(run.config)
+    if config.model == REFERENCE_MODEL:  # a reference check whose first attempt was lost: it is checked again
+        from .reference import reference_check
+
+        return reference_check(run_id=run_id, attempt=attempt)
     pool = model = None
     try:
         tasks = bundle_tasks(bundle=run.bundle, config=config)
@@ -75,16 +112,21 @@ def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) 
         for template in tasks.templates.values():
             pool.warm(template.image)
         tool_runner, verifier = wiring.run_runners(pool, config)
+        tracker = DatabaseTracker(run.pk, attempt)
         pipeline = build_pipeline(run_id=str(run.pk), config=config, total_steps=run.steps_total, tasks=tasks,
-                                  model=model, tool_runner=tool_runner, verifier=verifier,
-                                  tracker=DatabaseTracker(run.pk, attempt),
-                                  checkpoint_dir=wiring.checkpoint_dir(run.pk),
-                                  prices=wiring.prices(), progress=progress)
+                                  model=model, tool_runner=tool_runner, verifier=verifier, tracker=tracker,
+                                  checkpoint_dir=wiring.checkpoint_dir(run.pk), prices=wiring.prices(),
+                                  progress=progress)
         summary = pipeline.run()
-        services.run_finish(run_id=run.pk, attempt=attempt, status=OUTCOME_STATUS[summary["outcome"]], summary=summary)
+        tracker.finish(status=OUTCOME_STATUS[summary["outcome"]], summary=summary)
         return summary
     except (LeaseLost, services.RunLeaseLost):
         log.warning("run %s attempt %s was taken over; stopping without writing", run_id, attempt)
+        return None
+    except DatabaseUnavailable:
+        # Not the run's fault, and nothing can be written anyway: its heartbeat goes stale and the watchdog
+        # resumes it from its last checkpoint once the database is back.
+        log.exception("run %s attempt %s stopped: the database is unavailable; it will be resumed", run_id, attempt)
         return None
     except (PinnedBundleError, ValueError, FileNotFoundError) as exc:
         fail_attempt(run.pk, attempt, str(exc))

@@ -17,12 +17,15 @@ from .models import EventKind, Run, RunStatus
 from .pins import bundle_tasks
 
 
-def reference_check(*, run_id, attempt: int, per_template: int) -> dict:
-    """Verify `per_template` reference answers of every template of the run's bundle; archive them as the
-    run's one step and finish the run. Returns the summary: per template, references checked, passed, failed
-    (graded below 1) and ungraded (the verifier could not decide), and the first that did not pass."""
+def reference_check(*, run_id, attempt: int) -> dict:
+    """Verify `reference_per_template` (its config) reference answers of every template of the run's bundle;
+    archive them as the run's one step and finish the run. Returns the summary: per template, references
+    checked, passed, failed (graded below 1) and ungraded (the verifier could not decide), and the first that
+    did not pass. Run again from the start when an attempt was lost (`manage.py reference_check` stopped
+    midway, and the watchdog or the embedded studio picked the run up)."""
     run = Run.objects.select_related("bundle").get(pk=run_id)
     config = RunConfig.from_dict(run.config)
+    per_template = config.reference_per_template
     if config.model != REFERENCE_MODEL:
         raise ValueError(f"run {run.name} is a training run (model {config.model}), not a reference check")
     pool = None

@@ -30,6 +30,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "max_grad_norm": (0, 1e6), "micro_batch_size": (1, 65_536), "clip_low": (0, 1), "clip_high": (0, 10),
     "kl_coef": (0, 100), "lora_rank": (0, 4096), "lora_alpha": (1, 65_536), "checkpoint_every": (1, 10_000_000),
     "keep_checkpoints": (1, 1000), "eval_tasks_per_domain": (0, 100_000), "max_tool_output_chars": (100, 1_000_000),
+    "reference_per_template": (1, 1000),
 }
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class RunConfig:
     summary's reward lift comes from it: training rewards are biased by the curriculum's choice of tasks."""
     max_tool_output_chars: int = 2000
     """A tool result longer than this is cut (and says so) before it enters the context."""
+    reference_per_template: int = 3
+    """A reference check (model builtin:reference): the references checked per task template."""
 
     @classmethod
     def resolve(cls, overrides: dict | None = None) -> dict:

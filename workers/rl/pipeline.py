@@ -29,6 +29,10 @@ from .trainer import GRPOTrainer, assign_advantages
 from .types import Task, Trajectory, TrajectoryStatus
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the newest complete one is still there to resume from."""
+
+
 class Pipeline:
     def __init__(self, *, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, scheduler: Scheduler,
                  engine, chat, policy, trainer: GRPOTrainer, tool_runner, verifier, tracker: Tracker,
@@ -64,7 +68,7 @@ class Pipeline:
             if resumed_from is None and self.eval_tasks:
                 self.eval_start = self._evaluate()
             outcome = self._train()
-            self._close()
+            self._close_collection()
             if outcome == "paused" and self._last_saved != self.trainer.step:
                 self._save_checkpoint()
             eval_end = self._evaluate() if outcome == "completed" and self.eval_tasks else {}
@@ -73,7 +77,8 @@ class Pipeline:
                                eval_start=self.eval_start, eval_end=eval_end,
                                wall_seconds=time.monotonic() - started, resumed_from=resumed_from)
         finally:
-            self._close()
+            self.heartbeat.stop()  # only now: the final evaluation beats too, or the watchdog would take the run
+            self._close_collection()
 
     def _train(self) -> str:
         """Steps until the last one, or until the owner asks for a pause or a cancel; returns the outcome."""
@@ -89,8 +94,7 @@ class Pipeline:
                 return "cancelled"
         return "completed"
 
-    def _close(self) -> None:
-        self.heartbeat.stop()
+    def _close_collection(self) -> None:
         self.collector.close()
         self._tools.shutdown(wait=False, cancel_futures=True)
 
@@ -200,9 +204,13 @@ class Pipeline:
                 "counters": self.counters.state(), "eval_start": self.eval_start}
 
     def _save_checkpoint(self) -> None:
-        checkpoint, removed = save_checkpoint(self.checkpoint_dir, step=self.trainer.step, policy=self.policy,
-                                              trainer_state=self.trainer.state(), pipeline_state=self.pipeline_state(),
-                                              keep=self.config.keep_checkpoints)
+        try:
+            checkpoint, removed = save_checkpoint(
+                self.checkpoint_dir, step=self.trainer.step, policy=self.policy, trainer_state=self.trainer.state(),
+                pipeline_state=self.pipeline_state(), keep=self.config.keep_checkpoints)
+        except Exception as exc:  # a full disk, a lost mount: the run cannot go on safely, and says where
+            raise CheckpointError(f"could not write the checkpoint of step {self.trainer.step} to "
+                                  f"{self.checkpoint_dir}: {exc} (the checkpoints before it are intact)") from exc
         self._last_saved = self.trainer.step
         self.tracker.checkpoint(step=checkpoint.step, path=str(checkpoint.path), size=checkpoint.size, removed=removed)
 

@@ -45,13 +45,13 @@ class Command(BaseCommand):
                 console.print(f"{version.ref} has a reference check already: run [bold]{done.name}[/]")
                 return
             run = run_create(project=scope, bundle=version, steps=1, name=f"reference check {version.ref}",
-                             overrides={"model": REFERENCE_MODEL}, via="cli")
+                             overrides={"model": REFERENCE_MODEL, "reference_per_template": per_template}, via="cli")
         except (LookupError, VersionNotFound, RunError) as exc:
             raise CommandError(str(exc))
         attempt = run_claim(run_id=run.pk, stale_after=0)
         with console.status(f"verifying the references of {version.ref} in their sandboxes"):
             try:
-                summary = reference_check(run_id=run.pk, attempt=attempt, per_template=per_template)
+                summary = reference_check(run_id=run.pk, attempt=attempt)
             except ValueError as exc:
                 raise CommandError(str(exc))
         if as_json:
