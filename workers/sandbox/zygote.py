@@ -370,6 +370,9 @@ def main() -> None:
             except OSError as exc:
                 send({"op": "reset_failed", "reason": str(exc)})
         elif op == "run":
+            # Heard before the program exists: a sandbox that says nothing after a run request never ran it
+            # (the host counts that as its own fault), while one that goes quiet later was stopped by the program.
+            send({"op": "heartbeat"})
             try:
                 send(run(request))
             except Exception as exc:  # a fault of the sandbox itself, never of the program

@@ -90,6 +90,8 @@ class ZygoteSandbox:
             if str(timeout) == "wall":
                 return self._result(Status.TIMEOUT, started, f"ran past the {limits.wall_seconds:g} s wall-clock "
                                                              "limit and was stopped from outside")
+            if str(timeout) == "silent":  # not even the request was acknowledged: the program never ran
+                return self._result(Status.INFRA_ERROR, started, "the sandbox did not answer the run request")
             return self._result(Status.KILLED, started, "the sandbox stopped answering (no heartbeat)")
         result = ExecutionResult(
             status=Status(message["status"]), exit_code=message.get("exit_code"), signal=message.get("signal"),
@@ -108,6 +110,9 @@ class ZygoteSandbox:
         return result
 
     def _await_result(self, hard_deadline: float) -> dict:
+        """The result; ChannelTimeout "wall" (past the hard deadline), "silent" (nothing at all came back: the
+        sandbox never acknowledged the request) or "heartbeat" (it went quiet while the program ran)."""
+        heard = False
         while True:
             remaining = hard_deadline - time.monotonic()
             if remaining <= 0:
@@ -117,9 +122,10 @@ class ZygoteSandbox:
             except ChannelTimeout:
                 if time.monotonic() >= hard_deadline:
                     raise ChannelTimeout("wall") from None
-                raise ChannelTimeout("heartbeat") from None
+                raise ChannelTimeout("heartbeat" if heard else "silent") from None
             if message.get("op") != "heartbeat":
                 return message
+            heard = True
 
     def _result(self, status: Status, started: float, reason: str) -> ExecutionResult:
         return ExecutionResult(status=status, reason=reason, wall_seconds=time.monotonic() - started,
