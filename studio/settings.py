@@ -143,14 +143,15 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# Log-ins are throttled (django-axes): after AXES_FAILURE_LIMIT wrong passwords in a row for one user name, or
-# from one address, logging in is refused for that name or address until the cool-off has passed. A right
-# password resets the count.
+# Log-ins are throttled (django-axes): after AXES_FAILURE_LIMIT wrong passwords within the cool-off for one user
+# name, or from one address, logging in is refused for that name or address until the cool-off has passed. A
+# right password does not reset the count: it would also reset the address's count, and an attacker with an
+# account of their own could then guess another's password without end.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = int(os.environ.get("STUDIO_LOGIN_FAILURE_LIMIT", 5))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("STUDIO_LOGIN_COOLOFF_MINUTES", 15)))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_RESET_ON_SUCCESS = True
+AXES_RESET_ON_SUCCESS = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
 LOGIN_URL = "/accounts/login/"
@@ -223,6 +224,9 @@ JUDGE_PRICE_PER_1K_OUTPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_OUTP
 # presumed lost and queued again (the watchdog: Celery beat, or the embedded training thread), to resume from its last
 # checkpoint. REMOTE_ROLLOUTS sends tool calls and verifications to the rollout and verify queues.
 RUN_STALE_SECONDS = float(os.environ.get("STUDIO_RUN_STALE_SECONDS", 60))
+# How long a run's worker waits for a database that went away (restarted, failed over) before it stops and leaves
+# the run to be resumed from its last checkpoint.
+RUN_DATABASE_OUTAGE_SECONDS = float(os.environ.get("STUDIO_RUN_DATABASE_OUTAGE_SECONDS", 120))
 REMOTE_ROLLOUTS = not EMBEDDED and env_flag("STUDIO_REMOTE_ROLLOUTS", True)
 # How long a run waits for a rollout or verify worker to answer one call before it counts as an infrastructure
 # error (the run goes on, and its events say which queue no worker serves).
