@@ -63,3 +63,46 @@ def test_a_studio_stopped_mid_run_leaves_the_run_to_be_resumed_not_failed(regist
     assert resumed.status == RunStatus.RUNNING
     kinds = set(resumed.events.values_list("kind", flat=True))
     assert {EventKind.WORKER_LOST, EventKind.RESUMED} <= kinds and EventKind.FAILED not in kinds
+
+
+# The interpreter exiting under a training thread, as it does when `make demo`'s server returns on Ctrl-C or
+# SIGTERM: the main thread ends while the embedded training thread's dispatcher is submitting rollouts. The
+# exiting interpreter's executors refuse new work first (threading's exit hooks run while the main thread still
+# counts as alive), so the pipeline fails on them; that failure must leave the run to be resumed, never failed.
+EXITING_STUDIO = """
+import os, sys, threading, time
+import django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+django.setup()
+from apps.runs.embedded import train_next_queued
+from apps.runs.models import Run
+
+threading.Thread(target=train_next_queued, daemon=True).start()
+deadline = time.monotonic() + 240
+while Run.objects.get(pk=sys.argv[1]).step < int(sys.argv[2]):
+    if time.monotonic() > deadline:
+        sys.exit("the run never reached its step")
+    time.sleep(0.02)
+print("main thread returning at step", Run.objects.get(pk=sys.argv[1]).step, flush=True)
+"""
+
+
+@pytest.mark.parametrize("stop_at_step", [2, 3, 4])
+def test_the_interpreter_exiting_while_rollouts_are_submitted_leaves_the_run_running(registry, project, tmp_path,
+                                                                                    stop_at_step):
+    run = run_create(project=project, bundle=registry["bundle"], steps=200, overrides={
+        # Async, many groups in flight, tiny steps: the dispatcher is submitting at every moment.
+        "groups_per_step": 4, "group_size": 4, "rollout_concurrency": 16, "max_staleness": 3,
+        "dynamic_sampling": False, "checkpoint_every": 1, "eval_tasks_per_domain": 0})
+    env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL", "CELERY_BROKER_URL")}
+    env.update({"DATABASE_URL": database_url(), "STUDIO_DATA_DIR": str(tmp_path / "data"),
+                "STUDIO_DEMO_PRETRAIN_SECONDS": "3", "STUDIO_RUN_STALE_SECONDS": "3"})
+    with (tmp_path / "studio.log").open("w") as log:
+        exited = subprocess.run([sys.executable, "-c", EXITING_STUDIO, str(run.pk), str(stop_at_step)], cwd=ROOT,
+                                env=env, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+    output = (tmp_path / "studio.log").read_text()
+    assert "main thread returning" in output, output[-3000:]
+    stopped = Run.objects.get(pk=run.pk)
+    assert stopped.status == RunStatus.RUNNING, (stopped.status, stopped.error, output[-2000:])
+    assert not stopped.events.filter(kind=EventKind.FAILED).exists()
+    assert exited.returncode == 0, output[-2000:]

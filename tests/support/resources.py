@@ -81,9 +81,21 @@ def _processes() -> str | None:
     return None
 
 
+def _servers() -> str | None:
+    from tests.support.servers import postgres_bin
+
+    if os.geteuid() != 0:
+        return "needs root: the fault tests run PostgreSQL as its own user and mount a small file system"
+    if postgres_bin() is None:
+        return "needs PostgreSQL's server programs (initdb, pg_ctl: Debian's postgresql package)"
+    if shutil.which("redis-server") is None:
+        return "needs redis-server (Debian's redis-server package)"
+    return None
+
+
 # name -> probe: None when the resource is there, else the reason a test that needs it cannot run.
 PROBES = {"sandbox": _sandbox, "postgres": _postgres, "redis": _redis, "docker": _docker, "browser": _browser,
-          "processes": _processes}
+          "processes": _processes, "servers": _servers}
 
 
 @functools.cache
