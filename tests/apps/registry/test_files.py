@@ -216,3 +216,63 @@ def test_import_into_an_empty_database_makes_the_importing_user_owner(exported, 
     assert membership.user == owner and membership.role == "owner"
     assert AuditEvent.objects.filter(action="project.create", via="cli", actor=owner).count() == 1
     assert Version.objects.filter(author=owner).count() == 6
+
+
+# --- files no person meant to write: not UTF-8, nested past any spec, numbers no JSON holds ----------------
+
+
+BIG_INTEGER_BUG = ("bug: json.loads raises a plain ValueError (not JSONDecodeError) for an integer of more than 4,300 "
+                   "digits; files._read_instances lets it out as a traceback")
+
+
+def import_fails(directory: Path, capsys) -> list[str]:
+    """The problems `registry import` lists for `directory`, after checking that it refused and published
+    nothing."""
+    before = Version.objects.count(), Definition.objects.count(), TaskInstance.objects.count(), \
+        AuditEvent.objects.count()
+    capsys.readouterr()
+    with pytest.raises(CommandError, match="nothing was imported"):
+        call_command("registry", "import", str(directory))
+    assert (Version.objects.count(), Definition.objects.count(), TaskInstance.objects.count(),
+            AuditEvent.objects.count()) == before
+    return [line.strip() for line in capsys.readouterr().err.splitlines()]
+
+
+def test_an_instances_file_that_is_not_utf8_is_named(exported, capsys):
+    directory, _ = exported
+    path = directory / "task_template" / "add-two.instances.jsonl"
+    text = path.read_bytes()
+    path.write_bytes(text + b'{"key": "latin-1", "inputs": {"a": "caf\xe9", "b": 1}, "hidden": {"answer": 1}}\n')
+    problems = import_fails(directory, capsys)
+    at = len(text) + len(b'{"key": "latin-1", "inputs": {"a": "caf')
+    assert f"task_template/add-two.instances.jsonl: is not UTF-8 text (invalid continuation byte at byte {at})" \
+        in problems, problems
+
+
+def test_a_spec_nested_3000_levels_is_named(exported, capsys):
+    directory, _ = exported
+    (directory / "verifier" / "deep.yaml").write_text(
+        "kind: verifier\nslug: deep\nspec:\n  layers:\n  - name: exact\n    kind: exact\n    checks:\n"
+        "    - type: json_schema\n      json_schema: " + "{a: " * 2999 + "1" + "}" * 2999 + "\n")
+    problems = import_fails(directory, capsys)
+    deep = [p for p in problems if p.startswith("verifier/deep.yaml: ")]
+    assert len(deep) == 1 and deep[0].endswith("is nested deeper than 64 levels"), problems
+    assert "spec.layers[0].checks[0].json_schema.a.a" in deep[0]
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"key": "deep", "inputs": {"a": ' + "[" * 3000 + "]" * 3000 + ', "b": 1}, "hidden": {}}',
+     "nested deeper than 64 levels"),
+    ('{"key": "surrogate", "inputs": {"a": "\\ud800", "b": 1}, "hidden": {}}', "inputs.a holds a lone surrogate"),
+    ('{"key": "huge", "inputs": {"a": 1' + "0" * 30 + ', "b": 1}, "hidden": {}}',
+     "inputs.a holds an integer beyond 64 bits"),
+    pytest.param('{"key": "huger", "inputs": {"a": 1' + "0" * 5000 + ', "b": 1}, "hidden": {}}', "integer",
+                 marks=pytest.mark.xfail(strict=True, raises=ValueError, reason=BIG_INTEGER_BUG)),
+], ids=["nested-3000", "surrogate", "31-digit-integer", "5001-digit-integer"])
+def test_an_instance_line_no_task_can_hold_is_named_by_its_line(exported, capsys, line, problem):
+    directory, _ = exported
+    path = directory / "task_template" / "add-two.instances.jsonl"
+    path.write_text(path.read_text() + line + "\n")
+    problems = import_fails(directory, capsys)
+    named = [p for p in problems if p.startswith("task_template/add-two.instances.jsonl: line 21: ")]
+    assert len(named) == 1 and problem in named[0], problems

@@ -96,3 +96,29 @@ def test_a_task_missing_a_prompt_input_is_named_by_its_key(project, owner, templ
     with pytest.raises(CommandError):
         call_command("import_tasks", str(benchmark), "--template", "bench", "--format", "code-benchmark")
     assert "task 'Bench/0'.inputs: missing language (used by prompt_template)" in capsys.readouterr().err
+
+
+GOOD_LINE = '{"task_id": "ok/1", "prompt": "p", "canonical_solution": "s", "test": "t", "entry_point": "f"}\n'
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"task_id": "deep", "prompt": ' + "[" * 100_000 + "]" * 100_000 + "}", "line 2: nested deeper than 64 levels"),
+    ('{"task_id": "s", "prompt": "\\ud800", "canonical_solution": "s", "test": "t", "entry_point": "f"}',
+     "line 2: prompt holds a lone surrogate (such as \\ud800), which is not Unicode text"),
+    ('{"task_id": "s\\udfff", "prompt": "p", "canonical_solution": "s", "test": "t", "entry_point": "f"}',
+     "line 2: task_id holds a lone surrogate"),
+    pytest.param('{"task_id": "n", "prompt": "p", "canonical_solution": "s", "test": "t", "entry_point": "f", '
+                 '"extra": 1' + "0" * 5000 + "}", "line 2: ",
+                 marks=pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+                     "bug: json.loads raises a plain ValueError (not JSONDecodeError) for an integer of more than "
+                     "4,300 digits; task_files.read_task_file lets it out as a traceback"))),
+], ids=["nested-100000", "surrogate-in-a-value", "surrogate-in-the-key", "5001-digit-integer"])
+def test_a_line_no_task_can_hold_is_named_and_nothing_is_imported(template, tmp_path, capsys, line, problem):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(GOOD_LINE + line + "\n" + GOOD_LINE.replace("ok/1", "ok/2"))
+    with pytest.raises(CommandError, match="1 problem"):
+        call_command("import_tasks", str(bad), "--template", "bench", "--format", "code-benchmark")
+    err = capsys.readouterr().err
+    assert problem in err, err[-2000:]
+    assert Version.objects.filter(definition__slug="bench").count() == 1
+

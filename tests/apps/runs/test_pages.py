@@ -58,3 +58,14 @@ def test_pause_resume_cancel_from_the_run_page(client, owner, project, registry)
         assert run.status == status, action
     page = client.post(control, {"action": "pause"}, follow=True)
     assert b"a cancelled run cannot be paused" in page.content
+
+
+def test_compare_leaves_out_ids_that_are_no_runs(client, owner, project, studio_run):
+    run, _ = studio_run
+    client.force_login(owner)
+    url = reverse("runs:run_compare", kwargs={"project": project.slug})
+    for ids, shown in ((["not-a-uuid"], []), (["not-a-uuid", str(run.pk), "1' OR '1'='1"], [run]),
+                       (["", "00000000-0000-0000-0000-000000000000", str(run.pk)], [run])):
+        page = client.get(url, {"run": ids})
+        assert page.status_code == 200, (ids, page.content[:300])
+        assert page.context["runs"] == shown, ids
