@@ -82,6 +82,10 @@ def load_yaml(text: str):
         raise YamlError(f"the YAML is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # a value the loader cannot build: an integer of more than 4,300 digits
         raise YamlError(f"a value cannot be read: {exc}") from None
+    except (IndexError, KeyError, AttributeError, TypeError) as exc:
+        # A tagged scalar PyYAML's constructors cannot build (`!!int ''`, `!!timestamp x`): they fail with
+        # whatever error comes first.
+        raise YamlError(f"a tagged value cannot be built ({type(exc).__name__}: {exc})") from None
     seen, stack = set(), [value]
     while stack:
         node = stack.pop()
@@ -416,6 +420,8 @@ def _read_instances(folder: Path, relative, name: str, where: str, errors: list[
                     problem = f"not JSON: {exc.msg}"
                 except RecursionError:
                     problem = f"nested deeper than {MAX_DEPTH} levels"
+                except ValueError as exc:  # what json refuses beyond the grammar: an integer of 4,300+ digits
+                    problem = f"a value cannot be read: {exc}"
                 if problem:
                     errors.append(FileError(shown, f"line {line_number}", problem))
                     if len(errors) > 50:

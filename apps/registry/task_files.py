@@ -46,6 +46,9 @@ def read_task_file(path: Path, fmt: str) -> list[dict]:
                 except RecursionError:
                     errors.append(FieldError(f"line {number}", f"nested deeper than {MAX_DEPTH} levels"))
                     continue
+                except ValueError as exc:  # what json refuses beyond the grammar: an integer of 4,300+ digits
+                    errors.append(FieldError(f"line {number}", f"a value cannot be read: {exc}"))
+                    continue
                 problem = data_problem(row)
                 if problem:
                     errors.append(FieldError(f"line {number}", problem))

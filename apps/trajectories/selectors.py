@@ -13,7 +13,7 @@ import json
 import math
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db.models import Q, QuerySet
 from django.http import Http404
@@ -64,10 +64,10 @@ def cursor_decode(cursor: str, column: str):
         value, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         pk = uuid.UUID(pk)
         if column == "finished_at":
-            value = datetime.fromisoformat(value["t"])
+            value = datetime.fromisoformat(value["t"]).astimezone(UTC)  # within datetime's years in UTC too
         elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise damaged
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
         raise damaged from None
     return value, pk
 
