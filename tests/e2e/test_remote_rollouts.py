@@ -54,8 +54,12 @@ def worker(tmp_path_factory):
         wait_for(lambda: app.control.ping(timeout=0.5), seconds=60, what="the worker to answer", logs=tmp_path)
         yield app
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        os.killpg(process.pid, signal.SIGTERM)  # a warm shutdown; past 15 s, no more waiting
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
 
 
 def test_with_no_verify_worker_a_verification_is_ungraded_and_names_the_queue(redis_app):

@@ -179,10 +179,6 @@ def test_new_definition_with_yaml_no_spec_needs_shows_the_form_error(login, edit
     assert AuditEvent.objects.count() == audits
 
 
-@pytest.mark.xfail(strict=True, raises=(IndexError, KeyError, AttributeError), reason=(
-    "bug: PyYAML's constructors fail with IndexError, KeyError or AttributeError on an explicitly tagged scalar "
-    "they cannot read (!!int '', !!float '', !!bool x, !!timestamp x); files.load_yaml lets them out (500 here, "
-    "a traceback from `registry import`)"))
 @pytest.mark.parametrize("tagged", ["!!int ''", "!!float ''", "!!bool ''", "!!bool x", "!!timestamp x"])
 def test_new_definition_with_a_tagged_scalar_yaml_cannot_read_shows_the_form_error(login, editor, project,
                                                                                     registry, tagged):
