@@ -149,7 +149,8 @@ class SandboxPool:
                 if entry.consecutive_failures >= self.max_start_failures:
                     raise ImageUnavailable(f"{image.key}: {entry.last_error}")
                 # One sandbox on its way (starting or being reset) for each waiting caller, up to the ceiling.
-                if entry.total < entry.ceiling and entry.starting + entry.resetting <= entry.waiting:
+                if entry.total < entry.ceiling and entry.starting + entry.resetting <= entry.waiting \
+                        and self._may_start(entry):
                     self._start(entry)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -240,9 +241,17 @@ class SandboxPool:
             self._images[image.key] = entry
         return entry
 
+    def _may_start(self, entry: _ImagePool) -> bool:
+        """Whether another start may be tried. After a failure, the starts in flight count against the image's
+        remaining tries, so an image that cannot start fails max_start_failures times, not once per caller or
+        refill that happened to be waiting."""
+        if entry.consecutive_failures == 0:
+            return True
+        return entry.consecutive_failures + entry.starting < self.max_start_failures
+
     def _fill(self, entry: _ImagePool) -> None:
         while not self._closed and len(entry.idle) + entry.starting + entry.resetting < entry.target \
-                and entry.total < entry.ceiling and entry.consecutive_failures < self.max_start_failures:
+                and entry.total < entry.ceiling and self._may_start(entry):
             self._start(entry)
 
     def _start(self, entry: _ImagePool) -> None:
