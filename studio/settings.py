@@ -154,6 +154,11 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+# Behind N reverse proxies (STUDIO_PROXIES=N), the client's address is the one they add to X-Forwarded-For;
+# otherwise every user would share the proxy's address, and one attacker's failures would lock them all out.
+# Without proxies the header is ignored: a client could write anything there (apps/accounts/client_address.py).
+PROXIES = int(os.environ.get("STUDIO_PROXIES", 0))
+AXES_CLIENT_IP_CALLABLE = "apps.accounts.client_address.client_address"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

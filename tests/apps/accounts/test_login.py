@@ -140,3 +140,17 @@ def test_a_long_random_password_is_accepted(make_user):
     user = make_user("olive-gardener")
     assert problems("vT7#qLm2!xWp9Rz_kE4d", user=user) == []
     assert problems("correct horse battery staple", user=user) == []
+
+
+def test_behind_a_proxy_each_client_address_is_throttled_on_its_own(make_user, settings):
+    """STUDIO_PROXIES=1: the address is the one the proxy adds, so one client's failures lock only that client."""
+    settings.PROXIES = 1
+    make_user("olive")
+    proxy = Client(REMOTE_ADDR="10.0.0.2")
+    for n in range(LIMIT):
+        proxy.post(LOGIN, {"username": f"name-{n}", "password": "x"}, HTTP_X_FORWARDED_FOR="203.0.113.9")
+    assert locked_out(proxy.post(LOGIN, {"username": "olive", "password": RIGHT}, HTTP_X_FORWARDED_FOR="203.0.113.9"))
+    assert logged_in(proxy.post(LOGIN, {"username": "olive", "password": RIGHT}, HTTP_X_FORWARDED_FOR="198.51.100.7"))
+    # What the client wrote before the proxy's entry is not its address: the proxy's entry is.
+    assert locked_out(proxy.post(LOGIN, {"username": "olive", "password": RIGHT},
+                                 HTTP_X_FORWARDED_FOR="198.51.100.7, 203.0.113.9"))
