@@ -105,4 +105,6 @@ def test_the_interpreter_exiting_while_rollouts_are_submitted_leaves_the_run_run
     stopped = Run.objects.get(pk=run.pk)
     assert stopped.status == RunStatus.RUNNING, (stopped.status, stopped.error, output[-2000:])
     assert not stopped.events.filter(kind=EventKind.FAILED).exists()
-    assert exited.returncode == 0, output[-2000:]
+    # How the process ends is torch's business: its threads still running at interpreter teardown sometimes
+    # abort it ("terminate called without an active exception"). What matters is that the run was not failed.
+    assert exited.returncode in (0, -signal.SIGABRT), output[-2000:]
