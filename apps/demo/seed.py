@@ -17,7 +17,7 @@ from apps.accounts.models import Membership, Project, Role
 from apps.accounts.services import membership_set, project_create
 from apps.registry.services import version_publish
 
-from . import arithmetic, coding, docqa, images, modelling3d, verifiers
+from . import arithmetic, coding, docqa, images, modelling3d, smollm, verifiers
 from .draft import PUBLISH_ORDER, Draft
 
 USERNAME = PASSWORD = "demo"
@@ -50,7 +50,7 @@ class SeedSummary:
 def drafts() -> list[Draft]:
     """Everything the seed publishes, in an order where each spec's references already exist."""
     everything = [*images.drafts(), *verifiers.drafts(), *arithmetic.drafts(), *coding.drafts(), *docqa.drafts(),
-                  *modelling3d.drafts(),
+                  *modelling3d.drafts(), *smollm.drafts(),
                   Draft("bundle", "demo", "All five demo domains, pinned.", {"members": BUNDLE_MEMBERS})]
     return sorted(everything, key=lambda d: PUBLISH_ORDER.index(d.kind))
 

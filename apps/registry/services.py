@@ -22,6 +22,7 @@ from workers.definitions.specs import (
     prompt_placeholders,
     validate_spec,
 )
+from workers.rl.config import ConfigError, RunConfig
 
 from .bulk import bulk_insert, json_text
 from .closure import check_references, resolve_bundle
@@ -66,6 +67,10 @@ def version_publish(
         raise SpecError([FieldError("spec", f"is {size / 1e6:.1f} MB; the limit is {MAX_SPEC_BYTES / 1e6:.0f} MB "
                                             "(put task data in task instances, not in the spec)")])
     if kind == "bundle":
+        try:
+            RunConfig.resolve(normalised.get("run_config"))
+        except ConfigError as exc:
+            raise SpecError([FieldError("run_config", str(exc))]) from None
         normalised = resolve_bundle(project=project, slug=slug, spec=normalised)
     else:
         check_references(project=project, kind=kind, spec=normalised)

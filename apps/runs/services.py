@@ -54,8 +54,8 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
         raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
     if not isinstance(steps, int) or steps < 1:
         raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
-    try:
-        config = RunConfig.resolve(overrides)
+    try:  # the bundle's recommended settings, then the run's own
+        config = RunConfig.resolve({**bundle.spec.get("run_config", {}), **(overrides or {})})
     except ConfigError as exc:
         raise RunError(f"config: {exc}") from None
     problem = wiring.model_problem(config["model"])

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from workers.rl.config import RunConfig
+from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.grading import LocalVerifier
 from workers.rl.metrics import Prices
+from workers.rl.packaged import PACKAGED_MODELS, ModelUnavailable, cache_directory, gguf_file
 from workers.rl.taskset import TaskSet
 from workers.rl.tools import SandboxToolRunner
 from workers.rl.types import Model
@@ -92,14 +93,35 @@ def checkpoint_dir(run_id) -> Path:
 
 
 def models_dir() -> Path:
-    """Where built-in base models are cached (pretrained once per corpus)."""
+    """Where built-in base models are cached (pretrained once per corpus, converted once per file)."""
     return Path(settings.DATA_DIR) / "models"
+
+
+def model_directory(model: str) -> Path | None:
+    """The local Hugging Face directory of a run's model if this machine has it — a packaged model only once
+    converted (a page never converts) — or None."""
+    if model in PACKAGED_MODELS:
+        try:
+            directory = cache_directory(PACKAGED_MODELS[model], models_dir())
+        except ModelUnavailable:
+            return None
+        return directory if (directory / "source.json").is_file() else None
+    path = Path(model) if model and not model.startswith("builtin:") and "\x00" not in model else None
+    return path if path is not None and path.is_dir() else None
 
 
 def model_problem(model: str) -> str | None:
     """Why a run may not use `model`, or None: a built-in name, or a Hugging Face model directory (with its
     config.json) inside settings.MODEL_DIRS — never an arbitrary path of the worker's file system."""
     if model.startswith("builtin:"):
+        if model in PACKAGED_MODELS:
+            try:
+                gguf_file(PACKAGED_MODELS[model])
+            except ModelUnavailable as exc:
+                return str(exc)
+        elif model not in (REFERENCE_MODEL, "builtin:demo-tiny"):
+            return f"unknown built-in model {model!r}; the built-in ones are " + ", ".join(
+                ["builtin:demo-tiny", *PACKAGED_MODELS])
         return None
     if "\x00" in model:  # no file system takes it (Path.resolve raises ValueError)
         return f"model {model!r} holds a NUL character: not a path"

@@ -10,11 +10,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 from django.urls import reverse
 
-from apps.runs import figures
+from apps.runs import figures, wiring
 from workers.rl.chat import END_OF_TURN, CharTokenizer
 from workers.rl.config import REFERENCE_MODEL
 
@@ -75,7 +74,8 @@ def _pieces(model: str, ids: list[int]) -> tuple[list[str] | None, str]:
         tokenizer = _char_tokenizer()
         end = tokenizer.id_of(END_OF_TURN)
         return ["⏎" if i == end else tokenizer.decode([i]) for i in ids], ""
-    tokenizer = _tokenizer(model) if model and Path(model).is_dir() else None
+    directory = wiring.model_directory(model)
+    tokenizer = _tokenizer(str(directory)) if directory is not None else None
     if tokenizer is None:
         return None, f"{len(ids)} tokens; per-token colours need the run's tokenizer ({model or 'unknown'})"
     return [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(ids)], ""

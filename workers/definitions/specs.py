@@ -8,7 +8,7 @@ import string
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from .canonical import data_problem
 
@@ -421,6 +421,17 @@ class BundleSpec(Spec):
     # Filled on publish: the full closure (templates of domains, images and verifiers of templates, members of
     # included bundles) with each content hash, so a bundle pins everything a run needs.
     resolved: list[ResolvedMember] = Field(default_factory=list)
+    # The run settings its tasks are sized for (RunConfig fields: the model, its engine, LoRA ...), which a run
+    # on this bundle starts from; the run's own settings override them. Checked on publish (apps/registry).
+    run_config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_run_config(self, handler):
+        # Left out when empty: bundles published before the field existed keep their content hash.
+        data = handler(self)
+        if not data.get("run_config"):
+            data.pop("run_config", None)
+        return data
 
 
 SPEC_MODELS: dict[str, type[Spec]] = {

@@ -7,12 +7,16 @@ ids it is trained on, and each tool result appends only its own ids. Two formats
   \\x02 again. The system prompt is left out: a model of a few hundred thousand parameters cannot use
   instructions, and every character of context costs it.
 - `HFChat` for Hugging Face models: the tokenizer's own chat template (with the tools), and the ids a new
-  message adds are the template's rendering of the longer conversation minus that of the shorter one.
+  message adds are the template's rendering of the longer conversation minus that of the shorter one. A
+  template that takes no tools (SmolLM2's, the tiny test Llama's) gets the Hermes tool instructions in its
+  system message instead — the format `tools.parse_tool_calls` reads, as Qwen2.5's and Hermes' templates
+  write it — so every model is taught the call format the studio parses.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Protocol
 
@@ -99,6 +103,16 @@ class CharChat:
         return self.tokenizer.decode(i for i in ids if i != self.end)
 
 
+def tool_instructions(tools: list[dict]) -> str:
+    """The tool instructions Qwen2.5's chat template writes into the system message (Hermes function calling)."""
+    signatures = "\n".join(json.dumps({"type": "function", "function": tool}) for tool in tools)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{signatures}\n"
+            "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+            '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+            "<args-json-object>}\n</tool_call>")
+
+
 class HFChat:
     """Any Hugging Face tokenizer with a chat template."""
 
@@ -112,8 +126,14 @@ class HFChat:
             if token_id is not None:
                 stops.add(token_id)
         self.stop_ids = tuple(sorted(i for i in stops if i is not None))
+        probe = {"name": "probe_tool_7f3a", "description": "d", "parameters": {"type": "object", "properties": {}}}
+        self.template_takes_tools = "probe_tool_7f3a" in self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}], tools=[probe], tokenize=False)
 
     def _render(self, messages, tools, *, generation_prompt: bool) -> str:
+        if tools and not self.template_takes_tools:
+            messages = with_tool_instructions(messages, tools)
+            tools = None
         return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
                                                   add_generation_prompt=generation_prompt)
 
@@ -131,3 +151,11 @@ class HFChat:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode([i for i in ids if i not in self.stop_ids], skip_special_tokens=False)
+
+
+def with_tool_instructions(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """`messages` with the tool instructions at the end of the system message (one is added if none leads)."""
+    instructions = tool_instructions(tools)
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{instructions}"}, *messages[1:]]
+    return [{"role": "system", "content": instructions}, *messages]

@@ -64,10 +64,12 @@ class RunConfig:
     domain_quotas: dict = field(default_factory=dict)
     """Largest share of one step a domain may take (domain slug -> fraction)."""
     model: str = "builtin:demo-tiny"
-    """builtin:demo-tiny (pretrained here on first use) or the local path of a Hugging Face causal LM;
-    builtin:reference marks a reference check (apps/runs/reference.py), which is never trained."""
+    """builtin:demo-tiny (pretrained here on first use), builtin:smollm2-135m-instruct (a real LLM from the
+    package index, converted on first use) or the local path of a Hugging Face causal LM; builtin:reference
+    marks a reference check (apps/runs/reference.py), which is never trained."""
     engine: Literal["torch", "transformers", "vllm"] = "torch"
-    """Inference engine: torch (the built-in model, KV cache), transformers (any HF causal LM), vllm (GPU)."""
+    """Inference engine: torch (the built-in demo model, KV cache), transformers (any HF causal LM, the packaged
+    ones included; a Hugging Face model given `torch` samples with it too), vllm (GPU)."""
     device: str = "auto"
     """cpu, cuda, cuda:1 ... or auto (cuda when available)."""
     temperature: float = 1.0
@@ -151,8 +153,8 @@ class RunConfig:
             problems.append(f"mode: {self.mode!r} is not async or sync")
         if self.engine not in ("torch", "transformers", "vllm"):
             problems.append(f"engine: {self.engine!r} is not torch, transformers or vllm")
-        if self.model.startswith("builtin:") and self.engine != "torch":
-            problems.append(f"engine: the built-in model runs on the torch engine, not {self.engine}")
+        if self.model == "builtin:demo-tiny" and self.engine != "torch":
+            problems.append(f"engine: the built-in demo model runs on the torch engine, not {self.engine}")
         if self.clip_low >= 1:
             problems.append("clip_low: must be below 1")
         if self.temperature <= 0:

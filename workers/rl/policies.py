@@ -2,8 +2,9 @@
 
 `builtin:demo-tiny` is the project's own base model: pretrained here from the run's tasks (their instances
 rendered with their references, half of them wrong) on first use and cached in `models_dir` by the hash of its
-corpus, so every later run on the same tasks starts from the same weights. Anything else is the local path of
-a Hugging Face causal LM.
+corpus, so every later run on the same tasks starts from the same weights. `builtin:smollm2-135m-instruct` and
+the other packaged models (packaged.py) are real LLMs shipped in a Python package, converted on first use and
+cached in `models_dir` by the file's hash. Anything else is the local path of a Hugging Face causal LM.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from .base_model import pretrain, reference_turns
 from .chat import CharChat, CharTokenizer, HFChat
 from .config import REFERENCE_MODEL, RunConfig
+from .packaged import PACKAGED_MODELS, converted
 from .policy import HFPolicy, TinyLMPolicy
 from .taskset import TaskSet
 from .types import Model
@@ -70,25 +72,29 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
     """The run's model on the device the config asks for. `models_dir` caches built-in base models;
     `progress(step, loss, seconds)` follows a pretraining."""
     device = resolve_device(config.device)
-    if config.model.startswith("builtin:"):
+    path = config.model
+    if config.model in PACKAGED_MODELS:
+        path = str(converted(PACKAGED_MODELS[config.model], models_dir))
+    elif config.model.startswith("builtin:"):
         if config.model == REFERENCE_MODEL:
             raise ValueError("a reference check answers with the tasks' references and trains nothing: "
                              "run it with `manage.py reference_check`, not as a training run")
         if config.model != "builtin:demo-tiny":
-            raise ValueError(f"unknown built-in model {config.model!r}; the built-in one is builtin:demo-tiny")
+            raise ValueError(f"unknown built-in model {config.model!r}; the built-in ones are "
+                             f"{', '.join(['builtin:demo-tiny', *PACKAGED_MODELS])}")
         from .engines.torch_engine import TorchEngine
 
         policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
                                                    progress=progress), device=device)
         return Model(policy=policy, engine=TorchEngine(policy.model, device=device), chat=CharChat())
-    policy = HFPolicy(config.model, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
+    policy = HFPolicy(path, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
     chat = HFChat(policy.tokenizer)
     if config.engine == "vllm":
         from .engines.vllm_engine import VLLMEngine
 
-        engine = VLLMEngine(config.model, seed=config.seed)
+        engine = VLLMEngine(path, seed=config.seed)
     else:
         from .engines.hf import TransformersEngine
 
-        engine = TransformersEngine(config.model, device=device)
+        engine = TransformersEngine(path, device=device)
     return Model(policy=policy, engine=engine, chat=chat)

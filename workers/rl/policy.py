@@ -58,10 +58,11 @@ class TinyLMPolicy:
     def train(self) -> None:
         self.model.train()
 
-    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float):
-        """ids (B, T) right-padded -> logprobs and entropy of ids[:, 1:] (B, T-1)."""
+    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0):
+        """ids (B, T) right-padded -> logprobs and entropy of ids[:, first + 1:] (B, T-1-first): the trainer asks
+        only from the first position any row trains on (the prompts before it need no vocabulary softmax)."""
         logits, _ = self.model(ids[:, :-1])
-        return token_logprobs(logits, ids[:, 1:], temperature)
+        return token_logprobs(logits[:, first:], ids[:, first + 1:], temperature)
 
     def frozen_copy(self):
         reference = copy.deepcopy(self.model).eval()
@@ -84,9 +85,9 @@ class _FrozenTiny:
         self.model = model
 
     @torch.no_grad()
-    def logprobs(self, ids, attention_mask, temperature):
+    def logprobs(self, ids, attention_mask, temperature, first: int = 0):
         logits, _ = self.model(ids[:, :-1])
-        return token_logprobs(logits, ids[:, 1:], temperature)[0]
+        return token_logprobs(logits[:, first:], ids[:, first + 1:], temperature)[0]
 
 
 class HFPolicy:
@@ -119,9 +120,8 @@ class HFPolicy:
     def train(self) -> None:
         self.model.train()
 
-    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float):
-        logits = self.model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1]).logits
-        return token_logprobs(logits, ids[:, 1:], temperature)
+    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0):
+        return token_logprobs(_hf_logits(self.model, ids, attention_mask, first), ids[:, first + 1:], temperature)
 
     def frozen_copy(self):
         if self.lora:
@@ -166,14 +166,20 @@ class HFPolicy:
             load_model(self.model, str(path), device=str(self.device))
 
 
+def _hf_logits(model, ids, attention_mask, first: int):
+    """Logits predicting ids[:, first + 1:] only (`logits_to_keep`): with a 49k vocabulary the output layer and
+    its softmax over every prompt position cost a fifth of the compute and most of the memory, for nothing."""
+    return model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                 logits_to_keep=ids.shape[1] - 1 - first).logits
+
+
 class _FrozenHF:
     def __init__(self, model):
         self.model = model
 
     @torch.no_grad()
-    def logprobs(self, ids, attention_mask, temperature):
-        logits = self.model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1]).logits
-        return token_logprobs(logits, ids[:, 1:], temperature)[0]
+    def logprobs(self, ids, attention_mask, temperature, first: int = 0):
+        return token_logprobs(_hf_logits(self.model, ids, attention_mask, first), ids[:, first + 1:], temperature)[0]
 
 
 class _LoraReference:
@@ -183,7 +189,7 @@ class _LoraReference:
         self.model = model
 
     @torch.no_grad()
-    def logprobs(self, ids, attention_mask, temperature):
+    def logprobs(self, ids, attention_mask, temperature, first: int = 0):
         with self.model.disable_adapter():
-            logits = self.model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1]).logits
-        return token_logprobs(logits, ids[:, 1:], temperature)[0]
+            logits = _hf_logits(self.model, ids, attention_mask, first)
+        return token_logprobs(logits, ids[:, first + 1:], temperature)[0]

@@ -48,7 +48,7 @@ class GRPOTrainer:
         self.grpo = GRPOConfig(clip_low=config.clip_low, clip_high=config.clip_high,
                                normalize_std=config.normalize_std, kl_coef=config.kl_coef)
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
-                                           weight_decay=config.weight_decay)
+                                           weight_decay=config.weight_decay, foreach=True)
         warmup, total = config.warmup_steps, max(total_steps, 1)
 
         def factor(step: int) -> float:
@@ -92,10 +92,12 @@ class GRPOTrainer:
                 old[row, :len(seq)] = torch.tensor(seq_old)
             ids, mask, attention, old = ids.to(device), mask.to(device), attention.to(device), old.to(device)
             advantages = torch.tensor([adv for _, adv in chunk], dtype=torch.float, device=device)
-            new, entropy = self.policy.logprobs(ids, attention, self.config.temperature)
-            ref = self.reference.logprobs(ids, attention, self.config.temperature) if self.reference else None
-            target_mask = mask[:, 1:]
-            loss, stats = grpo_loss(new, old[:, 1:], advantages, target_mask, self.grpo, ref_logprobs=ref,
+            # Logprobs from the first position any row of the chunk trains on: the prompts before it are context.
+            first = int(mask[:, 1:].argmax(dim=1).min())
+            new, entropy = self.policy.logprobs(ids, attention, self.config.temperature, first)
+            ref = self.reference.logprobs(ids, attention, self.config.temperature, first) if self.reference else None
+            target_mask = mask[:, 1 + first:]
+            loss, stats = grpo_loss(new, old[:, 1 + first:], advantages, target_mask, self.grpo, ref_logprobs=ref,
                                     token_count=total_tokens)
             loss.backward()
             tokens = stats["tokens"]

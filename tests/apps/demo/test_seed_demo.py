@@ -26,6 +26,8 @@ DOMAINS = {
     "document-qa": {"cite-figures"},
     "3d-modelling": {"primitive-solids"},
 }
+# The real-model demo's bundle (apps/demo/smollm.py), on the same images and verifiers.
+SMOLLM_DOMAINS = {"smol-sums": {"smol-sum"}, "smol-python": {"smol-functions"}, "smol-tools": {"smol-run-python"}}
 
 
 @pytest.fixture
@@ -61,15 +63,28 @@ def test_seed_publishes_five_domains_with_hundreds_of_instances_per_template(see
 
 
 def test_bundle_pins_every_definition_the_domains_need(seeded):
+    """The two bundles pin, between them, every definition the seed publishes; each pins its domains' closure."""
     project, _ = seeded
-    bundle = latest(project, "bundle", "demo")
-    resolved = {member["ref"]: member["content_hash"] for member in bundle.spec["resolved"]}
     everything = {v.ref: v.content_hash for v in Version.objects.filter(definition__project=project)
                   .exclude(definition__kind="bundle").select_related("definition")}
-    assert resolved == everything
-    kinds = {ref.split("/")[0] for ref in resolved}
-    assert kinds == {"domain", "task_template", "sandbox_image", "verifier"}
-    assert bundle.spec["members"] == [f"domain/{slug}@1" for slug in DOMAINS]
+    pinned = {}
+    for slug, domains in (("demo", DOMAINS), ("demo-smollm", SMOLLM_DOMAINS)):
+        bundle = latest(project, "bundle", slug)
+        resolved = {member["ref"]: member["content_hash"] for member in bundle.spec["resolved"]}
+        assert bundle.spec["members"] == [f"domain/{domain}@1" for domain in domains]
+        assert {ref.split("/")[0] for ref in resolved} == {"domain", "task_template", "sandbox_image", "verifier"}
+        assert {ref for ref in resolved if ref.startswith("task_template/")} == {
+            f"task_template/{template}@1" for templates in domains.values() for template in templates}
+        pinned.update(resolved)
+    assert pinned == everything
+
+
+def test_the_real_model_bundle_carries_the_settings_it_is_sized_for(seeded):
+    project, _ = seeded
+    run_config = latest(project, "bundle", "demo-smollm").spec["run_config"]
+    assert run_config["model"] == "builtin:smollm2-135m-instruct" and run_config["engine"] == "transformers"
+    assert run_config["lora_rank"] > 0
+    assert "run_config" not in latest(project, "bundle", "demo").spec  # the tiny model's defaults
 
 
 def test_second_run_creates_no_versions_instances_or_audit_rows(seeded):

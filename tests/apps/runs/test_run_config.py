@@ -95,3 +95,28 @@ def test_a_hugging_face_directory_inside_any_model_directory_is_accepted(create,
 
 def test_a_built_in_model_needs_no_directory(create, model_dirs):
     assert create(model="builtin:demo-tiny").config["model"] == "builtin:demo-tiny"
+
+
+def test_the_packaged_real_model_is_built_in_and_an_unknown_built_in_name_is_refused(create, model_dirs):
+    run = create(model="builtin:smollm2-135m-instruct", engine="transformers", lora_rank=8)
+    assert run.config["model"] == "builtin:smollm2-135m-instruct"
+    assert "unknown built-in model 'builtin:gpt-5'" in refused(create, model="builtin:gpt-5")
+    assert "runs on the torch engine" in refused(create, model="builtin:demo-tiny", engine="transformers")
+
+
+def test_a_page_finds_a_models_tokenizer_directory_only_where_this_machine_has_it(model_dirs, settings, tmp_path):
+    """The replay colours tokens with the run's tokenizer: a Hugging Face directory, or a packaged model once it
+    is converted (a page never converts: that takes half a minute)."""
+    from apps.runs import wiring
+    from workers.rl.packaged import SMOLLM2_135M, cache_directory
+
+    settings.DATA_DIR = tmp_path / "data"
+    model = hugging_face_dir(model_dirs / "org" / "lm")
+    assert wiring.model_directory(str(model)) == model
+    assert wiring.model_directory(str(model_dirs / "absent")) is None
+    assert wiring.model_directory("builtin:demo-tiny") is None
+    assert wiring.model_directory(SMOLLM2_135M.name) is None  # not converted here
+    converted = cache_directory(SMOLLM2_135M, wiring.models_dir())
+    converted.mkdir(parents=True)
+    (converted / "source.json").write_text("{}")
+    assert wiring.model_directory(SMOLLM2_135M.name) == converted

@@ -88,6 +88,28 @@ def test_create_refuses_what_is_not_a_bundle_of_the_project_bad_steps_and_bad_se
     assert not Run.objects.exists() and not AuditEvent.objects.filter(action="run.create").exists()
 
 
+def test_a_bundle_recommends_run_settings_and_a_run_overrides_them(project, registry, owner):
+    """A bundle's run_config (the model its tasks are sized for) is where a run starts; its own settings win.
+    A bad run_config is refused when the bundle is published, naming the field; an empty one is left out of the
+    spec, so bundles published before the field existed keep their content hash."""
+    from apps.registry.errors import SpecError
+    from apps.registry.services import version_publish
+
+    def publish(slug, spec):
+        return version_publish(project=project, kind="bundle", slug=slug, spec=spec, author=owner).version
+
+    members = {"members": ["domain/arithmetic@latest"]}
+    sized = publish("sized", {**members, "run_config": {"group_size": 4, "learning_rate": 1e-4, "temperature": 0.7}})
+    run = run_create(project=project, bundle=sized, steps=3, overrides={"temperature": 1.2}, actor=owner)
+    assert (run.config["group_size"], run.config["learning_rate"], run.config["temperature"]) == (4, 1e-4, 1.2)
+    with pytest.raises(SpecError, match="run_config: group_size: must be between 2|run_config: group_size: GRPO"):
+        publish("bad", {**members, "run_config": {"group_size": 1}})
+    with pytest.raises(SpecError, match="run_config: no_such: unknown setting"):
+        publish("bad", {**members, "run_config": {"no_such": 1}})
+    empty = publish("plain", {**members, "run_config": {}})
+    assert "run_config" not in empty.spec and empty.content_hash == publish("plain-2", members).content_hash
+
+
 # --- claims and fencing ----------------------------------------------------------------------------------------
 
 def test_a_claim_bumps_the_attempt_and_a_live_run_cannot_be_claimed_again(run):

@@ -2,6 +2,8 @@
 new weights arrive without a restart (LoRA adapters merged under the base model's names)."""
 
 import copy
+import threading
+import time
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from workers.rl.engines.hf import TransformersEngine
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.hf_tiny import make_tiny_hf_model
 from workers.rl.policy import HFPolicy, TinyLMPolicy
+from workers.rl.tools import RUN_PYTHON_TOOL, parse_tool_calls
 
 
 def _recomputed(policy, prompt, completion, temperature):
@@ -125,4 +128,57 @@ def test_a_row_that_fills_the_context_stops_there_while_others_go_on(addition_ba
     short_group, full_group = engine.generate([short, full])
     assert all(len(c.token_ids) == 3 and c.finish_reason == "length" for c in full_group)
     assert all(len(c.token_ids) == 20 for c in short_group)
+    engine.close()
+
+
+def test_a_template_without_tools_is_taught_the_call_format_the_studio_parses(tiny_hf):
+    """The tiny Llama's template (like SmolLM2's) ignores `tools`: the Hermes instructions go into the system
+    message, and a call written in that format is one parse_tool_calls reads."""
+    chat = HFChat(HFPolicy(tiny_hf).tokenizer)
+    assert not chat.template_takes_tools
+    with_system = chat.tokenizer.decode(chat.prompt([{"role": "system", "content": "Be brief."},
+                                                     {"role": "user", "content": "2+2="}], [RUN_PYTHON_TOOL]))
+    assert with_system.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
+    assert '"name": "run_python"' in with_system and "<tool_call>" in with_system
+    without_system = chat.tokenizer.decode(chat.prompt([{"role": "user", "content": "2+2="}], [RUN_PYTHON_TOOL]))
+    assert without_system.startswith("<|im_start|>system\n# Tools")
+    assert "# Tools" not in chat.tokenizer.decode(chat.prompt([{"role": "user", "content": "2+2="}], []))
+    example = '<tool_call>\n{"name": "run_python", "arguments": {"code": "print(4)"}}\n</tool_call>'
+    assert parse_tool_calls(example, [RUN_PYTHON_TOOL])[0].arguments == {"code": "print(4)"}
+    # The instructions are in every rendering, so a tool result still appends only its own ids.
+    ids = chat.continuation([{"role": "user", "content": "2+2="}, {"role": "assistant", "content": example}],
+                            [{"role": "tool", "content": "4"}], [RUN_PYTHON_TOOL])
+    assert chat.tokenizer.decode(ids) == "<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_transformers_engine_batches_continuously_with_true_logprobs(tiny_hf):
+    """Requests of different lengths arriving while others sample join the running batch (the cache rows and
+    columns merged and dropped by select_cache / merge_caches); each completion's logprobs are still the ones
+    the trainer recomputes, and a short request does not wait for a long one."""
+    policy = HFPolicy(tiny_hf)
+    engine, chat = TransformersEngine(str(tiny_hf)), HFChat(policy.tokenizer)
+    prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("1+1=", "12+13=", "7+8= please")]
+    long_request = GenerationRequest(prompts[0], n=3, max_new_tokens=200, stop_ids=(), temperature=1.0, seed=1)
+    short = [GenerationRequest(prompt, n=2, max_new_tokens=3, stop_ids=(), temperature=0.8, seed=2 + index)
+             for index, prompt in enumerate(prompts[1:])]
+    results, finished = {}, []
+
+    def ask(key, request):
+        results[key] = engine.generate([request])[0]
+        finished.append(key)
+
+    threads = [threading.Thread(target=ask, args=("long", long_request))]
+    threads[0].start()
+    time.sleep(0.05)  # the long request is sampling
+    for index, request in enumerate(short):
+        threads.append(threading.Thread(target=ask, args=(index, request)))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert finished[-1] == "long"  # the short ones joined it and left first
+    assert [len(c.token_ids) for c in results["long"]] == [200, 200, 200]
+    for request, key in [(long_request, "long"), (short[0], 0), (short[1], 1)]:
+        for completion in results[key]:
+            assert completion.logprobs == pytest.approx(
+                _recomputed(policy, request.prompt_ids, completion, request.temperature), abs=1e-4)
     engine.close()

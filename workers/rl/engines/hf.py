@@ -1,8 +1,15 @@
-"""The `transformers` engine: any Hugging Face causal LM from a local path, sampling with its KV cache.
+"""The `transformers` engine: any Hugging Face causal LM from a local path, batching continuously with its KV
+cache (engines.sampling.ContinuousBatch, as the torch engine does).
 
-The sampling loop is ours (engines.sampling) rather than `model.generate`: a model's generation_config often
-carries top_k, top_p or a repetition penalty, and the logprobs GRPO needs must be those of the distribution
-the tokens were really drawn from — softmax(logits / temperature), exactly what the trainer recomputes.
+The sampling loop is ours rather than `model.generate`: a model's generation_config often carries top_k, top_p
+or a repetition penalty, and the logprobs GRPO needs must be those of the distribution the tokens were really
+drawn from — softmax(logits / temperature), exactly what the trainer recomputes. `generate` also runs one
+batch to its longest row; here requests join and leave between two tokens. Only the last position's logits
+are computed (`logits_to_keep=1`): a prefill of 100 prompts of 400 tokens over a 49k vocabulary would
+otherwise hold 8 GB of logits it never reads.
+
+The cache is transformers' DynamicCache; `select_cache` and `merge_caches` give ContinuousBatch the row and
+column surgery it needs (the same as model.py's for TinyLM's list of tensors).
 """
 
 from __future__ import annotations
@@ -11,8 +18,31 @@ from pathlib import Path
 
 import torch
 
-from . import BatchingEngine, Completion, GenerationRequest, trim
-from .sampling import sample_batch, sampling_request
+from . import BatchingEngine, GenerationRequest
+from .sampling import ContinuousBatch, SamplingRequest, sampling_request
+
+
+def select_cache(cache, rows: torch.Tensor, start: int = 0):
+    """Keep `rows` of every layer's keys and values, from column `start` on (columns all rows pad)."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, rows)[:, :, start:]
+        layer.values = layer.values.index_select(0, rows)[:, :, start:]
+    return cache
+
+
+def merge_caches(running, joining, width: int):
+    """`joining`'s rows under `running`'s, both left-padded (with zeros, masked out) to `width` columns."""
+    for mine, theirs in zip(running.layers, joining.layers, strict=True):
+        mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)])
+        mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)])
+    return running
+
+
+def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - tensor.shape[2]
+    if missing == 0:
+        return tensor
+    return torch.cat([tensor.new_zeros(*tensor.shape[:2], missing, tensor.shape[3]), tensor], dim=2)
 
 
 class TransformersEngine(BatchingEngine):
@@ -30,21 +60,19 @@ class TransformersEngine(BatchingEngine):
         self.max_context = getattr(self.model.config, "max_position_embeddings", None)
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
-    def _step(self, idx, cache, positions, key_mask, select=None):
-        if select is not None:
-            cache.batch_select_indices(select)
-        if key_mask is None:  # every row is real: the model's own full mask
-            attention = None
-        else:
-            attention = key_mask.long()
-        out = self.model(input_ids=idx, cache=cache, position_ids=positions, attention_mask=attention, use_cache=True)
+    @torch.no_grad()
+    def _step(self, idx, cache, positions, key_mask):
+        attention = None if key_mask is None else key_mask.long()  # None: every row is real, the model's own mask
+        out = self.model(input_ids=idx, cache=cache, position_ids=positions, attention_mask=attention, use_cache=True,
+                         logits_to_keep=1)
         return out.logits, out.cache
 
-    def _sample(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
-        sampled = sample_batch(self._step, [sampling_request(r) for r in requests], context=self.max_context,
+    def _open_batch(self) -> ContinuousBatch:
+        return ContinuousBatch(self._step, select=select_cache, merge=merge_caches, context=self.max_context or 1 << 31,
                                device=self.device)
-        return [[trim(tokens, logprobs, r.stop_ids, r.max_new_tokens) for tokens, logprobs in rows]
-                for r, rows in zip(requests, sampled, strict=True)]
+
+    def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
+        return sampling_request(request)
 
     def _load(self, state: dict) -> None:
         missing, unexpected = self.model.load_state_dict(state, strict=False)

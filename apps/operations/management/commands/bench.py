@@ -13,7 +13,8 @@ from apps.runs import wiring
 
 AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
          "ui": "apps.operations.benchmarks.ui", "sandbox": "workers.sandbox.bench",
-         "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer"}
+         "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
+         "engine": "workers.rl.bench.engine"}
 # The engine's benchmarks read no settings: they are handed a sandbox backend from the studio's wiring.
 BACKEND_DEFAULTS = {"sandbox": None, "pipeline": "process"}
 
@@ -41,10 +42,15 @@ class Command(BaseCommand):
         parser.add_argument("--target-reward", type=float, default=0.6,
                             help="trainer: the reward moving average both trainers race to")
         parser.add_argument("--pretrain-steps", type=int, default=1500, help="trainer: steps teaching the base model")
+        parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32],
+                            help="engine: concurrent requests, one measurement each")
+        parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")
 
     def handle(self, *args, area, **options):
         if options["steps"] is None:
             options.pop("steps")
+        if area == "engine":
+            options["models_dir"] = wiring.models_dir()
         if area in BACKEND_DEFAULTS:
             options["backend"] = wiring.sandbox_backend(options["backend"] or BACKEND_DEFAULTS[area])
         result = importlib.import_module(AREAS[area]).run(**options)
