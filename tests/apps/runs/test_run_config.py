@@ -98,10 +98,10 @@ def test_a_built_in_model_needs_no_directory(create, model_dirs):
 
 
 def test_the_packaged_real_model_is_built_in_and_an_unknown_built_in_name_is_refused(create, model_dirs):
-    run = create(model="builtin:smollm2-135m-instruct", engine="transformers", lora_rank=8)
-    assert run.config["model"] == "builtin:smollm2-135m-instruct"
     assert "unknown built-in model 'builtin:gpt-5'" in refused(create, model="builtin:gpt-5")
     assert "runs on the torch engine" in refused(create, model="builtin:demo-tiny", engine="transformers")
+    run = create(model="builtin:smollm2-135m-instruct", engine="transformers", lora_rank=8)
+    assert run.config["model"] == "builtin:smollm2-135m-instruct"
 
 
 def test_a_page_finds_a_models_tokenizer_directory_only_where_this_machine_has_it(model_dirs, settings, tmp_path):
