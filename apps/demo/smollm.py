@@ -4,25 +4,27 @@ SmolLM2-135M-Instruct (builtin:smollm2-135m-instruct) knows the formats and is u
 Python functions, answers "17+25 = 32", and has never seen our tool instructions. Three domains, each short
 enough that a step on two cores takes seconds, not minutes:
 - smol-sums: a+b for a, b up to 20, answered with just the number (the verifier reads the last number).
-- smol-python: the easier families of the coding domain, one fenced solution.py, hidden unittest tests.
-- smol-tools: an expression to evaluate with the run_python tool, then the number.
+- smol-python: one-line functions (x * a + b, divisibility, counting, slicing, vowels), one fenced solution.py,
+  hidden unittest tests. It writes the easiest right nearly always and the others sometimes: room to rise.
+  (The coding domain's families are beyond it: 0 of 16 at the start, and no signal to learn from.)
+- smol-tools: an expression to evaluate with the run_python tool, then the number. The prompt shows the call
+  once: without it the model never writes one (0 of 72 rollouts); with it, about 1 in 8 does.
 The bundle carries the run settings these are sized for (bundle `run_config`), so
 `manage.py train --bundle demo-smollm --steps N` needs no --set.
 """
 
 import random
+from collections.abc import Iterator
 
 from workers.rl.packaged import SMOLLM2_135M
 from workers.rl.tools import RUN_PYTHON_TOOL
 
-from . import coding
+from .coding import Problem, instance
 from .draft import Draft
 
 SUM_LIMIT = 20  # a, b in 0..20: 441 sums
 EXPRESSIONS = 300
 SEED = 135
-# The coding families with one short function a small model writes in a few lines.
-EASY_FAMILIES = {"sum-multiples", "clamp", "fizzbuzz", "digit-sum", "above-threshold", "long-words", "divisors"}
 
 RUN_CONFIG = {
     "model": SMOLLM2_135M.name, "engine": "transformers", "lora_rank": 16, "lora_alpha": 32,
@@ -48,8 +50,50 @@ def expression_instances() -> list[dict]:
     return items
 
 
+def _ints(rng, low=-20, high=40, most=8):
+    return [rng.randint(low, high) for _ in range(rng.randint(0, most))]
+
+
+def _word(rng):
+    return "".join(rng.choice("abcdeiouxyzAEIOU") for _ in range(rng.randint(0, 12)))
+
+
+def one_liners() -> Iterator[Problem]:
+    for a in range(2, 7):
+        for b in range(1, 10, 2):
+            yield Problem(f"scale-{a}-shift-{b}", "scale-shift", "transform", "def transform(x: int) -> int",
+                          f"Write a Python function transform(x) that returns x * {a} + {b}.",
+                          f"def transform(x):\n    return x * {a} + {b}\n", lambda x, a=a, b=b: x * a + b,
+                          ((0,), (-3,)), lambda rng: (rng.randint(-100, 100),))
+    for k in range(2, 13):
+        yield Problem(f"divisible-by-{k}", "divisible", "divisible", "def divisible(n: int) -> bool",
+                      f"Write a Python function divisible(n) that returns True if n is divisible by {k}, else False.",
+                      f"def divisible(n):\n    return n % {k} == 0\n", lambda n, k=k: n % k == 0,
+                      ((0,), (k,), (k + 1,)), lambda rng: (rng.randint(-60, 60),))
+    for t in (-5, 0, 3, 7, 10, 15, 20):
+        yield Problem(f"count-above-{'minus-' if t < 0 else ''}{abs(t)}", "count-above", "count_above",
+                      "def count_above(xs: list[int]) -> int",
+                      f"Write a Python function count_above(xs) that returns how many numbers in the list xs are "
+                      f"greater than {t}.",
+                      f"def count_above(xs):\n    return sum(1 for x in xs if x > {t})\n",
+                      lambda xs, t=t: len([x for x in xs if x > t]), (([],), ([t, t + 1],)),
+                      lambda rng: (_ints(rng),))
+    for k in range(1, 6):
+        yield Problem(f"last-{k}", "last-items", "last_items", "def last_items(xs: list[int]) -> list[int]",
+                      f"Write a Python function last_items(xs) that returns the last {k} items of the list xs (all "
+                      f"of them if it has fewer).",
+                      f"def last_items(xs):\n    return xs[-{k}:]\n", lambda xs, k=k: xs[max(0, len(xs) - k):],
+                      (([],), (list(range(k + 2)),)), lambda rng: (_ints(rng),))
+    yield Problem("count-vowels", "vowels", "count_vowels", "def count_vowels(s: str) -> int",
+                  "Write a Python function count_vowels(s) that returns how many vowels (a, e, i, o, u, upper or "
+                  "lower case) the string s contains.",
+                  "def count_vowels(s):\n    return sum(1 for c in s.lower() if c in 'aeiou')\n",
+                  lambda s: len([c for c in s if c in "aeiouAEIOU"]), (("",), ("AEIOUx",)), lambda rng: (_word(rng),))
+
+
 def python_instances() -> list[dict]:
-    return [item for item in coding.instances() if item["inputs"]["family"] in EASY_FAMILIES]
+    rng = random.Random(SEED)
+    return [instance(problem, rng) for problem in one_liners()]
 
 
 def drafts() -> list[Draft]:
@@ -60,27 +104,25 @@ def drafts() -> list[Draft]:
         "limits": {"max_turns": 1, "max_tokens": 10, "max_seconds": 10},
     }
     functions = {
-        "system_prompt": "You write small, correct Python functions. Reply with the complete solution.py in one "
-                         "```python block.",
-        "prompt_template": coding.PROMPT,
+        "prompt_template": "{statement} For example, {example}. Reply with the code in one ```python block.",
         "sandbox_image": "python-3-11",
         "verifier": "python-unit-tests",
-        "limits": {"max_turns": 1, "max_tokens": 128, "max_seconds": 60},
+        "limits": {"max_turns": 1, "max_tokens": 64, "max_seconds": 60},
     }
     tool_use = {
-        "system_prompt": "You have a Python sandbox. Call run_python to compute, then reply with just the number.",
-        "prompt_template": "What is {expression}? Compute it with run_python first, then answer with just the "
-                           "number.",
+        "prompt_template": "What is {expression}? First call the run_python tool with a line like this one:\n"
+                           '<tool_call>{{"name": "run_python", "arguments": {{"code": "print({expression})"}}}}'
+                           "</tool_call>\nWhen the tool answers, reply with just the number.",
         "tools": [RUN_PYTHON_TOOL],
         "sandbox_image": "python-3-11",
         "verifier": "numeric-exact",
-        "limits": {"max_turns": 2, "max_tokens": 64, "max_seconds": 60},
+        "limits": {"max_turns": 3, "max_tokens": 48, "max_seconds": 60},
     }
     return [
         Draft("task_template", "smol-sum", "a+b for a, b up to 20, answered with just the number.", sums,
               sum_instances()),
-        Draft("task_template", "smol-functions", "The coding domain's easier families, one fenced function, "
-              "no tools.", functions, python_instances()),
+        Draft("task_template", "smol-functions", "One-line Python functions, one fenced block, hidden unittest "
+              "tests.", functions, python_instances()),
         Draft("task_template", "smol-run-python", "An expression computed with the run_python tool, then the "
               "number.", tool_use, expression_instances()),
         Draft("domain", "smol-sums", "Short sums for a small real model.",

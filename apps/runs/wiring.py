@@ -16,7 +16,7 @@ from django.conf import settings
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.grading import LocalVerifier
 from workers.rl.metrics import Prices
-from workers.rl.packaged import PACKAGED_MODELS, ModelUnavailable, cache_directory, gguf_file
+from workers.rl.packaged import PACKAGED_MODELS, ModelUnavailable, cache_directory, converted, gguf_file
 from workers.rl.taskset import TaskSet
 from workers.rl.tools import SandboxToolRunner
 from workers.rl.types import Model
@@ -95,6 +95,11 @@ def checkpoint_dir(run_id) -> Path:
 def models_dir() -> Path:
     """Where built-in base models are cached (pretrained once per corpus, converted once per file)."""
     return Path(settings.DATA_DIR) / "models"
+
+
+def packaged_model(model: str) -> Path:
+    """The converted directory of a packaged model (workers/rl/packaged.py), converting it if needed."""
+    return converted(PACKAGED_MODELS[model], models_dir())
 
 
 def model_directory(model: str) -> Path | None:

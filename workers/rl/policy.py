@@ -92,6 +92,7 @@ class _FrozenTiny:
 
 class HFPolicy:
     kind = "hf"
+    shares_prompts = True  # logprobs() computes a prompt all rows share once (_hf_logits)
 
     def __init__(self, path: str, *, device: str = "cpu", lora_rank: int = 0, lora_alpha: int = 16,
                  lora_target_modules: list[str] | None = None):
@@ -168,9 +169,27 @@ class HFPolicy:
 
 def _hf_logits(model, ids, attention_mask, first: int):
     """Logits predicting ids[:, first + 1:] only (`logits_to_keep`): with a 49k vocabulary the output layer and
-    its softmax over every prompt position cost a fifth of the compute and most of the memory, for nothing."""
-    return model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                 logits_to_keep=ids.shape[1] - 1 - first).logits
+    its softmax over every prompt position cost a fifth of the compute and most of the memory, for nothing.
+
+    When every row starts with the same ids[:, :first + 1] — the samples of one GRPO group share their prompt —
+    the prompt goes through the model once, not once per sample: its keys and values (with their autograd
+    history, so LoRA on the attention still learns from them) are expanded to every row, and only the rows'
+    own tokens are computed. On a CPU, where a group's 8 copies of a 150-token prompt outweigh 10-token answers,
+    that is most of a step's compute."""
+    rows, prefix = ids.shape[0], first + 1
+    if rows == 1 or prefix < 2 or not bool((ids[:, :prefix] == ids[:1, :prefix]).all()):
+        return model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                     logits_to_keep=ids.shape[1] - 1 - first).logits
+    shared = model(input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1)
+    cache = shared.cache
+    for layer in cache.layers:  # a view per row, no copy; the gradient of every row flows back to the prompt
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
+    suffix = ids[:, prefix:-1]
+    positions = torch.arange(prefix, prefix + suffix.shape[1], device=ids.device).expand(rows, -1)
+    rest = model(input_ids=suffix, cache=cache, position_ids=positions, attention_mask=attention_mask[:, :-1],
+                 use_cache=True).logits if suffix.shape[1] else ids.new_zeros(rows, 0, shared.logits.shape[-1])
+    return torch.cat([shared.logits.expand(rows, -1, -1), rest.to(shared.logits.dtype)], dim=1)
 
 
 class _FrozenHF:

@@ -67,19 +67,17 @@ class GRPOTrainer:
         started = time.monotonic()
         self.policy.train()
         device = self.policy.device
-        rows = [(t.training_sequence(), t.advantage) for group in groups for t in group]
+        grouped = [[(t.training_sequence(), t.advantage) for t in group] for group in groups]
+        rows = [row for group in grouped for row in group]
         if not rows:  # no group carried signal: nothing to learn from, but the step (and its schedule) passes
             learning_rate = self.optimizer.param_groups[0]["lr"]
             self.lr_scheduler.step()
             self.step += 1
             return StepStats(loss=0.0, kl=0.0, entropy=0.0, clip_fraction=0.0, grad_norm=0.0, tokens=0, sequences=0,
                              learning_rate=learning_rate, seconds=time.monotonic() - started)
-        rows.sort(key=lambda row: len(row[0][0]))  # similar lengths share a micro-batch: less padding
         total_tokens = sum(sum(mask[1:]) for (_, mask, _), _ in rows)
         totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
-        size = self.config.micro_batch_size
-        for start in range(0, len(rows), size):
-            chunk = rows[start:start + size]
+        for chunk in self._micro_batches(grouped):
             width = max(len(ids) for (ids, _, _), _ in chunk)
             ids = torch.zeros(len(chunk), width, dtype=torch.long)
             mask = torch.zeros(len(chunk), width)
@@ -116,6 +114,19 @@ class GRPOTrainer:
                          clip_fraction=totals["clip_fraction"] / denominator, grad_norm=float(grad_norm),
                          tokens=total_tokens, sequences=len(rows), learning_rate=learning_rate,
                          seconds=time.monotonic() - started)
+
+    def _micro_batches(self, grouped: list[list[tuple]]) -> list[list[tuple]]:
+        """Rows — (training sequence, advantage) — in micro-batches of at most micro_batch_size. Similar lengths
+        share a micro-batch (less padding); for a policy that computes a shared prompt once (HFPolicy), a
+        micro-batch holds the samples of one group only, so that its rows share their prompt."""
+        size = self.config.micro_batch_size
+        if not getattr(self.policy, "shares_prompts", False):
+            grouped = [[row for group in grouped for row in group]]
+        chunks = []
+        for rows in grouped:
+            rows = sorted(rows, key=lambda row: len(row[0][0]))
+            chunks += [rows[start:start + size] for start in range(0, len(rows), size)]
+        return chunks
 
     # --- resumable state ---------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from apps.accounts.models import AuditEvent, Project
-from apps.demo import arithmetic, coding, docqa, modelling3d
+from apps.demo import arithmetic, coding, docqa, modelling3d, smollm
 from apps.registry.models import Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
@@ -185,6 +185,18 @@ def test_canonical_solutions_pass_their_hidden_tests(tmp_path):
     for item, result in zip(sample, results, strict=True):
         assert result.returncode == 0, f"{item['key']}:\n{result.stderr}"
         assert "Ran 2 tests" in result.stderr and "OK" in result.stderr
+
+
+def test_the_real_model_demo_one_liners_pass_their_hidden_tests_and_returning_none_fails(tmp_path):
+    items = smollm.python_instances()
+    sample = _sample_across_families(items, per_family=2, rng=random.Random(9))
+    runs = [(i, "canonical", i["hidden"]["canonical_solution"]) for i in sample]
+    runs += [(i, "none", f"def {i['hidden']['entry_point']}(*args):\n    return None\n") for i in sample]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda run: _run_unittest(
+            tmp_path / f"{run[1]}-{run[0]['key']}", solution=run[2], test_solution=run[0]["hidden"]["tests"]), runs))
+    for (item, how, _), result in zip(runs, results, strict=True):
+        assert (result.returncode == 0) == (how == "canonical"), f"{item['key']} ({how}):\n{result.stderr}"
 
 
 WRONG_SOLUTIONS = {

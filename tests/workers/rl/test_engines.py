@@ -182,3 +182,41 @@ def test_the_transformers_engine_batches_continuously_with_true_logprobs(tiny_hf
             assert completion.logprobs == pytest.approx(
                 _recomputed(policy, request.prompt_ids, completion, request.temperature), abs=1e-4)
     engine.close()
+
+
+def test_a_prompt_the_rows_share_is_computed_once_with_the_same_logprobs_and_gradients(tiny_hf):
+    """The trainer's micro-batch of one GRPO group: the shared prompt goes through the model once (its keys and
+    values expanded to every row). Logprobs and LoRA gradients must equal those of each row on its own."""
+    policy = HFPolicy(tiny_hf, lora_rank=4)
+    with torch.no_grad():
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.3)
+    chat = HFChat(policy.tokenizer)
+    prompt = chat.prompt([{"role": "user", "content": "12+7="}], [])
+    answers = [chat.tokenizer.encode(text, add_special_tokens=False) for text in ("19", "20 or 19", "1")]
+    width = len(prompt) + max(len(a) for a in answers)
+    ids = torch.zeros(len(answers), width, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for row, answer in enumerate(answers):
+        ids[row, :len(prompt) + len(answer)] = torch.tensor(prompt + answer)
+        attention[row, :len(prompt) + len(answer)] = 1
+    first = len(prompt) - 1  # the first answer token is ids[:, first + 1]
+
+    def lora_gradients():
+        return {name: p.grad.clone() for name, p in policy.model.named_parameters() if p.grad is not None}
+
+    shared, _ = policy.logprobs(ids, attention, 0.8, first)
+    (shared * attention[:, first + 1:]).sum().backward()
+    shared_gradients = lora_gradients()
+    policy.model.zero_grad()
+    alone_rows = []
+    for row in range(len(answers)):
+        alone, _ = policy.logprobs(ids[row:row + 1], attention[row:row + 1], 0.8, first)
+        (alone * attention[row:row + 1, first + 1:]).sum().backward()
+        alone_rows.append(alone[0])
+    assert shared.shape == (len(answers), width - 1 - first)
+    real = attention[:, first + 1:].bool()
+    assert shared[real].tolist() == pytest.approx(torch.stack(alone_rows)[real].tolist(), abs=1e-5)
+    for name, gradient in lora_gradients().items():
+        assert torch.allclose(shared_gradients[name], gradient, atol=1e-5), name

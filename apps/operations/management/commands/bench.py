@@ -42,6 +42,9 @@ class Command(BaseCommand):
         parser.add_argument("--target-reward", type=float, default=0.6,
                             help="trainer: the reward moving average both trainers race to")
         parser.add_argument("--pretrain-steps", type=int, default=1500, help="trainer: steps teaching the base model")
+        parser.add_argument("--smollm-steps", type=int, default=4, help="trainer: steps of the SmolLM2 workload")
+        parser.add_argument("--workloads", nargs="+", choices=["tiny", "smollm2"], default=["tiny", "smollm2"],
+                            help="trainer: which models to compare on")
         parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32],
                             help="engine: concurrent requests, one measurement each")
         parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")
@@ -49,8 +52,10 @@ class Command(BaseCommand):
     def handle(self, *args, area, **options):
         if options["steps"] is None:
             options.pop("steps")
-        if area == "engine":
+        if area in ("engine", "trainer"):
             options["models_dir"] = wiring.models_dir()
+        if area == "trainer":
+            options["workloads"] = tuple(options.pop("workloads"))
         if area in BACKEND_DEFAULTS:
             options["backend"] = wiring.sandbox_backend(options["backend"] or BACKEND_DEFAULTS[area])
         result = importlib.import_module(AREAS[area]).run(**options)

@@ -24,6 +24,7 @@ from apps.runs.models import ACTIVE_STATUSES, Run
 from apps.runs.pins import bundle_tasks
 from apps.runs.services import RunError, run_claim, run_create
 from workers.rl.config import RunConfig
+from workers.rl.packaged import PACKAGED_MODELS
 
 
 def parse_setting(text: str) -> tuple[str, object]:
@@ -51,8 +52,8 @@ class Command(BaseCommand):
         parser.add_argument("--if-idle", action="store_true",
                             help="queue nothing if the project already has a queued or running run (make demo)")
         parser.add_argument("--prepare", action="store_true",
-                            help="before queueing, pretrain the built-in base model here if it is not cached, so "
-                                 "the worker starts training at once")
+                            help="before queueing, pretrain (demo-tiny) or convert (packaged models) the built-in "
+                                 "base model here if it is not cached, so the worker starts training at once")
 
     def handle(self, *args, bundle, steps, project, name, overrides, headless, as_json, if_idle, prepare, **_):
         console = Console(stderr=True)
@@ -82,6 +83,11 @@ class Command(BaseCommand):
 
     def prepare(self, run, console):
         config = RunConfig.from_dict(run.config)
+        if config.model in PACKAGED_MODELS:
+            with console.status(f"converting {config.model} to safetensors (once per data directory, ~30-45 s)"):
+                path = wiring.packaged_model(config.model)
+            console.print(f"base model ready: {path}")
+            return
         if not config.model.startswith("builtin:"):
             return
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
