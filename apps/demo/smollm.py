@@ -26,8 +26,10 @@ SUM_LIMIT = 20  # a, b in 0..20: 441 sums
 EXPRESSIONS = 300
 SEED = 135
 
+# sync: on a CPU the engine and the trainer would share the same cores (each with its own thread pool, so four
+# busy threads on two cores); one after the other wastes nothing. On a GPU worker, --set mode=async.
 RUN_CONFIG = {
-    "model": SMOLLM2_135M.name, "engine": "transformers", "lora_rank": 16, "lora_alpha": 32,
+    "mode": "sync", "model": SMOLLM2_135M.name, "engine": "transformers", "lora_rank": 16, "lora_alpha": 32,
     "learning_rate": 2e-4, "groups_per_step": 4, "group_size": 8, "rollout_concurrency": 8,
     "max_staleness": 1, "micro_batch_size": 8, "eval_tasks_per_domain": 16, "checkpoint_every": 10,
 }

@@ -106,7 +106,12 @@ def _convert(gguf: Path, out: Path) -> None:
         shutil.rmtree(out)  # an interrupted conversion's leftovers
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    plain = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    # The loaded config still says "quantized with GGUF": saved as is, trainers refuse the directory (Trainer:
+    # "quantization method does not support training") though its weights are plain float32 now.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
     plain.save_pretrained(out)

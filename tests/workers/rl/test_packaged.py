@@ -51,6 +51,7 @@ def test_the_converted_model_is_the_real_one(smollm):
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
     assert 134_000_000 < sum(p.numel() for p in model.parameters()) < 135_000_000
+    assert "quantization_config" not in json.loads((directory / "config.json").read_text())  # trainable weights
     chat = HFChat(tokenizer)
     prompt = chat.prompt([{"role": "user", "content": "What is the capital of France?"}], [])
     assert tokenizer.decode(prompt).startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
