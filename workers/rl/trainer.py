@@ -116,17 +116,27 @@ class GRPOTrainer:
                          seconds=time.monotonic() - started)
 
     def _micro_batches(self, grouped: list[list[tuple]]) -> list[list[tuple]]:
-        """Rows — (training sequence, advantage) — in micro-batches of at most micro_batch_size. Similar lengths
-        share a micro-batch (less padding); for a policy that computes a shared prompt once (HFPolicy), a
-        micro-batch holds the samples of one group only, so that its rows share their prompt."""
+        """Rows — (training sequence, advantage) — in micro-batches of at most micro_batch_size.
+
+        For a policy that computes a prompt all rows of a micro-batch share once (HFPolicy), micro-batches take
+        whole groups while they fit, so a micro-batch of one group's size shares its prompt (the real model's
+        case: 8 samples of a 40-600-token prompt) and a large one still takes many groups in one pass (a tiny
+        model, where a forward call costs more than the tokens it saves). Otherwise similar lengths share a
+        micro-batch, for less padding."""
         size = self.config.micro_batch_size
         if not getattr(self.policy, "shares_prompts", False):
-            grouped = [[row for group in grouped for row in group]]
-        chunks = []
-        for rows in grouped:
-            rows = sorted(rows, key=lambda row: len(row[0][0]))
-            chunks += [rows[start:start + size] for start in range(0, len(rows), size)]
-        return chunks
+            rows = sorted((row for group in grouped for row in group), key=lambda row: len(row[0][0]))
+            return [rows[start:start + size] for start in range(0, len(rows), size)]
+        chunks, current = [], []
+        for group in grouped:
+            if len(group) > size:  # a group larger than a micro-batch: its own pieces, each sharing the prompt
+                chunks += [group[start:start + size] for start in range(0, len(group), size)]
+                continue
+            if len(current) + len(group) > size:
+                chunks.append(current)
+                current = []
+            current += group
+        return chunks + ([current] if current else [])
 
     # --- resumable state ---------------------------------------------------------------------------------
 

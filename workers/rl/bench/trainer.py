@@ -57,6 +57,7 @@ class Workload:
     learning_rate: float
     lora_rank: int = 0
     lora_alpha: int = 16
+    micro_batch_size: int | None = None  # ours; None: the whole step in one pass
 
     def problems(self) -> list[tuple[int, int]]:
         problems = [(a, b) for a in range(self.limit) for b in range(self.limit)]
@@ -65,7 +66,8 @@ class Workload:
 
     def describe(self) -> dict:
         return {"prompt": self.prompt_template, "prompts_per_step": self.prompts, "samples_per_prompt": self.group,
-                "max_new_tokens": self.new_tokens, "learning_rate": self.learning_rate, "lora_rank": self.lora_rank}
+                "max_new_tokens": self.new_tokens, "learning_rate": self.learning_rate, "lora_rank": self.lora_rank,
+                "our_micro_batch_size": self.micro_batch_size or self.prompts * self.group}
 
 
 def _last_number_is(text: str, expected: int) -> bool:
@@ -103,7 +105,8 @@ def _ours(work: Workload, steps: int, target: float) -> dict:
                             verifier_spec=verifier)
     config = RunConfig.from_dict(RunConfig.resolve({
         "mode": "sync", "groups_per_step": work.prompts, "group_size": work.group, "dynamic_sampling": False,
-        "curriculum": False, "learning_rate": work.learning_rate, "micro_batch_size": work.prompts * work.group,
+        "curriculum": False, "learning_rate": work.learning_rate,
+        "micro_batch_size": work.micro_batch_size or work.prompts * work.group,
         "clip_low": 0.2, "clip_high": 0.28, "checkpoint_every": 10_000, "eval_tasks_per_domain": 0,
         "model": str(model_dir), "engine": "transformers", "lora_rank": work.lora_rank,
         "lora_alpha": work.lora_alpha}))
@@ -201,6 +204,7 @@ def run(*, models_dir: Path, steps: int = 100, smollm_steps: int = 4, target_rew
                 model="LlamaForCausalLM 128 hidden × 4 layers, character tokenizer (workers.rl.hf_tiny)")
     if "smollm2" in workloads:
         smollm = Workload(converted(SMOLLM2_135M, models_dir), "What is {a}+{b}? Answer with just the number.",
-                          limit=21, prompts=4, group=8, new_tokens=8, learning_rate=2e-4, lora_rank=16, lora_alpha=32)
+                          limit=21, prompts=4, group=8, new_tokens=8, learning_rate=2e-4, lora_rank=16, lora_alpha=32,
+                          micro_batch_size=8)  # as demo-smollm runs it: one group a pass, its prompt computed once
         result["smollm2"] = _compare(smollm, smollm_steps, target_reward, model=SMOLLM2_135M.description)
     return result
