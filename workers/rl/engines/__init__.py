@@ -1,15 +1,15 @@
 """Inference engines behind one interface: generate groups of samples with their logprobs; load new weights.
 
 - `torch`: the project's own TinyLM with a KV cache, on the CPU or a GPU (torch_engine.py).
-- `transformers`: any Hugging Face causal LM loaded from a local path (hf.py).
+- `transformers`: any Hugging Face causal LM loaded from a local path, with transformers' KV cache (hf.py).
 - `vllm`: for GPU workers (vllm_engine.py); vLLM is imported only when this engine is built, and runs in the
   GPU worker's own environment (requirements/gpu.txt), since it pins its own torch and transformers.
 
 All three share `BatchingEngine`: many rollout threads call `generate` at once, and one loop hands the model
-everything waiting. The torch engine batches continuously: requests join the running batch between two tokens
-and leave when done, so a short answer never waits behind a long one. The others run one batch at a time (for
-vLLM, one `LLM.generate` call over everything waiting, which vLLM batches inside); requests that arrive
-meanwhile form the next batch. New weights wait beside the model and are swapped in between two batches (two
+everything waiting. The torch and transformers engines batch continuously: requests join the running batch
+between two tokens and leave when done, so a short answer never waits behind a long one. vLLM runs one
+`LLM.generate` call over everything waiting (it batches continuously inside); requests that arrive meanwhile
+form the next call. New weights wait beside the model and are swapped in between two batches (two
 tokens, when continuous), so the trainer never waits for a batch of long samples to finish. Each engine counts
 the seconds it spent generating, shared out as each completion's policy compute cost.
 
