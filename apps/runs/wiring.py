@@ -16,7 +16,14 @@ from django.conf import settings
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.grading import LocalVerifier
 from workers.rl.metrics import Prices
-from workers.rl.packaged import PACKAGED_MODELS, ModelUnavailable, cache_directory, converted, gguf_file
+from workers.rl.packaged import (
+    PACKAGED_MODELS,
+    TRAINABLE_BUILTINS,
+    ModelUnavailable,
+    cache_directory,
+    converted,
+    gguf_file,
+)
 from workers.rl.taskset import TaskSet
 from workers.rl.tools import SandboxToolRunner
 from workers.rl.types import Model
@@ -124,9 +131,8 @@ def model_problem(model: str) -> str | None:
                 gguf_file(PACKAGED_MODELS[model])
             except ModelUnavailable as exc:
                 return str(exc)
-        elif model not in (REFERENCE_MODEL, "builtin:demo-tiny"):
-            return f"unknown built-in model {model!r}; the built-in ones are " + ", ".join(
-                ["builtin:demo-tiny", *PACKAGED_MODELS])
+        elif model not in (REFERENCE_MODEL, *TRAINABLE_BUILTINS):
+            return f"unknown built-in model {model!r}; the built-in ones are " + ", ".join(TRAINABLE_BUILTINS)
         return None
     if "\x00" in model:  # no file system takes it (Path.resolve raises ValueError)
         return f"model {model!r} holds a NUL character: not a path"

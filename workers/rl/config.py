@@ -69,7 +69,7 @@ class RunConfig:
     marks a reference check (apps/runs/reference.py), which is never trained."""
     engine: Literal["torch", "transformers", "vllm"] = "torch"
     """Inference engine: torch (the built-in demo model, KV cache), transformers (any HF causal LM, the packaged
-    ones included; a Hugging Face model given `torch` samples with it too), vllm (GPU)."""
+    ones included; a Hugging Face model given `torch` samples on transformers too), vllm (GPU)."""
     device: str = "auto"
     """cpu, cuda, cuda:1 ... or auto (cuda when available)."""
     temperature: float = 1.0

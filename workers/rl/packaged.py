@@ -37,6 +37,9 @@ SMOLLM2_135M = PackagedModel(
     description="SmolLM2-135M-Instruct (Hugging Face), 134.5M parameters, 4-bit GGUF dequantized to float32")
 
 PACKAGED_MODELS = {model.name: model for model in (SMOLLM2_135M,)}
+# Every built-in a run may train: the demo's own model (pretrained here, policies.py) and the packaged ones.
+DEMO_MODEL = "builtin:demo-tiny"
+TRAINABLE_BUILTINS = (DEMO_MODEL, *PACKAGED_MODELS)
 
 
 class ModelUnavailable(RuntimeError):

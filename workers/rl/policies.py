@@ -20,7 +20,7 @@ import torch
 from .base_model import pretrain, reference_turns
 from .chat import CharChat, CharTokenizer, HFChat
 from .config import REFERENCE_MODEL, RunConfig
-from .packaged import PACKAGED_MODELS, converted
+from .packaged import DEMO_MODEL, PACKAGED_MODELS, TRAINABLE_BUILTINS, converted
 from .policy import HFPolicy, TinyLMPolicy
 from .taskset import TaskSet
 from .types import Model
@@ -79,9 +79,9 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
         if config.model == REFERENCE_MODEL:
             raise ValueError("a reference check answers with the tasks' references and trains nothing: "
                              "run it with `manage.py reference_check`, not as a training run")
-        if config.model != "builtin:demo-tiny":
+        if config.model != DEMO_MODEL:
             raise ValueError(f"unknown built-in model {config.model!r}; the built-in ones are "
-                             f"{', '.join(['builtin:demo-tiny', *PACKAGED_MODELS])}")
+                             f"{', '.join(TRAINABLE_BUILTINS)}")
         from .engines.torch_engine import TorchEngine
 
         policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,

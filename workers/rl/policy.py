@@ -187,9 +187,12 @@ def _hf_logits(model, ids, attention_mask, first: int):
         layer.values = layer.values.expand(rows, -1, -1, -1)
     suffix = ids[:, prefix:-1]
     positions = torch.arange(prefix, prefix + suffix.shape[1], device=ids.device).expand(rows, -1)
+    first_logits = shared.logits.expand(rows, -1, -1)  # the prompt's last position predicts each row's first token
+    if not suffix.shape[1]:
+        return first_logits
     rest = model(input_ids=suffix, cache=cache, position_ids=positions, attention_mask=attention_mask[:, :-1],
-                 use_cache=True).logits if suffix.shape[1] else ids.new_zeros(rows, 0, shared.logits.shape[-1])
-    return torch.cat([shared.logits.expand(rows, -1, -1), rest.to(shared.logits.dtype)], dim=1)
+                 use_cache=True).logits
+    return torch.cat([first_logits, rest], dim=1)
 
 
 class _FrozenHF:

@@ -220,3 +220,6 @@ def test_a_prompt_the_rows_share_is_computed_once_with_the_same_logprobs_and_gra
     assert shared[real].tolist() == pytest.approx(torch.stack(alone_rows)[real].tolist(), abs=1e-5)
     for name, gradient in lora_gradients().items():
         assert torch.allclose(shared_gradients[name], gradient, atol=1e-5), name
+    # Answers of one token each: only the prompt's last position predicts, nothing follows it.
+    one_token, _ = policy.logprobs(ids[:, :first + 2], attention[:, :first + 2], 0.8, first)
+    assert one_token[:, 0].tolist() == pytest.approx(shared[:, 0].tolist(), abs=1e-5)
