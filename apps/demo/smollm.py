@@ -7,8 +7,9 @@ enough that a step on two cores takes seconds, not minutes:
 - smol-python: one-line functions (x * a + b, divisibility, counting, slicing, vowels), one fenced solution.py,
   hidden unittest tests. It writes the easiest right nearly always and the others sometimes: room to rise.
   (The coding domain's families are beyond it: 0 of 16 at the start, and no signal to learn from.)
-- smol-tools: an expression to evaluate with the run_python tool, then the number. The prompt shows the call
-  once: without it the model never writes one (0 of 72 rollouts); with it, about 1 in 8 does.
+- smol-tools: an expression to evaluate with the run_python tool, then the number. The template's examples show
+  the call made once, as an earlier exchange: described in the prompt instead, it was never made (0 tool calls
+  in 88 rollouts of a 12-step run).
 The bundle carries the run settings these are sized for (bundle `run_config`), so
 `manage.py train --bundle demo-smollm --steps N` needs no --set.
 """
@@ -112,9 +113,17 @@ def drafts() -> list[Draft]:
         "limits": {"max_turns": 1, "max_tokens": 64, "max_seconds": 60},
     }
     tool_use = {
-        "prompt_template": "What is {expression}? First call the run_python tool with a line like this one:\n"
-                           '<tool_call>{{"name": "run_python", "arguments": {{"code": "print({expression})"}}}}'
-                           "</tool_call>\nWhen the tool answers, reply with just the number.",
+        # The call is shown made, once, as an earlier exchange: told the format in words, SmolLM2-135M wrote no
+        # parsable call in 32 samples; shown it made, 2 in 32 were parsable and 16 began one (measured with
+        # `generate` at temperature 1) — something for RL to reward.
+        "examples": [
+            {"role": "user", "content": "What is 12 * 13 + 100? Use the run_python tool."},
+            {"role": "assistant", "content": '<tool_call>\n{"name": "run_python", "arguments": '
+                                             '{"code": "print(12 * 13 + 100)"}}\n</tool_call>'},
+            {"role": "tool", "content": "256"},
+            {"role": "assistant", "content": "256"},
+        ],
+        "prompt_template": "What is {expression}? Use the run_python tool.",
         "tools": [RUN_PYTHON_TOOL],
         "sandbox_image": "python-3-11",
         "verifier": "numeric-exact",

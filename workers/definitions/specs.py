@@ -88,8 +88,18 @@ class Limits(Spec):
     max_seconds: float = Field(default=60, gt=0, le=86_400)
 
 
+class ExampleMessage(Spec):
+    role: Literal["user", "assistant", "tool"]
+    content: str = Field(min_length=1)
+
+
 class TaskTemplateSpec(Spec):
     system_prompt: str = ""
+    # A worked exchange shown before every instance's prompt, as earlier turns of the conversation (few-shot as
+    # multi-turn, lm-evaluation-harness' fewshot_as_multiturn): a small model copies a tool call it has seen
+    # made far more often than one it is told to make. Literal text, not a format string.
+    examples: list[ExampleMessage] = Field(default_factory=list, description="earlier turns shown before the prompt: "
+                                           "user first, assistant last, tool results after an assistant turn")
     prompt_template: str = Field(min_length=1, description="Python format string over the instance inputs")
     tools: list[ToolSpec] = Field(default_factory=list)
     sandbox_image: Ref
@@ -101,6 +111,28 @@ class TaskTemplateSpec(Spec):
     def prompt_parses(cls, template: str) -> str:
         prompt_placeholders(template)
         return template
+
+    @field_validator("examples")
+    @classmethod
+    def examples_are_a_conversation(cls, examples: list[ExampleMessage]) -> list[ExampleMessage]:
+        if not examples:
+            return examples
+        if examples[0].role != "user" or examples[-1].role != "assistant":
+            raise ValueError("examples begin with a user turn and end with an assistant turn")
+        for before, message in zip(examples, examples[1:], strict=False):
+            if message.role == before.role and message.role != "tool":
+                raise ValueError(f"two {message.role} turns in a row; user and assistant turns alternate")
+            if message.role == "tool" and before.role not in ("assistant", "tool"):
+                raise ValueError("a tool result follows the assistant turn that called the tool")
+        return examples
+
+    @model_serializer(mode="wrap")
+    def _without_empty_examples(self, handler):
+        # Left out when empty: templates published before the field existed keep their content hash.
+        data = handler(self)
+        if not data.get("examples"):
+            data.pop("examples", None)
+        return data
 
     @field_validator("tools")
     @classmethod

@@ -62,7 +62,8 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine, c
                 id=trajectory_id(run_id, task.seq, index), run_id=run_id, seq=task.seq, sample=index,
                 domain=template.domain, template=template.key, task_key=item.key, task_hash=task.item_hash,
                 image=template.image.key, verifier=template.verifier_key, policy_version=engine.policy_version,
-                prompt_ids=list(prompt_ids), turns=[Turn(role=m["role"], content=m["content"]) for m in messages],
+                prompt_ids=list(prompt_ids),
+                turns=[Turn(role=m["role"], content=m["content"]) for m in template.messages(item, examples=False)],
                 started_at=wall_started)
             samples.append(_Sample(task, trajectory, list(messages), list(prompt_ids), time.monotonic()))
             board.set(trajectory.id, Phase.GENERATION)

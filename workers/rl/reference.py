@@ -59,7 +59,8 @@ def reference_rollout(run_id: str, task: Task, answers: list[str], tool_runner) 
                             domain=template.domain, template=template.key, task_key=task.item.key,
                             task_hash=task.item_hash, image=template.image.key, verifier=template.verifier_key,
                             policy_version=0, started_at=time.time(), step=1,
-                            turns=[Turn(role=m["role"], content=m["content"]) for m in template.messages(task.item)])
+                            turns=[Turn(role=m["role"], content=m["content"])
+                                   for m in template.messages(task.item, examples=False)])
     tools = list(template.tools)
     for index, text in enumerate(answers):
         calls = parse_tool_calls(text, tools) if tools else []

@@ -44,23 +44,32 @@ class TaskTemplate:
     image: SandboxImage
     verifier_key: str  # "verifier/numeric-exact@1"
     verifier_spec: dict
+    examples: tuple[dict, ...] = ()  # earlier turns the model sees before each prompt (few-shot), {role, content}
 
     @classmethod
     def from_spec(cls, *, key: str, domain: str, spec: dict, image: SandboxImage, verifier_key: str,
                   verifier_spec: dict) -> TaskTemplate:
         return cls(key=key, domain=domain, system_prompt=spec.get("system_prompt", ""),
                    prompt_template=spec["prompt_template"], tools=tuple(spec.get("tools", ())),
-                   limits=dict(spec["limits"]), image=image, verifier_key=verifier_key, verifier_spec=verifier_spec)
+                   limits=dict(spec["limits"]), image=image, verifier_key=verifier_key, verifier_spec=verifier_spec,
+                   examples=tuple(spec.get("examples", ())))
 
     def to_json(self) -> dict:
-        return {**asdict(self), "tools": list(self.tools), "image": self.image.to_json()}
+        return {**asdict(self), "tools": list(self.tools), "examples": list(self.examples),
+                "image": self.image.to_json()}
 
     @classmethod
     def from_json(cls, data: dict) -> TaskTemplate:
-        return cls(**{**data, "tools": tuple(data["tools"]), "image": SandboxImage.from_json(data["image"])})
+        return cls(**{**data, "tools": tuple(data["tools"]), "examples": tuple(data.get("examples", ())),
+                      "image": SandboxImage.from_json(data["image"])})
 
-    def messages(self, item: Item) -> list[dict]:
+    def messages(self, item: Item, *, examples: bool = True) -> list[dict]:
+        """The conversation the model is prompted with. Without `examples`, what a trajectory records as its
+        opening turns: the examples are context the model read, not turns of this rollout — a final answer or a
+        tool result must never be taken from them."""
         messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        if examples:
+            messages += [{"role": m["role"], "content": m["content"]} for m in self.examples]
         return messages + [{"role": "user", "content": self.prompt_template.format(**item.inputs)}]
 
 

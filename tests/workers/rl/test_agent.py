@@ -149,3 +149,20 @@ def test_the_trainers_idle_time_is_shared_out_by_phase():
                     "timeouts": 1.5}
     board.accrue(0.5)  # nothing in flight: the trainer waits for generation to start
     assert board.drain()["generation"] == 0.5
+
+
+def test_a_templates_examples_are_in_the_prompt_but_not_among_the_trajectorys_turns(memorising_model):
+    template = TaskTemplate(key="task_template/agent@1", domain="agents", system_prompt="", prompt_template="{q}",
+                            tools=(), limits={"max_turns": 1, "max_tokens": 20, "max_seconds": 20}, image=IMAGE,
+                            verifier_key="verifier/none@1", verifier_spec={},
+                            examples=({"role": "user", "content": "ping"}, {"role": "assistant", "content": "pong"}))
+    task = Task(seq=0, template=template, item=Item(key="calc", inputs={"q": "calc"}, hidden={}))
+    with ThreadPoolExecutor(1) as tools:
+        engine = TorchEngine(memorising_model)
+        [[trajectory]] = rollout_groups([task], run_id="00000000-0000-4000-8000-000000000003", group_size=1,
+                                        engine=engine, chat=CharChat(), tool_runner=NoSandbox(), tool_executor=tools,
+                                        board=PhaseBoard(), seed=0, temperature=0.05)
+        engine.close()
+    assert CharChat().tokenizer.decode(trajectory.prompt_ids) == "ping\x02pong\x03calc\x02"
+    assert [t.role for t in trajectory.turns] == ["user", "assistant"] and trajectory.turns[0].content == "calc"
+    assert trajectory.response == trajectory.turns[1].content != "pong"

@@ -1,0 +1,49 @@
+"""Task templates' examples: an earlier exchange shown before each prompt, validated as a conversation, and
+left out of the spec (and its content hash) when there is none."""
+
+import pytest
+
+from tests.support.specimens import TEMPLATE_SPEC
+from workers.definitions import SpecError, content_hash, validate_spec
+from workers.rl.types import TaskTemplate
+from workers.sandbox import SandboxImage
+from workers.verifiers import Item
+
+EXCHANGE = [{"role": "user", "content": "What is 1 + 1?"},
+            {"role": "assistant", "content": '<tool_call>{"name": "run_python", "arguments": {"code": "print(2)"}}'
+                                             "</tool_call>"},
+            {"role": "tool", "content": "2"},
+            {"role": "assistant", "content": "2"}]
+
+
+def test_a_template_without_examples_keeps_the_content_hash_it_had_before_they_existed():
+    spec = validate_spec("task_template", TEMPLATE_SPEC)
+    assert "examples" not in spec
+    assert content_hash(validate_spec("task_template", {**TEMPLATE_SPEC, "examples": []})) == content_hash(spec)
+    with_examples = validate_spec("task_template", {**TEMPLATE_SPEC, "examples": EXCHANGE})
+    assert with_examples["examples"] == EXCHANGE and content_hash(with_examples) != content_hash(spec)
+
+
+@pytest.mark.parametrize(("examples", "problem"), [
+    (EXCHANGE[1:], "begin with a user turn"),
+    (EXCHANGE[:3], "end with an assistant turn"),
+    ([EXCHANGE[0], EXCHANGE[0], EXCHANGE[3]], "two user turns in a row"),
+    ([EXCHANGE[0], EXCHANGE[2], EXCHANGE[3]], "a tool result follows the assistant turn"),
+    ([{"role": "system", "content": "x"}, EXCHANGE[3]], "examples[0].role: Input should be"),
+])
+def test_examples_that_are_not_a_conversation_are_refused_with_their_field(examples, problem):
+    with pytest.raises(SpecError) as caught:
+        validate_spec("task_template", {**TEMPLATE_SPEC, "examples": examples})
+    assert problem in str(caught.value) and all(e.field.startswith("examples") for e in caught.value.errors)
+
+
+def test_the_model_reads_the_examples_but_a_trajectory_opens_with_the_instance_alone():
+    spec = validate_spec("task_template", {**TEMPLATE_SPEC, "system_prompt": "Be exact.", "examples": EXCHANGE})
+    template = TaskTemplate.from_spec(key="task_template/add@1", domain="d", spec=spec,
+                                      image=SandboxImage(key="sandbox_image/x@1", layers=()),
+                                      verifier_key="verifier/v@1", verifier_spec={})
+    item = Item(key="k", inputs={"a": 2, "b": 3}, hidden={})
+    prompted = template.messages(item)
+    assert [m["role"] for m in prompted] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert prompted[-1]["content"] == "What is 2 + 3?" and prompted[1:5] == EXCHANGE
+    assert template.messages(item, examples=False) == [prompted[0], prompted[-1]]
