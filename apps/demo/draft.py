@@ -2,9 +2,6 @@
 
 from dataclasses import dataclass
 
-# Publish order: a spec may only name definitions published before it.
-PUBLISH_ORDER = ("sandbox_image", "verifier", "task_template", "domain", "bundle")
-
 
 @dataclass(frozen=True)
 class Draft:

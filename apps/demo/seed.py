@@ -16,9 +16,10 @@ from rich.table import Table
 from apps.accounts.models import Membership, Project, Role
 from apps.accounts.services import membership_set, project_create
 from apps.registry.services import version_publish
+from workers.definitions.specs import PUBLISH_ORDER
 
 from . import arithmetic, coding, docqa, images, modelling3d, smollm, verifiers
-from .draft import PUBLISH_ORDER, Draft
+from .draft import Draft
 
 USERNAME = PASSWORD = "demo"
 TEAM = PROJECT = "demo"
@@ -51,7 +52,10 @@ def drafts() -> list[Draft]:
     """Everything the seed publishes, in an order where each spec's references already exist."""
     everything = [*images.drafts(), *verifiers.drafts(), *arithmetic.drafts(), *coding.drafts(), *docqa.drafts(),
                   *modelling3d.drafts(), *smollm.drafts(),
-                  Draft("bundle", "demo", "All five demo domains, pinned.", {"members": BUNDLE_MEMBERS})]
+                  Draft("model", "demo-tiny", "The demo's own character model (~0.8M parameters), pretrained here "
+                        "from a run's tasks on first use.", {"source": {"type": "builtin", "name": "demo-tiny"}}),
+                  Draft("bundle", "demo", "All five demo domains, pinned.",
+                        {"members": BUNDLE_MEMBERS, "run_config": {"model": "model/demo-tiny"}})]
     return sorted(everything, key=lambda d: PUBLISH_ORDER.index(d.kind))
 
 

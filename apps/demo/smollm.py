@@ -3,7 +3,9 @@
 SmolLM2-135M-Instruct (builtin:smollm2-135m-instruct) knows the formats and is unreliable: it writes fenced
 Python functions, answers "17+25 = 32", and has never seen our tool instructions. Three domains, each short
 enough that a step on two cores takes seconds, not minutes:
-- smol-sums: a+b for a, b up to 20, answered with just the number (the verifier reads the last number).
+- smol-sums: a+b for a, b up to 20, answered with just the number. The verifier (number-only) reads the last
+  number and evaluates nothing: numeric-exact's math layer scored a restated question ("To solve 19+14, we")
+  as right, and the model learned that in a dozen steps.
 - smol-python: one-line functions (x * a + b, divisibility, counting, slicing, vowels), one fenced solution.py,
   hidden unittest tests. It writes the easiest right nearly always and the others sometimes: room to rise.
   (The coding domain's families are beyond it: 0 of 16 at the start, and no signal to learn from.)
@@ -29,8 +31,9 @@ SEED = 135
 
 # sync: on a CPU the engine and the trainer would share the same cores (each with its own thread pool, so four
 # busy threads on two cores); one after the other wastes nothing. On a GPU worker, --set mode=async.
+MODEL_SLUG = SMOLLM2_135M.name.removeprefix("builtin:")
 RUN_CONFIG = {
-    "mode": "sync", "model": SMOLLM2_135M.name, "engine": "transformers", "lora_rank": 16, "lora_alpha": 32,
+    "mode": "sync", "model": f"model/{MODEL_SLUG}", "engine": "transformers", "lora_rank": 16, "lora_alpha": 32,
     "learning_rate": 2e-4, "groups_per_step": 4, "group_size": 8, "rollout_concurrency": 8,
     "max_staleness": 1, "micro_batch_size": 8, "eval_tasks_per_domain": 16, "checkpoint_every": 10,
 }
@@ -103,7 +106,7 @@ def drafts() -> list[Draft]:
     sums = {
         "prompt_template": "What is {a}+{b}? Answer with just the number.",
         "sandbox_image": "python-3-11",
-        "verifier": "numeric-exact",
+        "verifier": "number-only",
         "limits": {"max_turns": 1, "max_tokens": 10, "max_seconds": 10},
     }
     functions = {
@@ -126,10 +129,12 @@ def drafts() -> list[Draft]:
         "prompt_template": "What is {expression}? Use the run_python tool.",
         "tools": [RUN_PYTHON_TOOL],
         "sandbox_image": "python-3-11",
-        "verifier": "numeric-exact",
+        "verifier": "number-only",
         "limits": {"max_turns": 3, "max_tokens": 48, "max_seconds": 60},
     }
     return [
+        Draft("model", MODEL_SLUG, SMOLLM2_135M.description,
+              {"source": {"type": "package", "name": MODEL_SLUG}, "licence": SMOLLM2_135M.licence}),
         Draft("task_template", "smol-sum", "a+b for a, b up to 20, answered with just the number.", sums,
               sum_instances()),
         Draft("task_template", "smol-functions", "One-line Python functions, one fenced block, hidden unittest "

@@ -21,6 +21,18 @@ NUMERIC_EXACT = {
     ],
 }
 
+# For questions that are themselves an expression ("What is 19+14?"): the number read, nothing evaluated. Under
+# numeric-exact, whose math layer evaluates what it finds, restating the question scores: SmolLM2-135M learned
+# to answer "To solve 19+14, we" (cut at its token limit) within 12 steps, 58 of 80 sums "right" that way.
+NUMBER_ONLY = {
+    "pass_threshold": 1.0,
+    "layers": [
+        {"name": "number", "kind": "exact",
+         "checks": [{"type": "numeric", "name": "answer-value", "reference": "{answer}", "abs_tolerance": 0,
+                     "rel_tolerance": 0, "parse_scale": False}]},
+    ],
+}
+
 PYTHON_UNIT_TESTS = {
     "pass_threshold": 1.0,
     "layers": [
@@ -88,6 +100,8 @@ def drafts() -> list[Draft]:
     return [
         Draft("verifier", "numeric-exact", "An exact integer answer: numeric match, then math-verify "
               "equivalence for forms the plain parser misses.", NUMERIC_EXACT),
+        Draft("verifier", "number-only", "An exact integer read from the answer (its last number or marked "
+              "answer), nothing evaluated: for questions that are themselves an expression.", NUMBER_ONLY),
         Draft("verifier", "python-unit-tests", "Hidden unittest tests against solution.py, then the test log "
               "for skipped or empty runs.", PYTHON_UNIT_TESTS),
         Draft("verifier", "cited-numbers", "A number read from a report: the value, the cited source span, "

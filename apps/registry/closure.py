@@ -63,11 +63,37 @@ def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:
                                                 f"@{member.number}; pin one version in the members"))
                 continue
             pinned[key] = member
+    run_config = dict(spec.get("run_config", {}))
+    try:  # the base model its run settings name is pinned with the rest
+        model = run_model_ref(run_config)
+        version = None if model is None else version_resolve(project=project, ref=_locked(model, locks))
+    except VersionNotFound as exc:
+        errors.append(FieldError("run_config.model", str(exc)))
+        version = None
+    if version is not None:
+        key = (version.definition.kind, version.definition.slug)
+        if key in pinned and pinned[key].number != version.number:
+            errors.append(FieldError("run_config.model", f"{version.ref} is asked for, but a member pins "
+                                                         f"@{pinned[key].number}"))
+        pinned[key] = version
+        run_config["model"] = version.ref
     if errors:
         raise SpecError(errors)
     resolved = [{"ref": v.ref, "content_hash": v.content_hash}
                 for _, v in sorted(pinned.items())]
-    return {**spec, "members": members, "resolved": resolved}
+    pinned_spec = {**spec, "members": members, "resolved": resolved}
+    if run_config:
+        pinned_spec["run_config"] = run_config
+    return pinned_spec
+
+
+def run_model_ref(run_config: dict) -> Ref | None:
+    """The model definition run settings name (`model`: model/SLUG[@N|@alias]), or None for a built-in name or
+    a path."""
+    model = run_config.get("model")
+    if not isinstance(model, str) or not model.startswith("model/"):
+        return None
+    return parse_ref(model)
 
 
 def _locks(*, project: Project, resolved: list[dict]) -> tuple[dict[tuple[str, str], int], list[FieldError]]:

@@ -27,7 +27,7 @@ from django.db import transaction
 from apps.accounts.models import Project, Team
 from apps.accounts.services import audit_record, project_create
 from workers.definitions.canonical import MAX_DEPTH, data_problem
-from workers.definitions.specs import KINDS, SLUG_RE, validate_spec
+from workers.definitions.specs import KINDS, PUBLISH_ORDER, SLUG_RE, validate_spec
 
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
 from .models import Alias, Definition, Version
@@ -41,7 +41,6 @@ FILE_HEADER = (
 )
 FILE_KEYS = {"kind", "slug", "description", "spec", "instances", "aliases", "history"}
 HISTORY_KEYS = {"number", "message", "content_hash", "instances", "spec"}
-PUBLISH_ORDER = ["sandbox_image", "verifier", "task_template", "domain", "bundle"]
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 

@@ -1,6 +1,6 @@
 """Definitions and their immutable versions, aliases, and task instances.
 
-One Definition table for every kind (domain, task template, sandbox image, verifier, bundle): versioning,
+One Definition table for every kind (domain, task template, sandbox image, verifier, bundle, model): versioning,
 aliases, diffs and import/export are one mechanism, and each kind differs only in its spec schema
 (specs.py). Task instances live outside the spec, content-addressed and shared between versions through
 instance sets, so tens of thousands of them cost one row each, once.
@@ -19,6 +19,7 @@ class Kind(models.TextChoices):
     SANDBOX_IMAGE = "sandbox_image", "sandbox image"
     VERIFIER = "verifier"
     BUNDLE = "bundle"
+    MODEL = "model", "base model"
 
 
 assert tuple(Kind.values) == KINDS

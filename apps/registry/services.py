@@ -22,7 +22,9 @@ from workers.definitions.specs import (
     prompt_placeholders,
     validate_spec,
 )
-from workers.rl.config import ConfigError, RunConfig
+from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, RunConfig
+from workers.rl.packaged import ModelUnavailable
+from workers.rl.weights import WeightsMismatch, source_model, weights_sha256
 
 from .bulk import bulk_insert, json_text
 from .closure import check_references, resolve_bundle
@@ -37,6 +39,28 @@ INSTANCE_KEY_MAX = 200
 class Published:
     version: Version
     created: bool  # False when the spec was identical to the newest version, which is returned instead
+
+
+def _model_weights_pinned(spec: dict) -> dict:
+    """A model definition whose source a run may use, with the hash of its weights filled in (or checked, when
+    the author gave one) where this host can read them."""
+    from apps.runs import wiring  # which directories models may be read from is the composition root's setting
+
+    model = source_model(spec["source"])
+    problem = wiring.model_problem(model)
+    if problem:
+        raise SpecError([FieldError("source", problem)])
+    try:
+        found = weights_sha256(model)
+    except (OSError, ModelUnavailable, WeightsMismatch) as exc:
+        raise SpecError([FieldError("source", f"cannot read the weights of {model}: {exc}")]) from None
+    if not found and spec["weights_sha256"]:
+        raise SpecError([FieldError("weights_sha256", "the demo model's weights are made from a run's own tasks "
+                                                      "(the bundle pins them); leave this empty")])
+    if spec["weights_sha256"] and spec["weights_sha256"] != found:
+        raise SpecError([FieldError("weights_sha256", f"the weights of {model} hash to {found}, not "
+                                                      f"{spec['weights_sha256']}")])
+    return {**spec, "weights_sha256": found}
 
 
 def version_publish(
@@ -67,11 +91,18 @@ def version_publish(
         raise SpecError([FieldError("spec", f"is {size / 1e6:.1f} MB; the limit is {MAX_SPEC_BYTES / 1e6:.0f} MB "
                                             "(put task data in task instances, not in the spec)")])
     if kind == "bundle":
+        studio_set = sorted(set(normalised.get("run_config", {})) & set(SET_BY_THE_STUDIO))
+        if studio_set:
+            raise SpecError([FieldError(f"run_config.{name}", "set by the studio when a run is created, from the "
+                                                              "model definition; name the model instead")
+                             for name in studio_set])
         try:
             RunConfig.resolve(normalised.get("run_config"))
         except ConfigError as exc:
             raise SpecError([FieldError("run_config", str(exc))]) from None
         normalised = resolve_bundle(project=project, slug=slug, spec=normalised)
+    elif kind == "model":
+        normalised = _model_weights_pinned(normalised)
     else:
         check_references(project=project, kind=kind, spec=normalised)
     if instances is not None and kind != "task_template":

@@ -15,9 +15,13 @@ from django.utils import timezone
 
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
+from apps.registry.errors import VersionNotFound
 from apps.registry.models import Version
-from workers.rl.config import ConfigError, RunConfig, config_hash
+from apps.registry.refs import LATEST, Ref, parse_ref
+from apps.registry.selectors import version_resolve
+from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, RunConfig, config_hash
 from workers.rl.types import Trajectory
+from workers.rl.weights import source_model
 
 from . import live, wiring
 from .models import (
@@ -54,8 +58,13 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
         raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
     if not isinstance(steps, int) or steps < 1:
         raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
-    try:  # the bundle's recommended settings, then the run's own
-        config = RunConfig.resolve({**bundle.spec.get("run_config", {}), **(overrides or {})})
+    studio_set = sorted(set(overrides or {}) & set(SET_BY_THE_STUDIO))
+    if studio_set:
+        raise RunError(f"config: {', '.join(studio_set)}: set by the studio from the model definition; "
+                       "name the model (model/SLUG) instead")
+    try:  # the bundle's recommended settings, then the run's own, with the model definition's pins
+        config = RunConfig.resolve(_model_pinned({**bundle.spec.get("run_config", {}), **(overrides or {})},
+                                                 project=project, bundle=bundle))
     except ConfigError as exc:
         raise RunError(f"config: {exc}") from None
     problem = wiring.model_problem(config["model"])
@@ -70,6 +79,31 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
         audit_record(project=project, actor=actor, action="run.create", target=f"run/{run.id}",
                      details={"bundle": bundle.ref, "steps": steps, "config_hash": run.config_hash}, via=via)
     return run
+
+
+def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:
+    """Run settings whose `model` names a model definition, with the definition's source as the model and its
+    exact version and weights' hash pinned (its chat template and context length fill settings the run left
+    unset). The bundle's lock wins for a floating reference, as it does for every other definition."""
+    model = settings.get("model")
+    if not isinstance(model, str) or not model.startswith("model/"):
+        return settings
+    try:
+        ref = parse_ref(model)
+        locked = {entry["ref"].partition("@")[0]: entry["ref"] for entry in bundle.spec.get("resolved", [])}
+        if ref.selector in (None, LATEST) and str(Ref(ref.kind, ref.slug)) in locked:
+            ref = parse_ref(locked[str(Ref(ref.kind, ref.slug))])
+        version = version_resolve(project=project, ref=ref)
+    except VersionNotFound as exc:
+        raise ConfigError(f"model: {exc}") from None
+    spec = version.spec
+    pinned = {**settings, "model": source_model(spec["source"]), "model_version": version.ref,
+              "model_sha256": spec["weights_sha256"]}
+    if not settings.get("chat_template") and spec.get("chat_template"):
+        pinned["chat_template"] = spec["chat_template"]
+    if not settings.get("context_length") and spec.get("context_length"):
+        pinned["context_length"] = spec["context_length"]
+    return pinned
 
 
 def run_request(*, run: Run, action: str, actor, via: str = "web") -> Run:

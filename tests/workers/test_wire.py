@@ -42,7 +42,8 @@ def test_a_sandbox_image_and_a_task_template_round_trip():
                             prompt_template="A box {w} wide", tools=(RUN_PYTHON_TOOL,),
                             limits={"max_turns": 6, "max_tokens": 4096, "max_seconds": 180}, image=IMAGE,
                             verifier_key="verifier/mesh@1", verifier_spec={"layers": []},
-                            examples=({"role": "user", "content": "A box 2 wide"}, {"role": "assistant", "content": "ok"}))
+                            examples=({"role": "user", "content": "A box 2 wide"},
+                                      {"role": "assistant", "content": "ok"}))
     assert TaskTemplate.from_json(through_json(template.to_json())) == template
     # A template archived before examples existed still reads.
     older = {key: value for key, value in through_json(template.to_json()).items() if key != "examples"}

@@ -15,7 +15,10 @@ from .canonical import data_problem
 SPEC_SCHEMA_VERSION = 1
 MAX_SPEC_BYTES = 1_000_000  # task data belongs in task instances, not in a spec
 
-KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle")
+KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle", "model")
+# The order to publish kinds in: a spec names only definitions of kinds before its own (bundles also name
+# bundles, published in the order they include each other).
+PUBLISH_ORDER = ("model", "sandbox_image", "verifier", "task_template", "domain", "bundle")
 SLUG_RE = r"[a-z0-9][a-z0-9-]{0,62}"
 ALIAS_RE = r"[a-z][a-z0-9-]{0,62}"
 # slug, slug@3, slug@prod: a reference to a definition of a known kind, floating or pinned.
@@ -466,12 +469,54 @@ class BundleSpec(Spec):
         return data
 
 
+# --- model ------------------------------------------------------------------------------------------------
+
+
+class BuiltinModelSource(Spec):
+    type: Literal["builtin"]
+    name: Literal["demo-tiny"] = Field(description="the project's own character model, pretrained here from the "
+                                                   "run's tasks on first use")
+
+
+class PackageModelSource(Spec):
+    type: Literal["package"]
+    name: str = Field(pattern=SLUG_RE, description="a model shipped in a Python package that `make setup` "
+                                                   "installs, e.g. smollm2-135m-instruct; converted on first use")
+
+
+class LocalModelSource(Spec):
+    type: Literal["local"]
+    path: str = Field(min_length=2, max_length=500, pattern=r"^/[^\x00]*$",
+                      description="an absolute path to a Hugging Face model directory inside the model "
+                                  "directories (STUDIO_MODEL_DIRS) of every worker")
+
+
+ModelSource = Annotated[Union[BuiltinModelSource, PackageModelSource, LocalModelSource], Field(discriminator="type")]
+
+
+class ModelSpec(Spec):
+    """A base model a run starts from. A run pins the version, and with it the weights' content hash: a worker
+    whose copy of the weights hashes otherwise refuses to train (apps/runs/wiring.py)."""
+
+    source: ModelSource
+    weights_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$",
+                                description="sha256 of the weights (a package's file; a directory's weight files "
+                                            "in name order); filled in on publish where the registry can read them")
+    chat_template: str = Field(default="", max_length=100_000,
+                               description="a Jinja chat template replacing the tokenizer's own (empty: its own)")
+    context_length: int | None = Field(default=None, ge=16, le=10_000_000,
+                                       description="the longest context (prompt and completion) used; empty: the "
+                                                   "model's own")
+    licence: str = Field(default="", max_length=200, description="e.g. Apache-2.0")
+
+
 SPEC_MODELS: dict[str, type[Spec]] = {
     "domain": DomainSpec,
     "task_template": TaskTemplateSpec,
     "sandbox_image": SandboxImageSpec,
     "verifier": VerifierSpec,
     "bundle": BundleSpec,
+    "model": ModelSpec,
 }
 
 

@@ -21,6 +21,9 @@ class ConfigError(ValueError):
 
 REFERENCE_MODEL = "builtin:reference"  # the "model" of a reference check: the tasks' own answers
 DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+# Pins a run's creation fills in from its model definition (apps/runs/services.py); nobody sets them by hand.
+SET_BY_THE_STUDIO = ("model_version", "model_sha256")
 # What one run may ask of a worker. Far above what a single GPU node serves, far below what would exhaust one by
 # accident (a typo of group_size=1e9 queues a run that can never take a step).
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -64,9 +67,20 @@ class RunConfig:
     domain_quotas: dict = field(default_factory=dict)
     """Largest share of one step a domain may take (domain slug -> fraction)."""
     model: str = "builtin:demo-tiny"
-    """builtin:demo-tiny (pretrained here on first use), builtin:smollm2-135m-instruct (a real LLM from the
-    package index, converted on first use) or the local path of a Hugging Face causal LM; builtin:reference
-    marks a reference check (apps/runs/reference.py), which is never trained."""
+    """A model definition (model/SLUG, model/SLUG@N or @alias: the run pins its version and weights), or
+    directly: builtin:demo-tiny (pretrained here on first use), builtin:smollm2-135m-instruct (a real LLM from
+    the package index, converted on first use) or the local path of a Hugging Face causal LM. A definition is
+    replaced by what its source names when the run is created. builtin:reference marks a reference check
+    (apps/runs/reference.py), which is never trained."""
+    model_version: str = ""
+    """Set by the studio: the model definition's exact version (model/SLUG@N) the run pinned, if any."""
+    model_sha256: str = ""
+    """Set by the studio: the hash of the weights the run pinned; a worker whose copy hashes otherwise refuses."""
+    chat_template: str = ""
+    """A Jinja chat template replacing the tokenizer's own (from the model definition; empty: its own)."""
+    context_length: int = 0
+    """The longest context (prompt and completion) a rollout may use (from the model definition; 0: the
+    model's own)."""
     engine: Literal["torch", "transformers", "vllm"] = "torch"
     """Inference engine: torch (the built-in demo model, KV cache), transformers (any HF causal LM, the packaged
     ones included; a Hugging Face model given `torch` samples on transformers too), vllm (GPU)."""
@@ -161,6 +175,10 @@ class RunConfig:
             problems.append("temperature: must be above 0")
         if self.learning_rate <= 0:
             problems.append("learning_rate: must be above 0")
+        if self.model_sha256 and not SHA256.fullmatch(self.model_sha256):
+            problems.append("model_sha256: 64 lowercase hexadecimal digits, or empty")
+        if self.context_length and not 16 <= self.context_length <= 10_000_000:
+            problems.append("context_length: 0 (the model's own) or from 16 to 10,000,000 tokens")
         if len(self.model) > 500:
             problems.append("model: a built-in name or a local path of at most 500 characters")
         if self.lr_schedule not in ("constant", "linear"):

@@ -24,6 +24,7 @@ from .packaged import DEMO_MODEL, PACKAGED_MODELS, TRAINABLE_BUILTINS, converted
 from .policy import HFPolicy, TinyLMPolicy
 from .taskset import TaskSet
 from .types import Model
+from .weights import check_weights
 
 PRETRAIN_SEED = 0
 
@@ -74,6 +75,7 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
     device = resolve_device(config.device)
     path = config.model
     if config.model in PACKAGED_MODELS:
+        check_weights(config.model, config.model_sha256)  # the installed file, before converting it
         path = str(converted(PACKAGED_MODELS[config.model], models_dir))
     elif config.model.startswith("builtin:"):
         if config.model == REFERENCE_MODEL:
@@ -87,7 +89,11 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
         policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
                                                    progress=progress), device=device)
         return Model(policy=policy, engine=TorchEngine(policy.model, device=device), chat=CharChat())
+    else:
+        check_weights(path, config.model_sha256)
     policy = HFPolicy(path, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
+    if config.chat_template:
+        policy.tokenizer.chat_template = config.chat_template
     chat = HFChat(policy.tokenizer)
     if config.engine == "vllm":
         from .engines.vllm_engine import VLLMEngine
@@ -97,4 +103,6 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
         from .engines.hf import TransformersEngine
 
         engine = TransformersEngine(path, device=device)
+    if config.context_length:
+        engine.max_context = min(engine.max_context or config.context_length, config.context_length)
     return Model(policy=policy, engine=engine, chat=chat)

@@ -18,6 +18,9 @@ from apps.registry.models import Definition, InstanceSet, InstanceSetMember, Tas
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
 from workers.definitions.specs import prompt_placeholders
+from workers.rl.packaged import SMOLLM2_135M, file_sha256, gguf_file
+from workers.verifiers import Item, verify
+from workers.verifiers.types import Sample
 
 DOMAINS = {
     "arithmetic": {"add-two"},
@@ -63,16 +66,20 @@ def test_seed_publishes_five_domains_with_hundreds_of_instances_per_template(see
 
 
 def test_bundle_pins_every_definition_the_domains_need(seeded):
-    """The two bundles pin, between them, every definition the seed publishes; each pins its domains' closure."""
+    """The two bundles pin, between them, every definition the seed publishes; each pins its domains' closure and
+    the base model its run settings name."""
     project, _ = seeded
     everything = {v.ref: v.content_hash for v in Version.objects.filter(definition__project=project)
                   .exclude(definition__kind="bundle").select_related("definition")}
     pinned = {}
-    for slug, domains in (("demo", DOMAINS), ("demo-smollm", SMOLLM_DOMAINS)):
+    for slug, domains, model in (("demo", DOMAINS, "demo-tiny"), ("demo-smollm", SMOLLM_DOMAINS,
+                                                                   "smollm2-135m-instruct")):
         bundle = latest(project, "bundle", slug)
         resolved = {member["ref"]: member["content_hash"] for member in bundle.spec["resolved"]}
         assert bundle.spec["members"] == [f"domain/{domain}@1" for domain in domains]
-        assert {ref.split("/")[0] for ref in resolved} == {"domain", "task_template", "sandbox_image", "verifier"}
+        assert {ref.split("/")[0] for ref in resolved} == {"domain", "task_template", "sandbox_image", "verifier",
+                                                           "model"}
+        assert bundle.spec["run_config"]["model"] == f"model/{model}@1" and f"model/{model}@1" in resolved
         assert {ref for ref in resolved if ref.startswith("task_template/")} == {
             f"task_template/{template}@1" for templates in domains.values() for template in templates}
         pinned.update(resolved)
@@ -82,9 +89,14 @@ def test_bundle_pins_every_definition_the_domains_need(seeded):
 def test_the_real_model_bundle_carries_the_settings_it_is_sized_for(seeded):
     project, _ = seeded
     run_config = latest(project, "bundle", "demo-smollm").spec["run_config"]
-    assert run_config["model"] == "builtin:smollm2-135m-instruct" and run_config["engine"] == "transformers"
+    assert run_config["model"] == "model/smollm2-135m-instruct@1" and run_config["engine"] == "transformers"
     assert run_config["lora_rank"] > 0
-    assert "run_config" not in latest(project, "bundle", "demo").spec  # the tiny model's defaults
+    model = latest(project, "model", "smollm2-135m-instruct").spec
+    assert model["source"] == {"type": "package", "name": "smollm2-135m-instruct"}
+    assert model["weights_sha256"] == file_sha256(gguf_file(SMOLLM2_135M)) and model["licence"] == "Apache-2.0"
+    # The tiny model's settings are the defaults; its weights come from the tasks, so no hash is pinned.
+    assert latest(project, "bundle", "demo").spec["run_config"] == {"model": "model/demo-tiny@1"}
+    assert latest(project, "model", "demo-tiny").spec["weights_sha256"] == ""
 
 
 def test_second_run_creates_no_versions_instances_or_audit_rows(seeded):
@@ -236,3 +248,21 @@ def test_reference_scripts_build_the_reference_solids(tmp_path):
         assert mesh.is_watertight
         assert abs(mesh.volume - item["hidden"]["volume"]) / item["hidden"]["volume"] < 0.005
         assert abs(mesh.bounds - item["hidden"]["bounds"]).max() < 0.01
+
+
+def test_the_real_model_demo_reads_the_number_and_evaluates_nothing(seeded):
+    """What SmolLM2 learned under numeric-exact: restating the question, which its math layer evaluates."""
+    project, _ = seeded
+    item = Item(key="sum-19-14", inputs={"a": 19, "b": 14}, hidden={"answer": 33})
+
+    def reward(verifier: str, response: str) -> float:
+        spec = latest(project, "verifier", verifier).spec
+        return verify(spec, Sample(response=response, logs="", trajectory_id="t"), item, None).reward
+
+    restated = "To solve 19+14, we"
+    assert reward("numeric-exact", restated) == 1.0
+    assert reward("number-only", restated) == 0.0
+    assert reward("number-only", "19 + 14 = 33") == reward("number-only", "33") == 1.0
+    assert reward("number-only", "19 + 14 = 32") == 0.0
+    for template in ("smol-sum", "smol-run-python"):
+        assert latest(project, "task_template", template).spec["verifier"] == "number-only"
