@@ -62,7 +62,7 @@ class Pipeline:
         """Train to `total_steps` (or until paused or cancelled); returns the summary."""
         started = time.monotonic()
         resumed_from = self._restore()
-        self.engine.load_weights(self.policy.inference_state(), self.trainer.step)
+        self._hand_weights()
         self.heartbeat.start()
         try:
             if resumed_from is None and self.eval_tasks:
@@ -148,7 +148,7 @@ class Pipeline:
         idle = self.board.drain()
         stats = self.trainer.train(batch)
         sync_started = time.monotonic()
-        self.engine.load_weights(self.policy.inference_state(), self.trainer.step)
+        self._hand_weights()
         idle["weight_sync"] = time.monotonic() - sync_started
         idle["archive"], self._bookkeeping_seconds = self._bookkeeping_seconds, 0.0
         self.collector.trained()
@@ -181,6 +181,11 @@ class Pipeline:
         self._bookkeeping_seconds = time.monotonic() - now
         if self.progress:
             self.progress(step, self.total_steps, points)
+
+    def _hand_weights(self) -> None:
+        """The engine samples with the trainer's weights from its next batch on."""
+        state = None if self.engine.shares_weights else self.policy.inference_state()
+        self.engine.load_weights(state, self.trainer.step)
 
     def _evaluate(self) -> dict[str, float]:
         """Mean reward per domain on the run's evaluation tasks, recorded at the current step."""

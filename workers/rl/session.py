@@ -26,6 +26,9 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
                    progress: Callable | None = None) -> Pipeline:
     """The pipeline of one attempt at a run. `tool_runner` runs the policy's tool calls and `verifier` grades
     its answers (here or on other workers); `tracker` receives what the run reports."""
+    if model.engine.shares_weights and config.mode != "sync":
+        raise ValueError("an engine that samples from the trainer's own model needs a sync run: an async one "
+                         "trains while rollouts sample")
     scheduler = Scheduler(tasks.domains, seed=config.seed, curriculum=Curriculum() if config.curriculum else None)
     return Pipeline(
         run_id=run_id, config=config, total_steps=total_steps, tasks=tasks, scheduler=scheduler,

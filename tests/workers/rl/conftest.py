@@ -53,17 +53,20 @@ def addition_base_model():
 
 @pytest.fixture
 def make_pipeline(addition_base_model, tmp_path):
-    """make_pipeline(steps, checkpoint_dir=..., **config) -> (pipeline, tracker), each from the same base weights."""
+    """make_pipeline(steps, checkpoint_dir=..., **config) -> (pipeline, tracker), each from the same base weights.
+    A sync run's engine samples from the trainer's own model, as policies.build_model makes it (`share` says
+    otherwise)."""
 
-    def make(steps: int, *, checkpoint_dir=None, tracker=None, **overrides):
+    def make(steps: int, *, checkpoint_dir=None, tracker=None, share: bool | None = None, **overrides):
         config = RunConfig.from_dict(RunConfig.resolve({"groups_per_step": 4, "group_size": 6, "micro_batch_size": 32,
                                                         "learning_rate": 3e-3, "eval_tasks_per_domain": 0,
                                                         "checkpoint_every": 2, **overrides}))
         policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
+        engine = TorchEngine(policy.model, share=config.mode == "sync" if share is None else share)
         tracker = tracker or MemoryTracker()
         pipeline = build_pipeline(
             run_id=RUN_ID, config=config, total_steps=steps, tasks=TaskSet.single_template(addition_template(), ITEMS),
-            model=Model(policy=policy, engine=TorchEngine(policy.model), chat=CharChat()), tool_runner=None,
+            model=Model(policy=policy, engine=engine, chat=CharChat()), tool_runner=None,
             verifier=LocalVerifier(pool=None), tracker=tracker, checkpoint_dir=checkpoint_dir or tmp_path / "ckpt")
         return pipeline, tracker
 

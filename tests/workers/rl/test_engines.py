@@ -89,6 +89,28 @@ def test_lora_weights_reach_the_engine_merged_under_the_base_names(tiny_hf):
     assert any("lora_A" in name for name, _ in policy.model.named_parameters())
 
 
+def test_an_engine_sharing_the_trainers_model_samples_each_update_without_a_copy(tiny_hf):
+    """A sync run's engine: the trainer's own model; a new version carries no weights, and what it samples
+    after an update is what the trainer recomputes (in eval mode: the trainer leaves it in training mode)."""
+    policy = HFPolicy(tiny_hf)
+    engine, chat = TransformersEngine(str(tiny_hf), shared_model=policy.model), HFChat(policy.tokenizer)
+    assert engine.shares_weights and engine.model is policy.model
+    prompt = chat.prompt([{"role": "user", "content": "12+7="}], [])
+    request = GenerationRequest(prompt, n=4, max_new_tokens=6, stop_ids=chat.stop_ids, temperature=0.9, seed=3)
+    before = engine.generate([request])[0]
+    policy.train()  # as the trainer does, then it updates the weights in place
+    with torch.no_grad():
+        for parameter in policy.model.parameters():
+            parameter.mul_(0.5)
+    engine.load_weights(None, version=3)
+    after = engine.generate([request])[0]
+    assert engine.policy_version == 3 and not policy.model.training
+    assert [c.logprobs for c in after] != [c.logprobs for c in before]
+    for completion in after:
+        assert completion.logprobs == pytest.approx(_recomputed(policy, prompt, completion, 0.9), abs=1e-4)
+    engine.close()
+
+
 def test_the_hf_chat_format_appends_tool_results_by_ids(tiny_hf):
     chat = HFChat(HFPolicy(tiny_hf).tokenizer)
     messages = [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]

@@ -1,6 +1,7 @@
 """The pipeline end to end on the CPU: sync resume is bit-identical, async respects its staleness bound, every
 consumed trajectory is archived once with the step that consumed it."""
 
+import pytest
 import torch
 
 from workers.rl.checkpoint import checkpoints
@@ -103,3 +104,18 @@ def test_idle_time_is_attributed_and_metrics_are_namespaced(make_pipeline):
     # Sync mode waits for generation every step: the trainer's idle time has to show it.
     assert sum(step["points"]["idle/generation"] for step in tracker.steps) > 0
     assert 0 < points["trainer/busy_fraction"] < 1
+
+
+def test_a_sync_run_samples_every_step_from_the_trainers_updated_model(make_pipeline):
+    """The engine shares the trainer's model: each step's samples come from the weights the previous step left
+    (policy version step - 1), with the logprobs the trainer recomputes; an async run refuses such an engine."""
+    pipeline, tracker = make_pipeline(3, mode="sync")
+    assert pipeline.engine.shares_weights and pipeline.engine.model is pipeline.policy.model
+    pipeline.run()
+    consumed = list(tracker.trajectories.values())
+    assert consumed and all(t.policy_version == t.step - 1 for t in consumed)
+    assert {t.policy_version for t in consumed} == {0, 1, 2}
+    # The ratio to the sampling distribution starts at 1: a step's first recompute matches the engine's logprobs.
+    assert all(s["points"]["policy/clip_fraction"] == 0 for s in tracker.steps)
+    with pytest.raises(ValueError, match="needs a sync run"):
+        make_pipeline(1, mode="async", share=True)

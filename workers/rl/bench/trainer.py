@@ -11,8 +11,9 @@ Two workloads, each run by both trainers:
 Both sides: temperature 1, the reward 1 when the last number of the reply is the sum (our numeric verifier's
 rule), group-normalised advantages, clip 0.2 / 0.28, token-level loss, no KL, AdamW at the same constant
 learning rate, one update per batch. TRL is set as MEASURED.md found fair on a CPU: no bf16, no gradient
-checkpointing, per-device batch counting completions. Ours runs the product's own path: the sync pipeline
-with the transformers engine and the numeric verifier.
+checkpointing, per-device batch counting completions. Ours runs the product's own path: the model as a run
+builds it (policies.build_model: in a sync run the transformers engine samples from the trainer's own model, as
+TRL's does), the sync pipeline and the numeric verifier.
 """
 
 from __future__ import annotations
@@ -28,16 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.definitions import validate_spec
-from workers.rl.chat import HFChat
 from workers.rl.config import RunConfig
-from workers.rl.engines.hf import TransformersEngine
 from workers.rl.grading import LocalVerifier
 from workers.rl.hf_tiny import make_tiny_hf_model, pretrain_hf_addition
-from workers.rl.policy import HFPolicy
+from workers.rl.policies import build_model
 from workers.rl.session import build_pipeline
 from workers.rl.taskset import TaskSet
 from workers.rl.tracking import MemoryTracker
-from workers.rl.types import Model, TaskTemplate
+from workers.rl.types import TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
@@ -110,8 +109,7 @@ def _ours(work: Workload, steps: int, target: float) -> dict:
         "clip_low": 0.2, "clip_high": 0.28, "checkpoint_every": 10_000, "eval_tasks_per_domain": 0,
         "model": str(model_dir), "engine": "transformers", "lora_rank": work.lora_rank,
         "lora_alpha": work.lora_alpha}))
-    policy = HFPolicy(model_dir, lora_rank=work.lora_rank, lora_alpha=work.lora_alpha)
-    model = Model(policy=policy, engine=TransformersEngine(str(model_dir)), chat=HFChat(policy.tokenizer))
+    model = build_model(config, None, models_dir=model_dir.parent, pretrain_seconds=0)  # as a run builds it
     tracker = MemoryTracker()
     with tempfile.TemporaryDirectory() as checkpoints:
         pipeline = build_pipeline(run_id=RUN_ID, config=config, total_steps=steps,

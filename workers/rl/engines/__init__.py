@@ -10,7 +10,10 @@ everything waiting. The torch and transformers engines batch continuously: reque
 between two tokens and leave when done, so a short answer never waits behind a long one. vLLM runs one
 `LLM.generate` call over everything waiting (it batches continuously inside); requests that arrive meanwhile
 form the next call. New weights wait beside the model and are swapped in between two batches (two
-tokens, when continuous), so the trainer never waits for a batch of long samples to finish. Each engine counts
+tokens, when continuous), so the trainer never waits for a batch of long samples to finish. In a sync run the
+torch and transformers engines sample from the trainer's own model instead (`shares_weights`), as TRL does
+without vLLM: no copy of the weights per step. A LoRA run keeps a copy with the adapters merged in
+(policies.build_model says why: unmerged adapters decode slower on a CPU than the copy costs). Each engine counts
 the seconds it spent generating, shared out as each completion's policy compute cost.
 
 A caller that alone submits all of a step's requests at once (the sync pipeline) gets the same batches, and
@@ -57,6 +60,9 @@ class BatchingEngine:
 
     name = "engine"
     max_context: int | None = None  # the longest context the model takes (prompt + completion), if bounded
+    # Samples from the trainer's own model rather than a copy (a sync run, where sampling and training take
+    # turns): an update is in it already, so `load_weights` carries no state, only the new version.
+    shares_weights = False
 
     def __init__(self, *, policy_version: int = 0, max_batch_rows: int = 512):
         self.policy_version = policy_version
@@ -80,8 +86,9 @@ class BatchingEngine:
             self._wakeup.notify()
         return [future.result() for future in futures]
 
-    def load_weights(self, state: dict, version: int) -> None:
-        """The trainer's new weights (names as in the trainer's model), used from the next batch on."""
+    def load_weights(self, state: dict | None, version: int) -> None:
+        """The trainer's new weights (names as in the trainer's model), used from the next batch on; None for an
+        engine that shares the trainer's model."""
         with self._wakeup:
             self._next_weights = (state, version)
 

@@ -49,13 +49,18 @@ class TransformersEngine(BatchingEngine):
     name = "transformers"
 
     def __init__(self, path: str, *, device: str = "cpu", policy_version: int = 0, dtype=torch.float32,
-                 max_batch_rows: int = 512):
+                 max_batch_rows: int = 512, shared_model=None):
+        """`shared_model`: the trainer's own model, sampled from as it is (a PeftModel too, its adapters
+        unmerged) — only where sampling and training never overlap (a sync run). Otherwise the engine loads a
+        copy of its own from `path`, which the trainer's updates reach through load_weights."""
         from transformers import AutoModelForCausalLM
 
-        if not Path(path).is_dir():
+        if shared_model is not None:
+            self.model, self.shares_weights = shared_model.eval(), True
+        elif not Path(path).is_dir():
             raise FileNotFoundError(f"no Hugging Face model directory at {path} (models load by local path)")
-        # Its own copy: the trainer updates its model while rollouts sample from this one.
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
         self.device = device
         self.max_context = getattr(self.model.config, "max_position_embeddings", None)
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
@@ -74,7 +79,10 @@ class TransformersEngine(BatchingEngine):
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)
 
-    def _load(self, state: dict) -> None:
+    def _load(self, state: dict | None) -> None:
+        if state is None:  # the trainer's own model, updated in place; it left it in training mode
+            self.model.eval()
+            return
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         # Tied output embeddings may be absent from a state dict; anything else missing is a wrong model.
         missing = [name for name in missing if not name.endswith("lm_head.weight")]

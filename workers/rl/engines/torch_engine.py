@@ -12,9 +12,12 @@ from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 class TorchEngine(BatchingEngine):
     name = "torch"
 
-    def __init__(self, model: TinyLM, *, device: str = "cpu", policy_version: int = 0, max_batch_rows: int = 512):
-        # Its own copy: the trainer updates its model while rollouts sample from this one.
-        self.model = copy.deepcopy(model).to(device).eval()
+    def __init__(self, model: TinyLM, *, device: str = "cpu", policy_version: int = 0, max_batch_rows: int = 512,
+                 share: bool = False):
+        """`share`: sample from `model` itself (the trainer's, in a sync run, where sampling and training never
+        overlap); otherwise from a copy, which the trainer's updates reach through load_weights."""
+        self.shares_weights = share
+        self.model = (model if share else copy.deepcopy(model)).to(device).eval()
         self.device = device
         self.max_context = model.config.block_size
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
@@ -26,5 +29,8 @@ class TorchEngine(BatchingEngine):
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)
 
-    def _load(self, state: dict) -> None:
+    def _load(self, state: dict | None) -> None:
+        if state is None:  # the trainer's own model, updated in place; it left it in training mode
+            self.model.eval()
+            return
         self.model.load_state_dict(state)
