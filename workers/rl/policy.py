@@ -171,23 +171,30 @@ def _hf_logits(model, ids, attention_mask, first: int):
     """Logits predicting ids[:, first + 1:] only (`logits_to_keep`): with a 49k vocabulary the output layer and
     its softmax over every prompt position cost a fifth of the compute and most of the memory, for nothing.
 
-    When every row starts with the same ids[:, :first + 1] — the samples of one GRPO group share their prompt —
-    the prompt goes through the model once, not once per sample: its keys and values (with their autograd
-    history, so LoRA on the attention still learns from them) are expanded to every row, and only the rows'
-    own tokens are computed. On a CPU, where a group's 8 copies of a 150-token prompt outweigh 10-token answers,
-    that is most of a step's compute."""
+    Rows that start with the same ids[:, :first + 1] — the samples of one GRPO group share their prompt — have
+    that prefix computed once, not once per sample: its keys and values (with their autograd history, so LoRA
+    on the attention still learns from them) are handed to every row that shares it, and only the rows' own
+    tokens are computed. On a CPU, where a group's 8 copies of a 150-token prompt outweigh 10-token answers,
+    that is most of a step's compute; a micro-batch of many groups computes each of its prompts once."""
     rows, prefix = ids.shape[0], first + 1
-    if rows == 1 or prefix < 2 or not bool((ids[:, :prefix] == ids[:1, :prefix]).all()):
+    if rows > 1 and prefix >= 2:
+        prefixes, owners = torch.unique(ids[:, :prefix], dim=0, return_inverse=True)
+    if rows == 1 or prefix < 2 or len(prefixes) == rows:
         return model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1],
                      logits_to_keep=ids.shape[1] - 1 - first).logits
-    shared = model(input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1)
+    shared = model(input_ids=prefixes, use_cache=True, logits_to_keep=1)
     cache = shared.cache
-    for layer in cache.layers:  # a view per row, no copy; the gradient of every row flows back to the prompt
-        layer.keys = layer.keys.expand(rows, -1, -1, -1)
-        layer.values = layer.values.expand(rows, -1, -1, -1)
+    for layer in cache.layers:  # each row gets its prefix's keys and values; the gradients flow back to it
+        if len(prefixes) == 1:  # a view per row, no copy
+            layer.keys = layer.keys.expand(rows, -1, -1, -1)
+            layer.values = layer.values.expand(rows, -1, -1, -1)
+        else:
+            layer.keys = layer.keys.index_select(0, owners)
+            layer.values = layer.values.index_select(0, owners)
     suffix = ids[:, prefix:-1]
     positions = torch.arange(prefix, prefix + suffix.shape[1], device=ids.device).expand(rows, -1)
-    first_logits = shared.logits.expand(rows, -1, -1)  # the prompt's last position predicts each row's first token
+    # The prefix's last position predicts each row's first trained token.
+    first_logits = shared.logits.index_select(0, owners)
     if not suffix.shape[1]:
         return first_logits
     rest = model(input_ids=suffix, cache=cache, position_ids=positions, attention_mask=attention_mask[:, :-1],

@@ -206,24 +206,30 @@ def test_the_transformers_engine_batches_continuously_with_true_logprobs(tiny_hf
     engine.close()
 
 
-def test_a_prompt_the_rows_share_is_computed_once_with_the_same_logprobs_and_gradients(tiny_hf):
-    """The trainer's micro-batch of one GRPO group: the shared prompt goes through the model once (its keys and
-    values expanded to every row). Logprobs and LoRA gradients must equal those of each row on its own."""
+@pytest.mark.parametrize("rows", [
+    [("12+7=", "19"), ("12+7=", "20 or 19"), ("12+7=", "1")],  # one GRPO group: one prompt, expanded
+    [("12+7=", "19"), ("3+4=", "7"), ("12+7=", "20"), ("3+4=", "8 or 7")],  # two groups, prompts of two lengths
+])
+def test_a_prompt_the_rows_share_is_computed_once_with_the_same_logprobs_and_gradients(tiny_hf, rows):
+    """The trainer's micro-batch: each prompt its rows share goes through the model once (its keys and values
+    handed to every row). Logprobs and LoRA gradients must equal those of each row on its own."""
     policy = HFPolicy(tiny_hf, lora_rank=4)
     with torch.no_grad():
         for name, parameter in policy.model.named_parameters():
             if "lora_B" in name:
                 parameter.normal_(std=0.3)
     chat = HFChat(policy.tokenizer)
-    prompt = chat.prompt([{"role": "user", "content": "12+7="}], [])
-    answers = [chat.tokenizer.encode(text, add_special_tokens=False) for text in ("19", "20 or 19", "1")]
-    width = len(prompt) + max(len(a) for a in answers)
-    ids = torch.zeros(len(answers), width, dtype=torch.long)
+    sequences = [chat.prompt([{"role": "user", "content": question}], [])
+                 + chat.tokenizer.encode(answer, add_special_tokens=False) for question, answer in rows]
+    prompt = min((chat.prompt([{"role": "user", "content": q}], []) for q, _ in rows), key=len)
+    answers = [sequence[len(prompt):] for sequence in sequences]  # a longer prompt's tail counts as its answer
+    width = max(len(s) for s in sequences)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
     attention = torch.zeros_like(ids)
-    for row, answer in enumerate(answers):
-        ids[row, :len(prompt) + len(answer)] = torch.tensor(prompt + answer)
-        attention[row, :len(prompt) + len(answer)] = 1
-    first = len(prompt) - 1  # the first answer token is ids[:, first + 1]
+    for row, sequence in enumerate(sequences):
+        ids[row, :len(sequence)] = torch.tensor(sequence)
+        attention[row, :len(sequence)] = 1
+    first = len(prompt) - 1  # the first trained token is ids[:, first + 1]
 
     def lora_gradients():
         return {name: p.grad.clone() for name, p in policy.model.named_parameters() if p.grad is not None}
