@@ -12,6 +12,7 @@ from apps.accounts.api_auth import api_auth
 from apps.common.api_errors import ErrorOut, register_exception_handlers
 from apps.common.json_body import StrictJSONParser
 from apps.registry.api import router as registry_router
+from apps.review.api import router as review_router
 from apps.runs.api import router as runs_router
 
 
@@ -25,7 +26,7 @@ api = StudioAPI(
     title="Posttrain Studio API",
     version="1",
     description="Definitions, versions, aliases, task instances and bundles of Posttrain Studio projects, and the "
-                "training runs on them.",
+                "training runs on them, and the review of their trajectories.",
     urls_namespace="api-v1",
     openapi_url="/openapi.json",
     docs_url=None,
@@ -36,6 +37,7 @@ register_exception_handlers(api)
 api.add_router("", accounts_router)
 api.add_router("", registry_router)
 api.add_router("", runs_router)
+api.add_router("", review_router)
 
 # Registered last, so it only sees paths no endpoint matched: without it Django would answer those with an
 # HTML 404 page.

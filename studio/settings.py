@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "apps.registry",
     "apps.runs",
     "apps.trajectories",
+    "apps.review",
     "apps.operations",
     "apps.demo",
 ]

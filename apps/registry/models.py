@@ -1,6 +1,6 @@
 """Definitions and their immutable versions, aliases, and task instances.
 
-One Definition table for every kind (domain, task template, sandbox image, verifier, bundle, model): versioning,
+One Definition table for every kind (domain, task template, sandbox image, verifier, bundle, model, rubric): versioning,
 aliases, diffs and import/export are one mechanism, and each kind differs only in its spec schema
 (specs.py). Task instances live outside the spec, content-addressed and shared between versions through
 instance sets, so tens of thousands of them cost one row each, once.
@@ -20,6 +20,7 @@ class Kind(models.TextChoices):
     VERIFIER = "verifier"
     BUNDLE = "bundle"
     MODEL = "model", "base model"
+    RUBRIC = "rubric"
 
 
 assert tuple(Kind.values) == KINDS

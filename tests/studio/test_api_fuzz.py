@@ -4,9 +4,10 @@ WSGI application with a real API token on a project with content — the registr
 kind and two runs — so the cases reach the real handlers, not only 404s:
 
 - as a member (an editor's write token): path parameters are the project's real slug, kinds, slugs, version
-  references, alias names and run ids (and, in a smaller pass, whatever schemathesis generates for them); half
-  the bodies name what exists (a bundle, RunConfig fields with values at and past their bounds, a spec of the
-  definition's kind, a version), so the cases get past the body schema into the services;
+  references, alias names, run ids, review queue and items (and, in a smaller pass, whatever schemathesis
+  generates for them); half the bodies name what exists (a bundle, RunConfig fields with values at and past
+  their bounds, a spec of the definition's kind, a version, a rubric, answers), so the cases get past the body
+  schema into the services;
 - as the owner with an admin token, briefly (the audit log is theirs only);
 - as an outsider (the owner of another project, with a token for theirs) on the same real paths.
 
@@ -38,10 +39,11 @@ from schemathesis.core import NotSet
 
 from apps.accounts.models import AuditEvent, Project
 from apps.registry.models import Alias, Version
-from apps.registry.services import alias_move
+from apps.registry.services import alias_move, version_publish
+from apps.review.services import item_next, label_submit, queue_create
 from apps.runs.models import Run
 from apps.runs.services import run_create
-from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC
+from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, RUBRIC, TEMPLATE_SPEC, VERIFIER_SPEC
 from workers.rl.config import BOUNDS, RunConfig
 
 SCALE = float(os.environ.get("FUZZ_EXAMPLES", "1"))
@@ -70,8 +72,9 @@ def api_schema(settings):
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", WSGIHandler())
 
 
-def real_path_parameters(operation, run_ids) -> st.SearchStrategy[dict]:
+def real_path_parameters(operation, world) -> st.SearchStrategy[dict]:
     """The operation's path parameters, drawn from what exists in the project."""
+    run_ids, item_ids = world["runs"], world["items"]
     names = {parameter.name for parameter in operation.path_parameters}
     path = operation.path
     if "/definitions/task_template/{slug}" in path:
@@ -85,6 +88,8 @@ def real_path_parameters(operation, run_ids) -> st.SearchStrategy[dict]:
         "ref": st.sampled_from(["1", "latest", "stable", "2", "999999999"]),
         "name": st.sampled_from(["stable", "canary", "latest"]),
         "run_id": st.sampled_from(run_ids),
+        "queue": st.sampled_from(["check", "check", "nope"]),
+        "item_id": st.sampled_from([*item_ids, 999_999]),
     }
     unknown = names - set(choices) - {"kind", "slug", "action"}
     assert not unknown, f"{operation.label}: no real values for the path parameters {unknown}"
@@ -161,6 +166,14 @@ def with_real_values(operation, case, data) -> None:
             body["spec"] = data.draw(spec_variants(kind))
     elif "/aliases/" in label and body is not None:
         body["version"] = data.draw(st.sampled_from([1, 1, 2]))  # every definition has a version 1
+    elif label == "POST /api/v1/projects/{project}/review/queues" and body is not None:
+        body.update(slug=data.draw(st.sampled_from(["fuzzed", "check", "other"])), rubric="correctness",
+                    sampling={"rule": data.draw(st.sampled_from(["random", "stratified", "hack_shaped"])), "n": 3})
+        body["reviewers"] = body["adjudicators"] = []
+    elif label.endswith("/labels") and body is not None:  # a step label on the item the member labelled
+        body.update(answers={"step_ok": data.draw(st.booleans())}, step=0, component="")
+    elif label.endswith("/adjudication") and body is not None:
+        body.update(question="verdict", answer=data.draw(st.sampled_from(["correct", "wrong", 3])))
     elif label.endswith("/diff"):
         refs = st.sampled_from(["1", "2", "latest", "stable"])
         case.query = {**(case.query or {}), "a": data.draw(refs), "b": data.draw(refs)}
@@ -174,12 +187,23 @@ def can_negate(operation, paths: str) -> bool:
 
 
 @pytest.fixture
-def world(project, registry, owner, studio_run):
-    """The project's content: a running run with history, a queued one, an alias; returns the run ids."""
+def editor(member):
+    return member("editor")
+
+
+@pytest.fixture
+def world(project, registry, owner, studio_run, editor):
+    """The project's content: a running run with history, a queued one, an alias, a review queue whose reviewer
+    and adjudicator is the editor (who has labelled its first item); returns the run ids and the queue's items."""
     alias_move(version=registry["verifier"], name="stable", actor=owner)
     running, _ = studio_run
     queued = run_create(project=project, bundle=registry["bundle"], steps=4, name="queued", actor=owner)
-    return [str(running.pk), str(queued.pk)]
+    rubric = version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
+    queue = queue_create(project=project, slug="check", rubric=rubric, actor=owner, overlap=2, reviewers=[editor],
+                         adjudicators=[editor], sampling={"rule": "random", "n": 5})
+    first = item_next(queue=queue, reviewer=editor)
+    label_submit(queue=queue, item_id=first.pk, reviewer=editor, answers={"verdict": "correct"})
+    return {"runs": [str(running.pk), str(queued.pk)], "items": list(queue.items.values_list("pk", flat=True))}
 
 
 def snapshot(project) -> dict:
@@ -191,9 +215,9 @@ def snapshot(project) -> dict:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)  # each request commits or fails alone, as in production
-def test_fuzz_the_api_from_its_openapi_document(api_schema, world, project, owner, member, outsider, token_for,
+def test_fuzz_the_api_from_its_openapi_document(api_schema, world, project, owner, editor, outsider, token_for,
                                                  capsys):
-    tokens = {"member": token_for(member("editor"), project=project, scope="write"),
+    tokens = {"member": token_for(editor, project=project, scope="write"),
               "owner": token_for(owner, project=project, scope="admin"),
               "outsider": token_for(outsider, project=Project.objects.get(slug="other-team"), scope="write")}
     operations = [result.ok() for result in api_schema.get_all_operations()]
@@ -232,8 +256,9 @@ def test_fuzz_the_api_from_its_openapi_document(api_schema, world, project, owne
     assert not unreached, f"no 2xx at all for {unreached}"
 
 
-def _fuzz(operation, mode, paths, examples, token, identity, run_ids, calls, failures, skipped):
-    fixed = real_path_parameters(operation, run_ids) if paths == "real" else st.just(None)
+def _fuzz(operation, mode, paths, examples, token, identity, world, calls, failures, skipped):
+    fixed = real_path_parameters(operation, world) if paths == "real" else st.just(None)
+    run_ids = world["runs"]
 
     @hypothesis_settings(max_examples=examples, derandomize=True, database=None, deadline=None,
                          phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),

@@ -29,7 +29,11 @@ def test_openapi_document_lists_the_endpoints_and_bearer_auth(client):
     assert {"ApiTokenAuth": []} in publish["security"]
     assert {"201", "200", "409", "422"} <= set(publish["responses"])
     kind = next(p for p in publish["parameters"] if p["name"] == "kind")
-    assert kind["schema"]["enum"] == ["domain", "task_template", "sandbox_image", "verifier", "bundle"]
+    assert kind["schema"]["enum"] == ["domain", "task_template", "sandbox_image", "verifier", "bundle", "model",
+                                      "rubric"]
+    review = "/api/v1/projects/{project}/review/queues/{queue}"
+    assert set(paths[review + "/next"]) == {"post"} and "get" in paths[review + "/agreement"]
+    assert "post" in paths[review + "/items/{item_id}/labels"]
 
 
 def test_openapi_document_needs_no_login(client):

@@ -17,3 +17,14 @@ DOMAIN_SPEC = {"sampling_weight": 2.0, "templates": [{"template": "add-two", "we
 def addition_instances(n: int = 20) -> list[dict]:
     return [{"key": f"add-{i:05d}", "inputs": {"a": i, "b": i % 7}, "hidden": {"answer": i + i % 7}}
             for i in range(n)]
+
+
+# A review rubric (registry kind `rubric`): a label set, an ordinal scale, free text, and a question on one step.
+RUBRIC = {"questions": [
+    {"key": "verdict", "type": "labels", "prompt": "Is the answer right?",
+     "labels": ["correct", "wrong", "reward-hack", "unsafe", "format"]},
+    {"key": "quality", "type": "ordinal", "prompt": "How good is it?", "labels": ["bad", "fair", "good"],
+     "required": False},
+    {"key": "notes", "type": "text", "prompt": "Anything else?", "required": False},
+    {"key": "step_ok", "type": "pass_fail", "prompt": "Is this step right?", "scope": "step"},
+]}

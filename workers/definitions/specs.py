@@ -15,10 +15,10 @@ from .canonical import data_problem
 SPEC_SCHEMA_VERSION = 1
 MAX_SPEC_BYTES = 1_000_000  # task data belongs in task instances, not in a spec
 
-KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle", "model")
+KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric")
 # The order to publish kinds in: a spec names only definitions of kinds before its own (bundles also name
 # bundles, published in the order they include each other).
-PUBLISH_ORDER = ("model", "sandbox_image", "verifier", "task_template", "domain", "bundle")
+PUBLISH_ORDER = ("model", "rubric", "sandbox_image", "verifier", "task_template", "domain", "bundle")
 SLUG_RE = r"[a-z0-9][a-z0-9-]{0,62}"
 ALIAS_RE = r"[a-z][a-z0-9-]{0,62}"
 # slug, slug@3, slug@prod: a reference to a definition of a known kind, floating or pinned.
@@ -510,6 +510,50 @@ class ModelSpec(Spec):
     licence: str = Field(default="", max_length=200, description="e.g. Apache-2.0")
 
 
+# --- rubric -----------------------------------------------------------------------------------------------
+
+RUBRIC_LABEL_RE = r"^[a-z0-9][a-z0-9_-]{0,39}$"
+
+
+class RubricQuestion(Spec):
+    """One question a reviewer answers. pass_fail: true or false; labels: one of `labels` (nominal);
+    ordinal: one of `labels`, ordered from worst to best (agreement weighs near misses less); text: free text,
+    never part of agreement."""
+
+    key: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="names the answer in labels and exports")
+    type: Literal["pass_fail", "labels", "ordinal", "text"]
+    prompt: str = Field(min_length=1, max_length=500, description="the question as the reviewer reads it")
+    instructions: str = Field(default="", max_length=5000)
+    labels: list[Annotated[str, Field(pattern=RUBRIC_LABEL_RE)]] = Field(default_factory=list, max_length=9)
+    scope: Literal["trajectory", "step"] = Field(
+        default="trajectory", description="trajectory: asked once per item; step: asked of one turn, tool call or "
+                                          "verifier component the reviewer points at")
+    required: bool = True
+
+    @model_validator(mode="after")
+    def labels_fit_the_type(self):
+        if self.type in ("labels", "ordinal"):
+            if len(self.labels) < 2:
+                raise ValueError(f"a {self.type} question needs at least 2 labels (keys 1-9 choose them)")
+            if len(set(self.labels)) != len(self.labels):
+                raise ValueError("two labels are the same")
+        elif self.labels:
+            raise ValueError(f"a {self.type} question takes no labels")
+        return self
+
+
+class RubricSpec(Spec):
+    questions: list[RubricQuestion] = Field(min_length=1, max_length=20)
+
+    @field_validator("questions")
+    @classmethod
+    def keys_distinct(cls, questions: list[RubricQuestion]) -> list[RubricQuestion]:
+        keys = [q.key for q in questions]
+        if len(keys) != len(set(keys)):
+            raise ValueError("two questions share a key")
+        return questions
+
+
 SPEC_MODELS: dict[str, type[Spec]] = {
     "domain": DomainSpec,
     "task_template": TaskTemplateSpec,
@@ -517,6 +561,7 @@ SPEC_MODELS: dict[str, type[Spec]] = {
     "verifier": VerifierSpec,
     "bundle": BundleSpec,
     "model": ModelSpec,
+    "rubric": RubricSpec,
 }
 
 

@@ -1,0 +1,235 @@
+"""The review part of the REST API: queues, the next item, labels, skips, adjudication and agreement. The same
+roles as the review pages (any member reads a queue; its reviewers label; owners and its adjudicators decide;
+editors create queues), the same services, and the same audit rows (via "api")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ninja import Field, Router, Schema, Status
+from pydantic import ConfigDict
+
+from apps.accounts.api_auth import caller_project
+from apps.accounts.models import Membership, Role
+from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS, ErrorOut
+from apps.registry.errors import VersionNotFound
+from apps.registry.refs import Ref, split_slug_ref
+from apps.registry.selectors import version_resolve
+
+from . import selectors
+from .agreement import queue_agreement
+from .services import ReviewError, adjudicate, item_next, item_skip, label_submit, queue_create
+
+router = Router(tags=["review"])
+
+QUEUES = "/projects/{project}/review/queues"
+QUEUE = QUEUES + "/{queue}"
+SLUG = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+
+class QueueIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    slug: str = Field(pattern=SLUG)
+    rubric: str = Field(description="the rubric to answer: slug, slug@N or slug@alias")
+    description: str = ""
+    filters: dict[str, Any] = Field(default_factory=dict, description="the trajectory browser's filters")
+    sampling: dict[str, Any] = Field(default_factory=dict, description='{"rule": random|stratified|'
+                                     'judge_doubtful|disagree|hack_shaped|list, "n": 100, "seed": 0, '
+                                     '"trajectories": [...] for list}')
+    overlap: int = Field(1, ge=1, le=10)
+    blind: bool = True
+    reviewers: list[str] = Field(default_factory=list, description="usernames")
+    adjudicators: list[str] = Field(default_factory=list, description="usernames")
+    reservation_seconds: int = Field(900, ge=30, le=86_400)
+
+
+class QueueOut(Schema):
+    slug: str
+    description: str
+    rubric: str
+    filters: dict[str, Any]
+    sampling: dict[str, Any]
+    overlap: int
+    blind: bool
+    reviewers: list[str]
+    created_at: datetime
+
+    @staticmethod
+    def resolve_rubric(queue) -> str:
+        return queue.rubric.ref
+
+    @staticmethod
+    def resolve_reviewers(queue) -> list[str]:
+        return sorted(queue.reviewers.values_list("username", flat=True))
+
+
+class LabelOut(Schema):
+    id: int
+    reviewer: str
+    rubric: str
+    step: int | None
+    component: str
+    answers: dict[str, Any]
+    comment: str
+    created_at: datetime
+
+    @staticmethod
+    def resolve_reviewer(label) -> str:
+        return label.reviewer.username
+
+    @staticmethod
+    def resolve_rubric(label) -> str:
+        return label.rubric.ref
+
+
+class ItemOut(Schema):
+    id: int
+    position: int
+    trajectory: UUID
+    why: str
+    labels: list[LabelOut] = Field(description="in a blind queue, only yours until you have labelled the item")
+
+
+class LabelIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    answers: dict[str, Any]
+    step: int | None = Field(None, description="label one turn (its index in the trajectory)")
+    component: str = Field("", max_length=120, description="label one verifier component, by name")
+    comment: str = Field("", max_length=10_000)
+
+
+class AdjudicationIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str
+    answer: Any
+    note: str = Field("", max_length=10_000)
+
+
+class PairOut(Schema):
+    a: str
+    b: str
+    items: int
+    agreement: float
+
+
+class AgreementOut(Schema):
+    question: str
+    level: str
+    items: int
+    answers: int
+    alpha: float | None
+    low: float | None
+    high: float | None
+    note: str
+    pairwise: list[PairOut]
+    disagreements: list[int]
+
+
+def _refused(exc: ReviewError):
+    errors = [{"field": exc.field, "problem": str(exc)}] if exc.field else []
+    return Status(exc.status, {"detail": str(exc), "errors": errors})
+
+
+def _item_out(item, reviewer) -> dict:
+    return {"id": item.pk, "position": item.position, "trajectory": item.trajectory_id, "why": item.why,
+            "labels": selectors.item_labels(item=item, reviewer=reviewer)}
+
+
+@router.get(QUEUES, response={200: list[QueueOut], **READ_ERRORS})
+def list_queues(request, project: str):
+    """The project's review queues, newest first."""
+    return selectors.queue_list(project=caller_project(request, project))
+
+
+@router.post(QUEUES, response={201: QueueOut, **WRITE_ERRORS})
+def create_queue(request, project: str, payload: QueueIn):
+    """Draw a queue of trajectories for review (editors). 400 names the field that is wrong."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    try:
+        rubric = version_resolve(project=scope, ref=Ref("rubric", *split_slug_ref(payload.rubric)))
+    except VersionNotFound as exc:
+        return Status(400, {"detail": str(exc), "errors": [{"field": "rubric", "problem": str(exc)}]})
+    members = {m.user.username: m.user for m in Membership.objects.filter(project=scope).select_related("user")}
+    unknown = [name for name in payload.reviewers + payload.adjudicators if name not in members]
+    if unknown:
+        return Status(400, {"detail": f"not members of {scope.slug}: {', '.join(unknown)}", "errors": []})
+    try:
+        queue = queue_create(project=scope, slug=payload.slug, rubric=rubric, actor=request.auth,
+                             filters=payload.filters, sampling=payload.sampling, overlap=payload.overlap,
+                             blind=payload.blind, reviewers=[members[n] for n in payload.reviewers],
+                             adjudicators=[members[n] for n in payload.adjudicators],
+                             description=payload.description, reservation_seconds=payload.reservation_seconds,
+                             via="api")
+    except ReviewError as exc:
+        return _refused(exc)
+    return Status(201, queue)
+
+
+@router.get(QUEUE, response={200: QueueOut, **READ_ERRORS})
+def get_queue(request, project: str, queue: str):
+    return selectors.queue_get(project=caller_project(request, project), slug=queue)
+
+
+@router.post(QUEUE + "/next", response={200: ItemOut, 204: None, **WRITE_ERRORS})
+def next_item(request, project: str, queue: str):
+    """Reserve the next item for you (reviewers of the queue); 204 when nothing is left for you."""
+    scope = caller_project(request, project, min_role=Role.REVIEWER)
+    review = selectors.queue_get(project=scope, slug=queue)
+    try:
+        item = item_next(queue=review, reviewer=request.auth)
+    except ReviewError as exc:
+        return _refused(exc)
+    if item is None:
+        return Status(204, None)
+    return _item_out(item, request.auth)
+
+
+@router.post(QUEUE + "/items/{item_id}/labels", response={201: LabelOut, **WRITE_ERRORS, 410: ErrorOut})
+def submit_label(request, project: str, queue: str, item_id: int, payload: LabelIn):
+    """Your answers on an item you hold (or on one of its steps or verifier components). 400: an answer that
+    does not fit the rubric; 404: not an item of this queue; 409: your reservation expired or you labelled it
+    already; 410: the item was removed."""
+    scope = caller_project(request, project, min_role=Role.REVIEWER)
+    review = selectors.queue_get(project=scope, slug=queue)
+    try:
+        label = label_submit(queue=review, item_id=item_id, reviewer=request.auth, answers=payload.answers,
+                             step=payload.step, component=payload.component, comment=payload.comment, via="api")
+    except ReviewError as exc:
+        return _refused(exc)
+    return Status(201, label)
+
+
+@router.post(QUEUE + "/items/{item_id}/skip", response={204: None, **WRITE_ERRORS})
+def skip_item(request, project: str, queue: str, item_id: int):
+    """Give an item back without labelling it."""
+    scope = caller_project(request, project, min_role=Role.REVIEWER)
+    try:
+        item_skip(queue=selectors.queue_get(project=scope, slug=queue), item_id=item_id, reviewer=request.auth,
+                  via="api")
+    except ReviewError as exc:
+        return _refused(exc)
+    return Status(204, None)
+
+
+@router.post(QUEUE + "/items/{item_id}/adjudication", response={201: dict, **WRITE_ERRORS})
+def adjudicate_item(request, project: str, queue: str, item_id: int, payload: AdjudicationIn):
+    """The gold answer to one question (owners and the queue's adjudicators)."""
+    scope = caller_project(request, project, min_role=Role.REVIEWER)
+    try:
+        decision = adjudicate(queue=selectors.queue_get(project=scope, slug=queue), item_id=item_id,
+                              question=payload.question, answer=payload.answer, adjudicator=request.auth,
+                              note=payload.note, via="api")
+    except ReviewError as exc:
+        return _refused(exc)
+    return Status(201, {"item": item_id, "question": decision.question, "answer": decision.answer})
+
+
+@router.get(QUEUE + "/agreement", response={200: list[AgreementOut], **READ_ERRORS})
+def agreement(request, project: str, queue: str):
+    """Krippendorff's alpha per question with a 95% bootstrap interval, pairwise agreement, disagreements."""
+    return queue_agreement(selectors.queue_get(project=caller_project(request, project), slug=queue))

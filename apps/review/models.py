@@ -1,0 +1,98 @@
+"""Review queues over archived trajectories: who reviews what, reservations, labels and adjudicated gold labels.
+
+A queue is a fixed list of trajectories (drawn once, from a trajectory filter and a sampling rule) and a rubric
+version (a registry `rubric`). Each item is labelled by up to `overlap` reviewers; a reviewer holds a reservation
+on an item while labelling it, which expires, so an item abandoned in a closed tab goes to someone else. A label
+records the rubric version it answered. Where reviewers disagree, an adjudicator's decision is the gold answer
+(Adjudication); the original labels stay as they were.
+"""
+
+from django.conf import settings
+from django.db import models
+
+from apps.accounts.models import Project
+from apps.registry.models import Version
+from apps.trajectories.models import Trajectory
+
+
+class ReviewQueue(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="review_queues")
+    slug = models.SlugField(max_length=63)
+    description = models.TextField(blank=True, default="")
+    rubric = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="review_queues")
+    filters = models.JSONField(default=dict)  # the trajectory browser's filters the items were drawn with
+    sampling = models.JSONField(default=dict)  # the rule that drew them: {"rule": ..., "n": ..., "seed": ...}
+    overlap = models.PositiveSmallIntegerField(default=1)  # reviewers per item
+    blind = models.BooleanField(default=True)  # a reviewer never sees others' labels before submitting
+    reservation_seconds = models.PositiveIntegerField(default=900)
+    reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="review_queues")
+    adjudicators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="adjudicated_queues", blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "slug"], name="review_queue_slug_unique")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"queue {self.project.slug}/{self.slug}"
+
+
+class QueueItem(models.Model):
+    queue = models.ForeignKey(ReviewQueue, on_delete=models.CASCADE, related_name="items")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="queue_items")
+    position = models.PositiveIntegerField()  # the order reviewers get items in
+    why = models.CharField(max_length=200, blank=True, default="")  # what drew it: "stratum python-coding", ...
+    removed = models.BooleanField(default=False)  # taken out of the queue: no more labels (kept ones stay)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "trajectory"], name="queue_item_unique"),
+                       models.UniqueConstraint(fields=["queue", "position"], name="queue_item_position_unique")]
+        ordering = ["queue", "position"]
+
+
+class Reservation(models.Model):
+    """A reviewer's hold on an item while labelling it. Counted against the overlap until it expires."""
+
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="reservations")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "reviewer"], name="one_reservation_per_reviewer")]
+        indexes = [models.Index(fields=["reviewer", "expires_at"])]
+
+
+class Label(models.Model):
+    """A reviewer's answers on an item: on the whole trajectory (step None), or on one step of it."""
+
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="labels")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="review_labels")
+    rubric = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="+")  # the version it answered
+    step = models.PositiveIntegerField(null=True, blank=True)  # the turn's index in the trajectory
+    component = models.CharField(max_length=120, blank=True, default="")  # a verifier component, by name
+    answers = models.JSONField(default=dict)  # question key -> answer
+    comment = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "reviewer"], condition=models.Q(step__isnull=True,
+                                                                                    component=""),
+                                    name="one_trajectory_label_per_reviewer"),
+        ]
+        indexes = [models.Index(fields=["item", "reviewer"])]
+
+
+class Adjudication(models.Model):
+    """The gold answer to one question on an item where reviewers disagreed."""
+
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="adjudications")
+    question = models.CharField(max_length=40)
+    answer = models.JSONField()
+    adjudicator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "question"], name="one_gold_answer_per_question")]

@@ -1,0 +1,284 @@
+"""Writes for review queues. Each is one transaction with an audit row; callers check the actor's role.
+
+Reservations are what keeps an item from going to more reviewers than the queue's overlap: `item_next` locks
+candidate items with SELECT ... FOR UPDATE SKIP LOCKED, so concurrent reviewers never wait on one another and
+never both take the last free place on an item; under the lock it counts the item's labels and unexpired
+reservations. An expired reservation no longer counts, so an abandoned item goes to someone else.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.accounts.models import Membership, Project, Role
+from apps.accounts.services import audit_record
+from apps.registry.models import Version
+from apps.trajectories.selectors import trajectory_filter
+
+from .models import Adjudication, Label, QueueItem, Reservation, ReviewQueue
+from .rubrics import answer_problems
+
+MAX_ITEMS = 10_000
+SAMPLING_RULES = ("random", "stratified", "judge_doubtful", "disagree", "hack_shaped", "list")
+
+
+class ReviewError(ValueError):
+    """A request that does not fit the queue's state, in words for the person who made it; `status` is the HTTP
+    status an API answers it with."""
+
+    def __init__(self, message: str, *, status: int = 400, field: str = ""):
+        super().__init__(message)
+        self.status, self.field = status, field
+
+
+@dataclass(frozen=True)
+class Drawn:
+    trajectory_id: object
+    why: str
+
+
+def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
+    rule, n = sampling.get("rule", "random"), sampling.get("n", 100)
+    rng = random.Random(sampling.get("seed", 0))
+    if rule not in SAMPLING_RULES:
+        raise ReviewError(f"sampling rule {rule!r} is not one of {', '.join(SAMPLING_RULES)}", field="sampling.rule")
+    if rule == "list":
+        ids = sampling.get("trajectories") or []
+        found = set(trajectory_filter(project=project, filters=filters).filter(pk__in=ids)
+                    .values_list("pk", flat=True))
+        missing = [str(i) for i in ids if _uuid_in(i, found) is None]
+        if missing:
+            raise ReviewError(f"not trajectories of this project (or not matching the filter): "
+                              f"{', '.join(missing[:5])}", field="sampling.trajectories")
+        return [Drawn(_uuid_in(i, found), "listed") for i in ids]
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_ITEMS:
+        raise ReviewError(f"n must be a whole number from 1 to {MAX_ITEMS:,}", field="sampling.n")
+    rows = trajectory_filter(project=project, filters=filters)
+    if rule == "random":
+        ids = list(rows.values_list("pk", flat=True))
+        return [Drawn(i, "random") for i in rng.sample(ids, min(n, len(ids)))]
+    if rule == "stratified":  # an equal share of n per domain (a small domain gives what it has)
+        by_domain: dict[str, list] = {}
+        for pk, domain in rows.values_list("pk", "domain"):
+            by_domain.setdefault(domain, []).append(pk)
+        share = max(1, n // max(1, len(by_domain)))
+        return [Drawn(pk, f"stratum {domain}") for domain, ids in sorted(by_domain.items())
+                for pk in rng.sample(ids, min(share, len(ids)))][:n]
+    if rule == "hack_shaped":  # passed, with an answer in the shortest quarter of the passing ones
+        passed = list(rows.filter(verdict_status="pass").values_list("pk", "completion_tokens"))
+        if not passed:
+            return []
+        lengths = sorted(tokens for _, tokens in passed)
+        short = lengths[max(0, len(lengths) // 4 - 1)]
+        ids = [pk for pk, tokens in passed if tokens <= short]
+        return [Drawn(pk, f"passed with {short} tokens or fewer") for pk in rng.sample(ids, min(n, len(ids)))]
+    # judge_doubtful and disagree read the verdicts of the trajectories a judge graded.
+    judged = rows.filter(verdict__layers_run__contains=["judge"]).values_list("pk", "verdict_status", "verdict")
+    chosen = []
+    for pk, status, verdict in judged:
+        judge = [c for c in verdict.get("components", []) if c.get("layer") == "judge" and c.get("value") is not None]
+        others = [c for c in verdict.get("components", []) if c.get("layer") != "judge" and c.get("weight", 0) > 0
+                  and c.get("value") is not None]
+        if rule == "judge_doubtful" and status == "pass" and any(0.2 <= c["value"] <= 0.8 for c in judge):
+            chosen.append(Drawn(pk, "passed; the judge was doubtful"))
+        elif rule == "disagree" and judge and others and (
+                min(c["value"] for c in judge) >= 0.5) != (min(c["value"] for c in others) >= 0.5):
+            chosen.append(Drawn(pk, "the verifier's checks and its judge disagree"))
+    return rng.sample(chosen, min(n, len(chosen)))
+
+
+def _uuid_in(value, found: set):
+    return next((pk for pk in found if str(pk) == str(value)), None)
+
+
+def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters: dict | None = None,
+                 sampling: dict | None = None, overlap: int = 1, blind: bool = True, reviewers=(), adjudicators=(),
+                 description: str = "", reservation_seconds: int = 900, via: str = "web") -> ReviewQueue:
+    """A queue of the trajectories `sampling` draws from those `filters` select, labelled with `rubric`."""
+    if rubric.definition.kind != "rubric" or rubric.definition.project_id != project.pk:
+        raise ReviewError(f"{rubric.ref} is not a rubric of project {project.slug}", field="rubric")
+    if not isinstance(overlap, int) or isinstance(overlap, bool) or not 1 <= overlap <= 10:
+        raise ReviewError("overlap must be a whole number of reviewers per item, from 1 to 10", field="overlap")
+    if not isinstance(reservation_seconds, int) or not 30 <= reservation_seconds <= 86_400:
+        raise ReviewError("reservation_seconds must be from 30 to 86,400", field="reservation_seconds")
+    members = dict(Membership.objects.filter(project=project).values_list("user_id", "role"))
+    for field, users, least in (("reviewers", reviewers, Role.REVIEWER), ("adjudicators", adjudicators, Role.EDITOR)):
+        weak = [u.username for u in users if u.pk not in members or Role.rank(members[u.pk]) < Role.rank(least)]
+        if weak:
+            raise ReviewError(f"{', '.join(weak)}: {field} need the {least} role in {project.slug} or above",
+                              field=field)
+    sampling = {"rule": "random", "n": 100, "seed": 0, **(sampling or {})}
+    drawn = _draw(project=project, filters=filters or {}, sampling=sampling)
+    if not drawn:
+        raise ReviewError("no trajectory matches this filter and sampling rule", field="sampling")
+    with transaction.atomic():
+        try:
+            queue = ReviewQueue.objects.create(
+                project=project, slug=slug, description=description, rubric=rubric, filters=filters or {},
+                sampling=sampling, overlap=overlap, blind=blind, reservation_seconds=reservation_seconds,
+                created_by=actor if getattr(actor, "is_authenticated", False) else None)
+        except IntegrityError:
+            raise ReviewError(f"project {project.slug} already has a queue {slug!r}", field="slug",
+                              status=409) from None
+        queue.reviewers.set(reviewers)
+        queue.adjudicators.set(adjudicators)
+        QueueItem.objects.bulk_create([QueueItem(queue=queue, trajectory_id=d.trajectory_id, position=index,
+                                                 why=d.why) for index, d in enumerate(drawn)])
+        audit_record(project=project, actor=actor, action="review.queue.create", target=f"queue/{slug}",
+                     details={"rubric": rubric.ref, "items": len(drawn), "sampling": sampling, "overlap": overlap,
+                              "blind": blind}, via=via)
+    return queue
+
+
+def _live(now) -> Q:
+    return Q(expires_at__gt=now)
+
+
+def _count(rows) -> Coalesce:
+    """COUNT(*) of a correlated subquery, as an expression a filter can use without a GROUP BY (which FOR UPDATE
+    refuses)."""
+    counted = rows.order_by().values("item").annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+def item_next(*, queue: ReviewQueue, reviewer) -> QueueItem | None:
+    """The item `reviewer` should label next, reserved for them; None when nothing is left for them.
+
+    Their own unexpired reservation comes first (a reload gives the same item). Otherwise the first item they
+    have not labelled whose labels and live reservations leave room under the overlap, locked so that no other
+    reviewer takes the same place at the same moment."""
+    _require_reviewer(queue, reviewer)
+    now = timezone.now()
+    with transaction.atomic():
+        held = (Reservation.objects.filter(item__queue=queue, reviewer=reviewer, item__removed=False)
+                .filter(_live(now)).select_related("item").order_by("item__position").first())
+        if held is not None:
+            return held.item
+        live = Reservation.objects.filter(item=OuterRef("pk")).filter(_live(now)).exclude(reviewer=reviewer)
+        whole = Label.objects.filter(item=OuterRef("pk"), step__isnull=True, component="")
+        candidates = (QueueItem.objects.filter(queue=queue, removed=False)
+                      .exclude(Exists(Label.objects.filter(item=OuterRef("pk"), reviewer=reviewer)))
+                      .annotate(taken=_count(whole) + _count(live)).filter(taken__lt=queue.overlap)
+                      .order_by("position"))
+        skipped: list[int] = []
+        while True:
+            # One row at a time: locking a batch would make every other reviewer skip all of it.
+            item = candidates.exclude(pk__in=skipped).select_for_update(skip_locked=True, of=("self",)).first()
+            if item is None:
+                return None
+            # Counted again under the lock: the count in the query may predate a reservation committed since.
+            taken = (Label.objects.filter(item=item, step__isnull=True, component="").count()
+                     + Reservation.objects.filter(item=item).filter(_live(now)).exclude(reviewer=reviewer).count())
+            if taken < queue.overlap:
+                Reservation.objects.update_or_create(
+                    item=item, reviewer=reviewer,
+                    defaults={"expires_at": now + timedelta(seconds=queue.reservation_seconds)})
+                return item
+            skipped.append(item.pk)
+    return None
+
+
+def label_submit(*, queue: ReviewQueue, item_id: int, reviewer, answers: dict, step: int | None = None,
+                 component: str = "", comment: str = "", via: str = "web") -> Label:
+    """The reviewer's answers on an item they hold (the whole trajectory), or on one of its steps or verifier
+    components (those need no reservation of their own beyond the item's). Writes nothing on any problem."""
+    _require_reviewer(queue, reviewer)
+    now = timezone.now()
+    with transaction.atomic():
+        item = (QueueItem.objects.select_for_update().select_related("trajectory")
+                .filter(queue=queue, pk=item_id).first())
+        if item is None:
+            raise ReviewError(f"item {item_id} is not in queue {queue.slug}", status=404, field="item")
+        if item.removed:
+            raise ReviewError(f"item {item_id} was removed from queue {queue.slug}", status=410, field="item")
+        whole = step is None and not component
+        labelled = Label.objects.filter(item=item, reviewer=reviewer, step__isnull=True, component="").exists()
+        holds = Reservation.objects.filter(item=item, reviewer=reviewer).filter(_live(now)).exists()
+        if whole and labelled:
+            raise ReviewError("you have labelled this item already", status=409, field="item")
+        if whole and not holds:
+            raise ReviewError("your reservation of this item has expired or was never made; take the next item "
+                              "again", status=409, field="item")
+        if not whole and not (holds or labelled):
+            raise ReviewError("label a step of an item you hold or have labelled", status=409, field="item")
+        turns = item.trajectory.turns or []
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < len(turns)):
+            raise ReviewError(f"step must be a turn of this trajectory, 0 to {len(turns) - 1}", field="step")
+        names = {c.get("name") for c in (item.trajectory.verdict or {}).get("components", [])}
+        if component and component not in names:
+            raise ReviewError(f"the verdict has no component {component!r}; it has "
+                              f"{', '.join(sorted(n for n in names if n)) or 'none'}", field="component")
+        problems = answer_problems(queue.rubric.spec, answers, scope="trajectory" if whole else "step")
+        if problems:
+            raise ReviewError("; ".join(f"{field}: {problem}" for field, problem in problems),
+                              field=problems[0][0])
+        label = Label.objects.create(item=item, reviewer=reviewer, rubric=queue.rubric, step=step,
+                                     component=component, answers=answers, comment=comment[:10_000])
+        if whole:
+            Reservation.objects.filter(item=item, reviewer=reviewer).delete()
+        audit_record(project=queue.project, actor=reviewer, action="review.label", target=f"queue/{queue.slug}",
+                     details={"item": item.pk, "trajectory": str(item.trajectory_id), "step": step,
+                              "component": component}, via=via)
+    return label
+
+
+def item_skip(*, queue: ReviewQueue, item_id: int, reviewer, via: str = "web") -> None:
+    """Give the item back: the reservation goes, and the reviewer is offered the next one."""
+    _require_reviewer(queue, reviewer)
+    with transaction.atomic():
+        deleted, _ = Reservation.objects.filter(item__queue=queue, item_id=item_id, reviewer=reviewer).delete()
+        if deleted:
+            audit_record(project=queue.project, actor=reviewer, action="review.skip", target=f"queue/{queue.slug}",
+                         details={"item": item_id}, via=via)
+
+
+def adjudicate(*, queue: ReviewQueue, item_id: int, question: str, answer, adjudicator, note: str = "",
+               via: str = "web") -> Adjudication:
+    """The gold answer to `question` on an item; the reviewers' labels stay as they were."""
+    role = Membership.objects.filter(project=queue.project, user=adjudicator).values_list("role", flat=True).first()
+    designated = queue.adjudicators.filter(pk=adjudicator.pk).exists()
+    if not (role == Role.OWNER or designated):
+        raise ReviewError("only the project's owners and the queue's adjudicators decide", status=403)
+    asked = {q["key"]: q for q in queue.rubric.spec["questions"] if q.get("scope", "trajectory") == "trajectory"}
+    if question not in asked:
+        raise ReviewError(f"no trajectory question {question!r}; the rubric asks {', '.join(asked)}",
+                          field="question")
+    problems = answer_problems({"questions": [asked[question]]}, {question: answer}, scope="trajectory")
+    if problems:
+        raise ReviewError(f"{problems[0][0]}: {problems[0][1]}", field="answer")
+    with transaction.atomic():
+        item = QueueItem.objects.filter(queue=queue, pk=item_id).first()
+        if item is None:
+            raise ReviewError(f"item {item_id} is not in queue {queue.slug}", status=404, field="item")
+        decision, _ = Adjudication.objects.update_or_create(
+            item=item, question=question, defaults={"answer": answer, "adjudicator": adjudicator, "note": note})
+        audit_record(project=queue.project, actor=adjudicator, action="review.adjudicate",
+                     target=f"queue/{queue.slug}", details={"item": item.pk, "question": question,
+                                                            "answer": answer}, via=via)
+    return decision
+
+
+def item_remove(*, queue: ReviewQueue, item_id: int, actor, via: str = "web") -> None:
+    with transaction.atomic():
+        updated = QueueItem.objects.filter(queue=queue, pk=item_id, removed=False).update(removed=True)
+        if not updated:
+            raise ReviewError(f"item {item_id} is not in queue {queue.slug}", status=404, field="item")
+        Reservation.objects.filter(item_id=item_id).delete()
+        audit_record(project=queue.project, actor=actor, action="review.item.remove", target=f"queue/{queue.slug}",
+                     details={"item": item_id}, via=via)
+
+
+def _require_reviewer(queue: ReviewQueue, user) -> None:
+    role = Membership.objects.filter(project=queue.project, user=user).values_list("role", flat=True).first()
+    if role is None or Role.rank(role) < Role.rank(Role.REVIEWER):
+        raise ReviewError(f"labelling needs the reviewer role in {queue.project.slug}", status=403)
+    if not queue.reviewers.filter(pk=user.pk).exists():
+        raise ReviewError(f"you are not a reviewer of queue {queue.slug}", status=403)
+
