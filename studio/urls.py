@@ -9,6 +9,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("", include("apps.runs.urls")),
     path("", include("apps.trajectories.urls")),
+    path("", include("apps.review.urls")),
     path("", include("apps.explorer.urls")),
     path("", include("apps.registry.urls")),
 ]

@@ -1,0 +1,133 @@
+"""Review pages: the project's queues, a queue (progress, agreement, adjudication), and the review of one item
+(the replay beside the rubric's form, keyboard first). Members read; a queue's reviewers label; owners and the
+queue's adjudicators decide."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.accounts.models import Role
+from apps.accounts.selectors import project_for_user, role_of
+from apps.trajectories.replay import trajectory_info
+
+from . import selectors
+from .agreement import queue_agreement
+from .models import Adjudication, QueueItem
+from .rubrics import questions
+from .services import ReviewError, adjudicate, item_next, item_skip, label_submit
+
+
+def queue_list(request, project):
+    project = project_for_user(user=request.user, slug=project)
+    queues = [(queue, selectors.queue_progress(queue=queue, reviewer=request.user))
+              for queue in selectors.queue_list(project=project)]
+    return render(request, "review/queue_list.html", {"project": project, "queues": queues})
+
+
+def queue_page(request, project, queue):
+    project = project_for_user(user=request.user, slug=project)
+    review = selectors.queue_get(project=project, slug=queue)
+    agreement = queue_agreement(review)
+    disputed = sorted({item for a in agreement for item in a.disagreements})
+    items = {i.pk: i for i in QueueItem.objects.filter(pk__in=disputed).select_related("trajectory")}
+    decided = {(d.item_id, d.question): d.answer for d in Adjudication.objects.filter(item__queue=review)}
+    may_decide = role_of(user=request.user, project=project) == Role.OWNER or \
+        review.adjudicators.filter(pk=request.user.pk).exists()
+    context = {"project": project, "queue": review, "agreement": agreement,
+               "progress": selectors.queue_progress(queue=review, reviewer=request.user),
+               "is_reviewer": review.reviewers.filter(pk=request.user.pk).exists(), "may_decide": may_decide,
+               "disputes": [{"item": items[pk], "answers": _answers(items[pk]),
+                             "decided": {q: decided[(pk, q)] for (i, q) in decided if i == pk}}
+                            for pk in disputed if pk in items],
+               "questions": [q for q in questions(review.rubric.spec, "trajectory") if q["type"] != "text"]}
+    return render(request, "review/queue_detail.html", context)
+
+
+def _answers(item) -> list[tuple[str, dict]]:
+    return [(label.reviewer.username, label.answers) for label in
+            item.labels.filter(step__isnull=True, component="").select_related("reviewer").order_by("pk")]
+
+
+@require_POST
+def queue_next(request, project, queue):
+    project = project_for_user(user=request.user, slug=project, min_role=Role.REVIEWER)
+    review = selectors.queue_get(project=project, slug=queue)
+    try:
+        item = item_next(queue=review, reviewer=request.user)
+    except ReviewError as exc:
+        messages.error(request, str(exc))
+        return redirect("review:queue", project=project.slug, queue=review.slug)
+    if item is None:
+        messages.info(request, "Nothing left for you in this queue.")
+        return redirect("review:queue", project=project.slug, queue=review.slug)
+    return redirect("review:item", project=project.slug, queue=review.slug, item_id=item.pk)
+
+
+def item_page(request, project, queue, item_id):
+    project = project_for_user(user=request.user, slug=project)
+    review = selectors.queue_get(project=project, slug=queue)
+    item = QueueItem.objects.filter(queue=review, pk=item_id).select_related("trajectory__run").first()
+    if item is None:
+        raise Http404(f"item {item_id} is not in queue {review.slug}")
+    errors, status = [], 200
+    if request.method == "POST":
+        project_for_user(user=request.user, slug=project.slug, min_role=Role.REVIEWER)
+        action = request.POST.get("action", "label")
+        try:
+            if action == "skip":
+                item_skip(queue=review, item_id=item.pk, reviewer=request.user)
+                return queue_next(request, project.slug, review.slug)
+            step = request.POST.get("step")
+            answers = _posted_answers(request.POST, review.rubric.spec, "step" if step else "trajectory")
+            label_submit(queue=review, item_id=item.pk, reviewer=request.user, answers=answers,
+                         step=int(step) if step and step.isdigit() else (step or None),
+                         comment=request.POST.get("comment", ""))
+        except ReviewError as exc:
+            errors, status = [str(exc)], exc.status
+        else:
+            if step:
+                messages.success(request, f"Turn {step} labelled.")
+                return redirect("review:item", project=project.slug, queue=review.slug, item_id=item.pk)
+            return queue_next(request, project.slug, review.slug)
+    progress = selectors.queue_progress(queue=review, reviewer=request.user)
+    context = {"project": project, "queue": review, "item": item, "info": trajectory_info(item.trajectory),
+               "labels": selectors.item_labels(item=item, reviewer=request.user), "progress": progress,
+               "questions": questions(review.rubric.spec, "trajectory"),
+               "step_questions": questions(review.rubric.spec, "step"), "errors": errors,
+               "labelled": item.labels.filter(reviewer=request.user, step__isnull=True, component="").exists()}
+    return render(request, "review/item.html", context, status=status)
+
+
+def _posted_answers(post, rubric_spec: dict, scope: str) -> dict:
+    """Form fields a-<key> as the rubric's types: pass/fail as booleans, the rest as text ("" = unanswered)."""
+    answers = {}
+    for question in questions(rubric_spec, scope):
+        raw = post.get(f"a-{question['key']}", "")
+        if raw == "":
+            continue
+        answers[question["key"]] = {"true": True, "false": False}.get(raw, raw) \
+            if question["type"] == "pass_fail" else raw
+    return answers
+
+
+@require_POST
+def item_adjudicate(request, project, queue, item_id):
+    project = project_for_user(user=request.user, slug=project, min_role=Role.REVIEWER)
+    review = selectors.queue_get(project=project, slug=queue)
+    question = request.POST.get("question", "")
+    raw = request.POST.get("answer", "")
+    kind = next((q["type"] for q in review.rubric.spec["questions"] if q["key"] == question), "")
+    answer = json.loads(raw) if kind == "pass_fail" and raw in ("true", "false") else raw
+    try:
+        adjudicate(queue=review, item_id=item_id, question=question, answer=answer, adjudicator=request.user,
+                   note=request.POST.get("note", ""))
+    except ReviewError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Item {item_id}: {question} is {raw}.")
+    return redirect("review:queue", project=project.slug, queue=review.slug)
