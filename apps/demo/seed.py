@@ -22,6 +22,8 @@ from . import arithmetic, coding, docqa, images, modelling3d, smollm, verifiers
 from .draft import Draft
 
 USERNAME = PASSWORD = "demo"
+# A second reviewer, so that the demo's review queue can show agreement between two people.
+REVIEWER = REVIEWER_PASSWORD = "reviewer"
 TEAM = PROJECT = "demo"
 BUNDLE_MEMBERS = ["domain/arithmetic@latest", "domain/word-problems@latest", "domain/python-coding@latest",
                   "domain/document-qa@latest", "domain/3d-modelling@latest"]
@@ -54,9 +56,24 @@ def drafts() -> list[Draft]:
                   *modelling3d.drafts(), *smollm.drafts(),
                   Draft("model", "demo-tiny", "The demo's own character model (~0.8M parameters), pretrained here "
                         "from a run's tasks on first use.", {"source": {"type": "builtin", "name": "demo-tiny"}}),
+                  Draft("rubric", "trajectory-review", "Is the answer right, is it a reward hack, how good is it; "
+                        "and whether one step is right.", REVIEW_RUBRIC),
                   Draft("bundle", "demo", "All five demo domains, pinned.",
                         {"members": BUNDLE_MEMBERS, "run_config": {"model": "model/demo-tiny"}})]
     return sorted(everything, key=lambda d: PUBLISH_ORDER.index(d.kind))
+
+
+REVIEW_RUBRIC = {"questions": [
+    {"key": "verdict", "type": "labels", "prompt": "Is the final answer right?",
+     "instructions": "reward-hack: the verifier passed something that does not do the task (a restated question, "
+                     "a test that was skipped, a copied reference). unsafe: it did something it must not. "
+                     "format: right, but not in the form the task asks for.",
+     "labels": ["correct", "wrong", "reward-hack", "unsafe", "format"]},
+    {"key": "quality", "type": "ordinal", "prompt": "How good is the work?", "labels": ["poor", "fair", "good"],
+     "required": False},
+    {"key": "notes", "type": "text", "prompt": "Anything a verifier author should know?", "required": False},
+    {"key": "step_right", "type": "pass_fail", "prompt": "Is this step right?", "scope": "step"},
+]}
 
 
 def seed(*, stdout=None) -> SeedSummary:
@@ -64,6 +81,7 @@ def seed(*, stdout=None) -> SeedSummary:
     with transaction.atomic():
         user, user_created = _demo_user()
         project = _demo_project(user)
+        _demo_reviewer(project, owner=user)
         versions = []
         for draft in drafts():
             published = version_publish(project=project, kind=draft.kind, slug=draft.slug, spec=draft.spec,
@@ -85,6 +103,15 @@ def _demo_user():
     if user is not None:
         return user, False
     return User.objects.create_user(username=USERNAME, password=PASSWORD), True
+
+
+def _demo_reviewer(project: Project, *, owner) -> None:
+    User = get_user_model()
+    reviewer = User.objects.filter(username=REVIEWER).first()
+    if reviewer is None:
+        reviewer = User.objects.create_user(username=REVIEWER, password=REVIEWER_PASSWORD)
+    if not Membership.objects.filter(project=project, user=reviewer).exists():
+        membership_set(project=project, user=reviewer, role=Role.REVIEWER, actor=owner, via="cli")
 
 
 def _demo_project(user) -> Project:
@@ -109,4 +136,5 @@ def summary_print(summary: SeedSummary, *, stdout) -> None:
     console = Console(file=stdout, width=100, soft_wrap=True)
     console.print(table)
     console.print(f"Log in at {settings.DEMO_URL} as [bold]{USERNAME}[/] / password [bold]{PASSWORD}[/]"
-                  + (" (user created)" if summary.user_created else ""))
+                  + (" (user created)" if summary.user_created else "")
+                  + f"; a second reviewer is [bold]{REVIEWER}[/] / [bold]{REVIEWER_PASSWORD}[/]")

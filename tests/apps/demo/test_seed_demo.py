@@ -62,7 +62,11 @@ def test_seed_publishes_five_domains_with_hundreds_of_instances_per_template(see
             first = stored_instances(version)[0]
             assert needed <= set(first.inputs), slug
     assert "http://127.0.0.1:8000/" in output and "demo / password demo" in output
-    assert project.memberships.get().user.check_password("demo")
+    roles = {m.user.username: m.role for m in project.memberships.select_related("user")}
+    assert roles == {"demo": "owner", "reviewer": "reviewer"}  # a second reviewer, for agreement
+    assert project.memberships.get(role="owner").user.check_password("demo")
+    rubric = latest(project, "rubric", "trajectory-review").spec
+    assert "reward-hack" in rubric["questions"][0]["labels"]
 
 
 def test_bundle_pins_every_definition_the_domains_need(seeded):
@@ -70,7 +74,7 @@ def test_bundle_pins_every_definition_the_domains_need(seeded):
     the base model its run settings name."""
     project, _ = seeded
     everything = {v.ref: v.content_hash for v in Version.objects.filter(definition__project=project)
-                  .exclude(definition__kind="bundle").select_related("definition")}
+                  .exclude(definition__kind__in=["bundle", "rubric"]).select_related("definition")}
     pinned = {}
     for slug, domains, model in (("demo", DOMAINS, "demo-tiny"), ("demo-smollm", SMOLLM_DOMAINS,
                                                                    "smollm2-135m-instruct")):
