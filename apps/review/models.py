@@ -96,3 +96,45 @@ class Adjudication(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["item", "question"], name="one_gold_answer_per_question")]
+
+
+class Canary(models.Model):
+    """A confirmed reward hack kept as a test: the (task, response) pair a verifier passed and a reviewer labelled
+    `reward-hack`. Every later version of that verifier must score it 0 (`manage.py verify --canaries`). The task
+    and the response are copied in, so the canary outlives the trajectory and the run."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="canaries")
+    verifier = models.ForeignKey("registry.Definition", on_delete=models.CASCADE, related_name="canaries")
+    passed_version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="+")  # the one it fooled
+    trajectory_id = models.UUIDField()  # provenance; the archive row may be gone
+    template = models.CharField(max_length=140)  # task_template/slug@N
+    task_key = models.CharField(max_length=200)
+    inputs = models.JSONField(default=dict)
+    hidden = models.JSONField(default=dict)
+    image = models.JSONField(default=dict)  # the sandbox image (SandboxImage.to_json) its checks ran in
+    response = models.TextField()
+    logs = models.TextField(blank=True, default="")
+    label = models.ForeignKey(Label, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["verifier", "trajectory_id"], name="one_canary_per_hack")]
+
+
+class CanaryResult(models.Model):
+    """A verifier version's score on a canary: it holds when the score is 0."""
+
+    canary = models.ForeignKey(Canary, on_delete=models.CASCADE, related_name="results")
+    version = models.ForeignKey(Version, on_delete=models.CASCADE, related_name="canary_results")
+    reward = models.FloatField(null=True)  # None: the check could not grade it (an infrastructure error)
+    status = models.CharField(max_length=16)
+    evidence = models.TextField(blank=True, default="")
+    checked_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["canary", "version"], name="one_result_per_version")]
+
+    @property
+    def holds(self) -> bool:
+        return self.reward == 0

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from django.db.models import Count, Q
 from django.http import Http404
 
 from apps.accounts.models import Project
+from apps.registry.models import Version
 
-from .models import Label, QueueItem, ReviewQueue
+from .models import Canary, CanaryResult, Label, QueueItem, ReviewQueue
 
 
 def queue_get(*, project: Project, slug: str) -> ReviewQueue:
@@ -44,9 +46,40 @@ def queue_progress(*, queue: ReviewQueue, reviewer=None) -> Progress:
 
 
 def item_labels(*, item: QueueItem, reviewer) -> list[Label]:
-    """The labels on `item` that `reviewer` may see: in a blind queue only their own until they have labelled
-    the item as a whole, then everyone's."""
+    """The labels on `item` that `reviewer` may see: in a blind queue, one of its reviewers sees only their own
+    until they have labelled the item as a whole, then everyone's; anyone else (an adjudicator, an editor
+    turning a hack into a canary) sees them all."""
     labels = Label.objects.filter(item=item).select_related("reviewer").order_by("created_at", "pk")
-    if item.queue.blind and not labels.filter(reviewer=reviewer, step__isnull=True, component="").exists():
+    if (item.queue.blind and item.queue.reviewers.filter(pk=reviewer.pk).exists()
+            and not labels.filter(reviewer=reviewer, step__isnull=True, component="").exists()):
         labels = labels.filter(reviewer=reviewer)
     return list(labels)
+
+
+@dataclass(frozen=True)
+class VersionCanaries:
+    version: Version
+    hacks: int  # trajectories this version passed that a reviewer labelled reward-hack
+    results: list  # CanaryResult rows of this version
+    unchecked: int  # canaries with no result for this version
+
+    @property
+    def failing(self) -> int:
+        return sum(not r.holds for r in self.results)
+
+
+def verifier_canaries(*, definition) -> list[VersionCanaries]:
+    """Per version of a verifier, newest first: its confirmed hacks and its scores on the verifier's canaries."""
+    canaries = Canary.objects.filter(verifier=definition).count()
+    passed = (Label.objects.filter(item__trajectory__project=definition.project, step__isnull=True, component="",
+                                   item__trajectory__verdict_status="pass",
+                                   item__trajectory__verifier__startswith=f"verifier/{definition.slug}@")
+              .values_list("item__trajectory_id", "item__trajectory__verifier", "answers"))
+    hacks = Counter(verifier for _, verifier in {(trajectory, verifier) for trajectory, verifier, answers in passed
+                                                 if "reward-hack" in answers.values()})
+    rows = []
+    for version in Version.objects.filter(definition=definition).order_by("-number"):
+        results = list(CanaryResult.objects.filter(version=version).select_related("canary").order_by("canary_id"))
+        rows.append(VersionCanaries(version=version, hacks=hacks.get(version.ref, 0), results=results,
+                                    unchecked=canaries - len(results)))
+    return rows

@@ -13,11 +13,14 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_user, role_of
+from apps.registry.models import Definition, Version
+from apps.runs import wiring
 from apps.trajectories.replay import trajectory_info
 
 from . import selectors
 from .agreement import queue_agreement
-from .models import Adjudication, QueueItem
+from .canaries import canaries_check, canary_from_label, is_hack
+from .models import Adjudication, Label, QueueItem
 from .rubrics import questions
 from .services import ReviewError, adjudicate, item_next, item_skip, label_submit
 
@@ -95,8 +98,11 @@ def item_page(request, project, queue, item_id):
                 return redirect("review:item", project=project.slug, queue=review.slug, item_id=item.pk)
             return queue_next(request, project.slug, review.slug)
     progress = selectors.queue_progress(queue=review, reviewer=request.user)
+    visible = selectors.item_labels(item=item, reviewer=request.user)
     context = {"project": project, "queue": review, "item": item, "info": trajectory_info(item.trajectory),
-               "labels": selectors.item_labels(item=item, reviewer=request.user), "progress": progress,
+               "hack": item.trajectory.verdict_status == "pass" and any(
+                   is_hack(label) for label in visible if label.step is None and not label.component),
+               "labels": visible, "progress": progress,
                "questions": questions(review.rubric.spec, "trajectory"),
                "step_questions": questions(review.rubric.spec, "step"), "errors": errors,
                "labelled": item.labels.filter(reviewer=request.user, step__isnull=True, component="").exists()}
@@ -113,6 +119,50 @@ def _posted_answers(post, rubric_spec: dict, scope: str) -> dict:
         answers[question["key"]] = {"true": True, "false": False}.get(raw, raw) \
             if question["type"] == "pass_fail" else raw
     return answers
+
+
+@require_POST
+def item_canary(request, project, queue, item_id):
+    """Keep a confirmed reward hack on this item as a canary of its verifier (editors)."""
+    project = project_for_user(user=request.user, slug=project, min_role=Role.EDITOR)
+    review = selectors.queue_get(project=project, slug=queue)
+    label = (Label.objects.filter(item__queue=review, item_id=item_id, step__isnull=True, component="")
+             .select_related("item__trajectory", "item__queue__project").order_by("pk"))
+    hack = next((row for row in label if is_hack(row)), None)
+    try:
+        if hack is None:
+            raise ReviewError("no label on this item says reward-hack")
+        canary = canary_from_label(label=hack, actor=request.user)
+    except ReviewError as exc:
+        messages.error(request, str(exc))
+        return redirect("review:item", project=project.slug, queue=review.slug, item_id=item_id)
+    messages.success(request, f"Kept as a canary of verifier/{canary.verifier.slug}: every later version must "
+                              "score it 0.")
+    return redirect("review:verifier", project=project.slug, slug=canary.verifier.slug)
+
+
+def verifier_page(request, project, slug):
+    """A verifier's confirmed hacks and canaries, version by version; owners and editors check canaries here."""
+    project = project_for_user(user=request.user, slug=project)
+    definition = Definition.objects.filter(project=project, kind="verifier", slug=slug).first()
+    if definition is None:
+        raise Http404(f"no verifier {slug!r} in project {project.slug}")
+    if request.method == "POST":
+        project_for_user(user=request.user, slug=project.slug, min_role=Role.EDITOR)
+        version = Version.objects.filter(definition=definition, number=request.POST.get("version") or 0).first()
+        if version is None:
+            raise Http404("no such version")
+        pool = wiring.sandbox_pool()
+        try:
+            canaries_check(version=version,
+                           context=lambda image: wiring.verification_context(pool=pool, image=image))
+        finally:
+            pool.close()
+        return redirect("review:verifier", project=project.slug, slug=slug)
+    context = {"project": project, "definition": definition,
+               "versions": selectors.verifier_canaries(definition=definition),
+               "may_check": Role.rank(role_of(user=request.user, project=project)) >= Role.rank(Role.EDITOR)}
+    return render(request, "review/verifier.html", context)
 
 
 @require_POST

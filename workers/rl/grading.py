@@ -13,6 +13,11 @@ from workers.verifiers import Context, Item, Sample, Verdict, verify
 from .types import Task, TaskTemplate, Trajectory, TrajectoryStatus
 
 
+def tool_logs(results) -> str:
+    """What a verifier reads as a rollout's environment logs: each tool call's stdout and stderr, in order."""
+    return "\n".join(result.get("stdout", "") + result.get("stderr", "") for result in results)
+
+
 class LocalVerifier:
     """Verification in this process: workers.verifiers over a SandboxPool, with the judge if there is one."""
 
@@ -20,8 +25,7 @@ class LocalVerifier:
         self.pool, self.judge = pool, judge
 
     def verify(self, template: TaskTemplate, trajectory: Trajectory, item: Item) -> Verdict:
-        logs = "\n".join(t.result.get("stdout", "") + t.result.get("stderr", "") for t in trajectory.turns
-                         if t.role == "tool")
+        logs = tool_logs(t.result for t in trajectory.turns if t.role == "tool")
         sample = Sample(response=trajectory.response, logs=logs, trajectory_id=trajectory.id)
         context = Context(pool=self.pool, image=template.image, judge=self.judge)
         return verify(template.verifier_spec, sample, item, context)

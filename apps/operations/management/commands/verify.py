@@ -1,4 +1,6 @@
 """`manage.py verify --template SLUG[@N] --task-key KEY --response FILE` or `--batch FILE.jsonl`: Verdicts as JSON.
+`manage.py verify --canaries VERIFIER[@N]`: the verifier version's score on each of its canaries (confirmed reward
+hacks, apps/review/canaries.py), one JSON line each; exits 1 if it passes any of them.
 
 The batch file has one `{"task_key": ..., "response": ...}` per line; verdicts come out one per line, in the
 same order, while the samples are verified concurrently over one sandbox pool.
@@ -12,6 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
 from apps.registry.errors import VersionNotFound
+from apps.registry.refs import Ref, split_slug_ref
+from apps.registry.selectors import version_resolve
 from apps.runs import wiring
 from apps.runs.pins import pinned_template, task_item
 from workers.verifiers import Sample, verify
@@ -21,7 +25,9 @@ class Command(BaseCommand):
     help = "Verify responses to a task template's tasks and print each Verdict as JSON."
 
     def add_arguments(self, parser):
-        parser.add_argument("--template", required=True, help="task template SLUG, SLUG@N or SLUG@alias")
+        parser.add_argument("--template", help="task template SLUG, SLUG@N or SLUG@alias")
+        parser.add_argument("--canaries", metavar="VERIFIER",
+                            help="check a verifier version (SLUG, SLUG@N, SLUG@alias) against its canaries")
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--task-key", help="the task instance to verify against")
         parser.add_argument("--response", type=Path, help="a file holding the response")
@@ -29,13 +35,17 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2)
         parser.add_argument("--json", action="store_true", help="JSON output (the only output there is)")
 
-    def handle(self, *args, template, project, task_key, response, batch, concurrency, **_):
-        if bool(batch) == bool(task_key and response):
-            raise CommandError("give either --task-key with --response, or --batch")
+    def handle(self, *args, template, canaries, project, task_key, response, batch, concurrency, **_):
         try:
             scope = project_for_command(slug=project)
         except LookupError as exc:
             raise CommandError(str(exc))
+        if canaries:
+            return self.check_canaries(scope, canaries)
+        if not template:
+            raise CommandError("give --template (with --task-key and --response, or --batch), or --canaries")
+        if bool(batch) == bool(task_key and response):
+            raise CommandError("give either --task-key with --response, or --batch")
         try:
             pinned = pinned_template(project=scope, text=template)
         except VersionNotFound as exc:
@@ -60,6 +70,30 @@ class Command(BaseCommand):
                     self.stdout.write(json.dumps(line))
         finally:
             pool.close()
+
+    def check_canaries(self, scope, text: str) -> None:
+        from apps.review.canaries import canaries_check
+
+        try:
+            version = version_resolve(project=scope, ref=Ref("verifier", *split_slug_ref(text)))
+        except VersionNotFound as exc:
+            raise CommandError(str(exc))
+        pool = wiring.sandbox_pool()
+        try:
+            results = canaries_check(
+                version=version, context=lambda image: wiring.verification_context(pool=pool, image=image))
+        finally:
+            pool.close()
+        for result in results:
+            self.stdout.write(json.dumps({"verifier": version.ref, "canary": result.canary_id,
+                                          "trajectory": str(result.canary.trajectory_id),
+                                          "task_key": result.canary.task_key, "reward": result.reward,
+                                          "status": result.status, "holds": result.holds,
+                                          "evidence": result.evidence}))
+        failing = [r for r in results if not r.holds]
+        if failing:
+            raise CommandError(f"{version.ref} passes {len(failing)} of its {len(results)} canaries (confirmed "
+                               "reward hacks): it must score each 0")
 
     def read_text(self, path: Path) -> str:
         try:

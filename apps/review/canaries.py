@@ -1,0 +1,78 @@
+"""Canaries: confirmed reward hacks kept as tests of a verifier. A trajectory the verifier passed and a reviewer
+labelled `reward-hack` (or an adjudicator decided was one) becomes a (task, response) pair that every later
+version of that verifier must score 0; `manage.py verify --canaries VERIFIER` and the verifier's review page
+check them."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from apps.accounts.services import audit_record
+from apps.registry.errors import VersionNotFound
+from apps.registry.models import Version
+from apps.registry.refs import parse_ref
+from apps.registry.selectors import version_resolve
+from apps.runs.pins import task_item
+from workers.rl.grading import tool_logs
+from workers.sandbox import SandboxImage
+from workers.verifiers import Item, Sample, verify
+
+from .models import Adjudication, Canary, CanaryResult, Label
+from .services import ReviewError
+
+HACK = "reward-hack"
+
+
+def is_hack(label: Label) -> bool:
+    return HACK in label.answers.values() or Adjudication.objects.filter(item=label.item, answer=HACK).exists()
+
+
+def canary_from_label(*, label: Label, actor, via: str = "web") -> Canary:
+    """The canary of a label that says `reward-hack` on a trajectory its verifier passed."""
+    trajectory = label.item.trajectory
+    if not is_hack(label):
+        raise ReviewError("only a label (or a gold answer) that says reward-hack makes a canary", field="label")
+    if trajectory.verdict_status != "pass":
+        raise ReviewError(f"the verifier did not pass this trajectory ({trajectory.verdict_status or 'no verdict'})"
+                          ": there is no hack to guard against", field="label")
+    project = label.item.queue.project
+    try:
+        verifier = version_resolve(project=project, ref=parse_ref(trajectory.verifier))
+        template = version_resolve(project=project, ref=parse_ref(trajectory.template))
+        image = version_resolve(project=project, ref=parse_ref(trajectory.image))
+        item = task_item(template=template, key=trajectory.task_key)
+    except VersionNotFound as exc:
+        raise ReviewError(f"the trajectory's task can no longer be found: {exc}", status=409) from None
+    turns = trajectory.turns or []
+    response = next((t.get("content", "") for t in reversed(turns) if t.get("role") == "assistant"), "")
+    with transaction.atomic():
+        canary, created = Canary.objects.get_or_create(
+            verifier=verifier.definition, trajectory_id=trajectory.pk,
+            defaults={"project": project, "passed_version": verifier, "template": template.ref,
+                      "task_key": item.key, "inputs": item.inputs, "hidden": item.hidden,
+                      "image": SandboxImage.from_spec(image.ref, image.spec).to_json(), "response": response,
+                      "logs": tool_logs(t.get("result", {}) for t in turns if t.get("role") == "tool"),
+                      "label": label, "created_by": actor if getattr(actor, "is_authenticated", False) else None})
+        if created:
+            audit_record(project=project, actor=actor, action="review.canary.create",
+                         target=f"verifier/{verifier.definition.slug}",
+                         details={"trajectory": str(trajectory.pk), "passed": verifier.ref}, via=via)
+    return canary
+
+
+def canaries_check(*, version: Version, context) -> list[CanaryResult]:
+    """Score every canary of the verifier on `version` and keep the results; a canary holds when it scores 0.
+    `context` supplies the sandbox pool (apps/runs/wiring.verification_context), each canary its own image."""
+    results = []
+    for canary in Canary.objects.filter(verifier=version.definition).order_by("pk"):
+        image = SandboxImage.from_json(canary.image) if canary.image else None
+        verdict = verify(version.spec, Sample(response=canary.response, logs=canary.logs,
+                                              trajectory_id=str(canary.trajectory_id)),
+                         Item(key=canary.task_key, inputs=canary.inputs, hidden=canary.hidden),
+                         context(image))
+        result, _ = CanaryResult.objects.update_or_create(
+            canary=canary, version=version,
+            defaults={"reward": verdict.reward, "status": verdict.status,
+                      "evidence": "; ".join(c.evidence for c in verdict.components if c.evidence)[:2000]})
+        results.append(result)
+    return results
