@@ -4,11 +4,13 @@ editors create queues), the same services, and the same audit rows (via "api")."
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
-from ninja import Field, Router, Schema, Status
+from django.http import HttpResponse
+from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
 from apps.accounts.api_auth import caller_project
@@ -20,6 +22,7 @@ from apps.registry.selectors import version_resolve
 
 from . import selectors
 from .agreement import queue_agreement
+from .datasets import dataset_rows
 from .services import ReviewError, adjudicate, item_next, item_skip, label_submit, queue_create
 
 router = Router(tags=["review"])
@@ -227,6 +230,19 @@ def adjudicate_item(request, project: str, queue: str, item_id: int, payload: Ad
     except ReviewError as exc:
         return _refused(exc)
     return Status(201, {"item": item_id, "question": decision.question, "answer": decision.answer})
+
+
+@router.get(QUEUE + "/export", response={200: None, **READ_ERRORS})
+def export(request, project: str, queue: str, kind: Literal["sft", "preference", "hacks"] = "sft",
+           question: str = Query("verdict", max_length=40), accept: str = Query("correct", max_length=40)):
+    """A dataset from the queue's labels as JSONL (one row a line, each with its provenance): sft (chat
+    messages), preference (chosen and rejected from one group) or hacks (confirmed reward hacks)."""
+    review = selectors.queue_get(project=caller_project(request, project), slug=queue)
+    rows = dataset_rows(review, kind=kind, question=question, accept=accept)
+    body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    response = HttpResponse(body, content_type="application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="{review.slug}-{kind}.jsonl"'
+    return response
 
 
 @router.get(QUEUE + "/agreement", response={200: list[AgreementOut], **READ_ERRORS})

@@ -1,0 +1,127 @@
+"""Datasets from review labels: what people said about trajectories, turned into training data.
+
+- `sft`: the conversations reviewers judged acceptable (question `question` answered `accept`, or so decided by
+  an adjudicator), as chat messages: {"messages": [...]} — what TRL's SFTTrainer and `datasets` read.
+- `preference`: pairs from one GRPO group (the same run and task draw): chosen = an accepted trajectory, rejected =
+  a sibling that was labelled otherwise, or, unlabelled, scored a lower reward: {"prompt", "chosen", "rejected"}.
+- `hacks`: confirmed reward hacks (labelled reward-hack) as negatives: {"prompt", "response", "verifier"}.
+
+Every row carries its provenance: the trajectory, run, template and verifier versions, the policy version, the
+labels (reviewer and answers), the gold answer if any, and the queue's agreement on the question. Written as
+JSONL, Parquet (pyarrow) or a Hugging Face `datasets` directory (save_to_disk). Items of eval suites are to be
+left out once eval suites exist (`exclude_trajectories`, the seam for that).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from apps.trajectories.models import Trajectory
+
+from .agreement import queue_agreement
+from .models import Adjudication, Label, ReviewQueue
+
+KINDS = ("sft", "preference", "hacks")
+FORMATS = ("jsonl", "parquet", "hf")
+HACK = "reward-hack"
+
+
+def _messages(trajectory: Trajectory) -> list[dict]:
+    return [{"role": turn["role"], "content": turn.get("content", "")} for turn in trajectory.turns or []
+            if turn.get("role") in ("system", "user", "assistant", "tool")]
+
+
+def _split(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the prompt: everything before the first assistant turn, the completion: the rest)."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    return messages[:first], messages[first:]
+
+
+def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", accept: str = "correct",
+                 exclude_trajectories: frozenset = frozenset()) -> list[dict]:
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    labels = defaultdict(list)
+    for label in (Label.objects.filter(item__queue=queue, item__removed=False, step__isnull=True, component="")
+                  .select_related("reviewer", "item")):
+        labels[label.item.trajectory_id].append(label)
+    gold = {(a.item.trajectory_id, a.question): a.answer
+            for a in Adjudication.objects.filter(item__queue=queue).select_related("item")}
+    alpha = next((a.alpha for a in queue_agreement(queue, samples=200) if a.question == question), None)
+    trajectories = {t.pk: t for t in Trajectory.objects.filter(pk__in=labels).select_related("run")}
+
+    def decided(trajectory_id) -> str | None:
+        """The gold answer, else the answer every reviewer gave, else None (no label, or reviewers differ)."""
+        if (trajectory_id, question) in gold:
+            return gold[(trajectory_id, question)]
+        answers = {str(label.answers.get(question)) for label in labels[trajectory_id]}
+        return answers.pop() if len(answers) == 1 else None
+
+    def provenance(trajectory: Trajectory) -> dict:
+        own = labels[trajectory.pk]
+        return {"trajectory": str(trajectory.pk), "run": str(trajectory.run_id), "template": trajectory.template,
+                "verifier": trajectory.verifier, "task_key": trajectory.task_key,
+                "policy_version": trajectory.policy_version, "reward": trajectory.reward,
+                "labels": [{"reviewer": label.reviewer.username, "answers": label.answers,
+                            "rubric": label.rubric_id} for label in own],
+                "reviewers": sorted({label.reviewer.username for label in own}),
+                "gold": gold.get((trajectory.pk, question)), "queue": queue.slug, "agreement_alpha": alpha}
+
+    rows = []
+    chosen = [t for pk, t in trajectories.items() if pk not in exclude_trajectories and decided(pk) == accept]
+    if kind == "sft":
+        rows = [{"messages": _messages(t), "provenance": provenance(t)} for t in chosen]
+    elif kind == "hacks":
+        for pk, trajectory in trajectories.items():
+            if pk in exclude_trajectories or decided(pk) != HACK:
+                continue
+            prompt, completion = _split(_messages(trajectory))
+            rows.append({"prompt": prompt, "response": completion, "verifier": trajectory.verifier,
+                         "provenance": provenance(trajectory)})
+    else:
+        for trajectory in chosen:
+            siblings = (Trajectory.objects.filter(run_id=trajectory.run_id, seq=trajectory.seq)
+                        .exclude(pk=trajectory.pk).exclude(pk__in=exclude_trajectories))
+            for sibling in siblings:
+                verdict = decided(sibling.pk) if sibling.pk in labels else None
+                worse = verdict not in (None, accept) or (
+                    verdict is None and sibling.reward is not None and trajectory.reward is not None
+                    and sibling.reward < trajectory.reward)
+                if not worse:
+                    continue
+                prompt, good = _split(_messages(trajectory))
+                _, bad = _split(_messages(sibling))
+                rows.append({"prompt": prompt, "chosen": good, "rejected": bad,
+                             "provenance": {"chosen": provenance(trajectory), "rejected": str(sibling.pk),
+                                            "rejected_by": "label" if verdict else "reward",
+                                            "rejected_reward": sibling.reward}})
+    return rows
+
+
+def write_dataset(rows: list[dict], out: Path, *, fmt: str) -> Path:
+    """Write rows as JSONL, Parquet or a Hugging Face datasets directory; returns what was written."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "jsonl":
+        partial = out.with_name(out.name + ".partial")
+        with partial.open("w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        partial.rename(out)  # whole or not at all
+        return out
+    # Provenance is nested and varies by row: kept as one JSON string per row in the columnar formats.
+    flat = [{**row, "provenance": json.dumps(row["provenance"], ensure_ascii=False)} for row in rows]
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(flat), out)
+        return out
+    from datasets import Dataset
+
+    Dataset.from_list(flat).save_to_disk(str(out))
+    return out

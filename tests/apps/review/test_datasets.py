@@ -1,0 +1,91 @@
+"""Datasets from labels: SFT rows of accepted trajectories that `datasets.load_dataset("json", ...)` reads,
+preference pairs from one group, reward-hack negatives; Parquet and a datasets directory hold the same rows; every
+row says where it came from."""
+
+import json
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+from django.core.management import call_command
+
+from apps.review.services import adjudicate, item_next, label_submit, queue_create
+from apps.runs.services import run_create
+from apps.trajectories.services import trajectories_record
+from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+
+
+def _group(run, seq: int, rewards: list[float]) -> list[Trajectory]:
+    return [Trajectory(
+        id=trajectory_id(str(run.pk), seq, sample), run_id=str(run.pk), seq=seq, sample=sample, domain="arithmetic",
+        template="task_template/add-two@1", task_key=f"add-{seq:05d}", task_hash="0" * 64,
+        image="sandbox_image/py-basic@1", verifier="verifier/numeric@1", policy_version=3, step=4, prompt_ids=[1],
+        turns=[Turn(role="user", content=f"What is {seq} + 1?"),
+               Turn(role="assistant", content=f"answer {seq + 1 if reward else seq}", token_ids=[1])],
+        status=TrajectoryStatus.OK, reward=reward,
+        verdict={"status": "pass" if reward else "fail", "layers_run": ["exact"], "components": []},
+        started_at=1_700_000_000.0, finished_at=1_700_000_001.0) for sample, reward in enumerate(rewards)]
+
+
+@pytest.fixture
+def labelled(project, registry, rubric, owner, member):
+    """Two groups of three; two reviewers label sample 0 of each group (agreeing on one, not on the other, which
+    an adjudicator settles) and sample 1 of the first group."""
+    run = run_create(project=project, bundle=registry["bundle"], steps=1, actor=owner)
+    rows = _group(run, 0, [1.0, 0.0, 1.0]) + _group(run, 1, [1.0, 1.0, 0.0])
+    trajectories_record(run=run, attempt=1, trajectories=rows)
+    ann, bob = member("reviewer"), member("editor")
+    ids = [rows[0].id, rows[1].id, rows[3].id]
+    queue = queue_create(project=project, slug="data", rubric=rubric, actor=owner, overlap=2, reviewers=[ann, bob],
+                         sampling={"rule": "list", "trajectories": ids})
+    answers = {rows[0].id: ("correct", "correct"), rows[1].id: ("reward-hack", "reward-hack"),
+               rows[3].id: ("correct", "wrong")}
+    for _ in ids:
+        item = item_next(queue=queue, reviewer=ann)
+        assert item_next(queue=queue, reviewer=bob) == item
+        for reviewer, verdict in zip((ann, bob), answers[str(item.trajectory_id)], strict=True):
+            label_submit(queue=queue, item_id=item.pk, reviewer=reviewer, answers={"verdict": verdict})
+    disputed = queue.items.get(trajectory_id=rows[3].id)
+    adjudicate(queue=queue, item_id=disputed.pk, question="verdict", answer="correct", adjudicator=owner)
+    return queue, rows
+
+
+def test_sft_preference_and_hack_rows_with_their_provenance(labelled, tmp_path):
+    queue, rows = labelled
+    out = tmp_path / "sft.jsonl"
+    call_command("review_export", "data", "--kind", "sft", "--out", str(out))
+    loaded = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert {p["trajectory"] for p in loaded["provenance"]} == {rows[0].id, rows[3].id}
+    by_trajectory = {row["provenance"]["trajectory"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert set(by_trajectory) == {rows[0].id, rows[3].id}  # agreed "correct", and adjudicated "correct"
+    first = by_trajectory[rows[0].id]
+    assert first["messages"] == [{"role": "user", "content": "What is 0 + 1?"},
+                                 {"role": "assistant", "content": "answer 1"}]
+    assert first["provenance"]["reviewers"] == ["editor-user", "reviewer-user"]
+    assert first["provenance"]["verifier"] == "verifier/numeric@1" and first["provenance"]["policy_version"] == 3
+    assert by_trajectory[rows[3].id]["provenance"]["gold"] == "correct"
+    assert len(loaded) == 2 and loaded[0]["messages"][0]["role"] == "user"
+
+    call_command("review_export", "data", "--kind", "preference", "--out", str(tmp_path / "pairs.jsonl"))
+    pairs = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]
+    # Group 0: chosen sample 0 over sample 1 (labelled a hack); sample 2 (reward 1, unlabelled) is no worse.
+    # Group 1: chosen sample 0 over sample 2 (lower reward); sample 1 has the same reward.
+    assert sorted((p["provenance"]["chosen"]["trajectory"], p["provenance"]["rejected"], p["provenance"]["rejected_by"])
+                  for p in pairs) == sorted([(rows[0].id, rows[1].id, "label"), (rows[3].id, rows[5].id, "reward")])
+    assert pairs[0]["prompt"][0]["role"] == "user" and pairs[0]["chosen"][0]["role"] == "assistant"
+
+    call_command("review_export", "data", "--kind", "hacks", "--format", "parquet", "--out", str(tmp_path / "h.pq"))
+    table = pq.read_table(tmp_path / "h.pq").to_pylist()
+    assert [json.loads(row["provenance"])["trajectory"] for row in table] == [rows[1].id]
+    assert table[0]["response"] == [{"role": "assistant", "content": "answer 0"}]
+
+    call_command("review_export", "data", "--kind", "sft", "--format", "hf", "--out", str(tmp_path / "hf"))
+    assert len(datasets.load_from_disk(str(tmp_path / "hf"))) == 2
+
+
+def test_the_api_streams_the_same_rows(labelled, api_as, project, member):
+    api = api_as(member("viewer"), project=project, scope="read")
+    response = api.get("/projects/acme-rl/review/queues/data/export", kind="sft")
+    assert response.status_code == 200 and response["Content-Type"] == "application/x-ndjson"
+    assert len(response.content.decode().splitlines()) == 2
+    assert api.get("/projects/acme-rl/review/queues/data/export", kind="nope").status_code == 422
