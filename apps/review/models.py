@@ -44,10 +44,14 @@ class QueueItem(models.Model):
     position = models.PositiveIntegerField()  # the order reviewers get items in
     why = models.CharField(max_length=200, blank=True, default="")  # what drew it: "stratum python-coding", ...
     removed = models.BooleanField(default=False)  # taken out of the queue: no more labels (kept ones stay)
+    # Whole-trajectory labels so far, kept with each label's insert: finding the next open item reads this, not a
+    # count of labels per item.
+    labelled = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "trajectory"], name="queue_item_unique"),
                        models.UniqueConstraint(fields=["queue", "position"], name="queue_item_position_unique")]
+        indexes = [models.Index(fields=["queue", "labelled", "position"], name="queue_item_open")]
         ordering = ["queue", "position"]
 
 

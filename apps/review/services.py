@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.accounts.models import Membership, Project, Role
 from apps.accounts.services import audit_record
 from apps.registry.models import Version
+from apps.trajectories.models import Trajectory
 from apps.trajectories.selectors import trajectory_filter
 
 from .models import Adjudication, Label, QueueItem, Reservation, ReviewQueue
@@ -162,10 +163,9 @@ def item_next(*, queue: ReviewQueue, reviewer) -> QueueItem | None:
         if held is not None:
             return held.item
         live = Reservation.objects.filter(item=OuterRef("pk")).filter(_live(now)).exclude(reviewer=reviewer)
-        whole = Label.objects.filter(item=OuterRef("pk"), step__isnull=True, component="")
-        candidates = (QueueItem.objects.filter(queue=queue, removed=False)
+        candidates = (QueueItem.objects.filter(queue=queue, removed=False, labelled__lt=queue.overlap)
                       .exclude(Exists(Label.objects.filter(item=OuterRef("pk"), reviewer=reviewer)))
-                      .annotate(taken=_count(whole) + _count(live)).filter(taken__lt=queue.overlap)
+                      .annotate(taken=F("labelled") + _count(live)).filter(taken__lt=queue.overlap)
                       .order_by("position"))
         skipped: list[int] = []
         while True:
@@ -174,7 +174,7 @@ def item_next(*, queue: ReviewQueue, reviewer) -> QueueItem | None:
             if item is None:
                 return None
             # Counted again under the lock: the count in the query may predate a reservation committed since.
-            taken = (Label.objects.filter(item=item, step__isnull=True, component="").count()
+            taken = (item.labelled
                      + Reservation.objects.filter(item=item).filter(_live(now)).exclude(reviewer=reviewer).count())
             if taken < queue.overlap:
                 Reservation.objects.update_or_create(
@@ -192,8 +192,9 @@ def label_submit(*, queue: ReviewQueue, item_id: int, reviewer, answers: dict, s
     _require_reviewer(queue, reviewer)
     now = timezone.now()
     with transaction.atomic():
-        item = (QueueItem.objects.select_for_update().select_related("trajectory")
-                .filter(queue=queue, pk=item_id).first())
+        # Not locked: two submissions of one reviewer's label meet the unique constraint instead, and locking would
+        # make a submit wait for any other reviewer's item_next that holds the item at that moment.
+        item = QueueItem.objects.filter(queue=queue, pk=item_id).first()
         if item is None:
             raise ReviewError(f"item {item_id} is not in queue {queue.slug}", status=404, field="item")
         if item.removed:
@@ -208,19 +209,28 @@ def label_submit(*, queue: ReviewQueue, item_id: int, reviewer, answers: dict, s
                               "again", status=409, field="item")
         if not whole and not (holds or labelled):
             raise ReviewError("label a step of an item you hold or have labelled", status=409, field="item")
-        turns = item.trajectory.turns or []
-        if step is not None and (not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < len(turns)):
-            raise ReviewError(f"step must be a turn of this trajectory, 0 to {len(turns) - 1}", field="step")
-        names = {c.get("name") for c in (item.trajectory.verdict or {}).get("components", [])}
-        if component and component not in names:
-            raise ReviewError(f"the verdict has no component {component!r}; it has "
-                              f"{', '.join(sorted(n for n in names if n)) or 'none'}", field="component")
+        if not whole:  # only a step's label reads the trajectory (its turns and verdict can be large)
+            turns, verdict = Trajectory.objects.values_list("turns", "verdict").get(pk=item.trajectory_id)
+            turns = turns or []
+            if step is not None and (not isinstance(step, int) or isinstance(step, bool)
+                                     or not 0 <= step < len(turns)):
+                raise ReviewError(f"step must be a turn of this trajectory, 0 to {len(turns) - 1}", field="step")
+            names = {c.get("name") for c in (verdict or {}).get("components", [])}
+            if component and component not in names:
+                raise ReviewError(f"the verdict has no component {component!r}; it has "
+                                  f"{', '.join(sorted(n for n in names if n)) or 'none'}", field="component")
         problems = answer_problems(queue.rubric.spec, answers, scope="trajectory" if whole else "step")
         if problems:
             raise ReviewError("; ".join(f"{field}: {problem}" for field, problem in problems),
                               field=problems[0][0])
-        label = Label.objects.create(item=item, reviewer=reviewer, rubric=queue.rubric, step=step,
-                                     component=component, answers=answers, comment=comment[:10_000])
+        try:
+            with transaction.atomic():
+                label = Label.objects.create(item=item, reviewer=reviewer, rubric=queue.rubric, step=step,
+                                             component=component, answers=answers, comment=comment[:10_000])
+        except IntegrityError:
+            raise ReviewError("you have labelled this item already", status=409, field="item") from None
+        if whole:
+            QueueItem.objects.filter(pk=item.pk).update(labelled=F("labelled") + 1)
         if whole:
             Reservation.objects.filter(item=item, reviewer=reviewer).delete()
         audit_record(project=queue.project, actor=reviewer, action="review.label", target=f"queue/{queue.slug}",
@@ -276,9 +286,13 @@ def item_remove(*, queue: ReviewQueue, item_id: int, actor, via: str = "web") ->
 
 
 def _require_reviewer(queue: ReviewQueue, user) -> None:
-    role = Membership.objects.filter(project=queue.project, user=user).values_list("role", flat=True).first()
-    if role is None or Role.rank(role) < Role.rank(Role.REVIEWER):
+    """One query: the user's role in the project, and whether they are one of the queue's reviewers."""
+    row = (Membership.objects.filter(project_id=queue.project_id, user=user)
+           .annotate(listed=Exists(ReviewQueue.reviewers.through.objects.filter(reviewqueue_id=queue.pk,
+                                                                                user_id=user.pk)))
+           .values_list("role", "listed").first())
+    if row is None or Role.rank(row[0]) < Role.rank(Role.REVIEWER):
         raise ReviewError(f"labelling needs the reviewer role in {queue.project.slug}", status=403)
-    if not queue.reviewers.filter(pk=user.pk).exists():
+    if not row[1]:
         raise ReviewError(f"you are not a reviewer of queue {queue.slug}", status=403)
 

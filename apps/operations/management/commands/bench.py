@@ -12,7 +12,8 @@ from django.core.management.base import BaseCommand
 from apps.runs import wiring
 
 AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
-         "ui": "apps.operations.benchmarks.ui", "sandbox": "workers.sandbox.bench",
+         "ui": "apps.operations.benchmarks.ui", "review": "apps.operations.benchmarks.review",
+         "sandbox": "workers.sandbox.bench",
          "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
          "engine": "workers.rl.bench.engine"}
 # The engine's benchmarks read no settings: they are handed a sandbox backend from the studio's wiring.
@@ -28,7 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--instances", type=int, default=20_000, help="registry: task instances per template")
         parser.add_argument("--samples", type=int, default=100, help="sandbox: warm runs to time")
         parser.add_argument("--backend", help="sandbox, verify: process or docker (default: settings.SANDBOX_BACKEND)")
-        parser.add_argument("--trajectories", type=int, default=1_000_000, help="ui: rows generated for the list")
+        parser.add_argument("--trajectories", type=int, default=1_000_000,
+                            help="ui, review: archived trajectories generated")
+        parser.add_argument("--reviewers", type=int, default=10, help="review: reviewers labelling at once")
+        parser.add_argument("--labels-each", type=int, default=100, help="review: labels each reviewer submits")
         parser.add_argument("--streams", type=int, default=10, help="ui: runs streaming to open run pages at once")
         parser.add_argument("--stream-steps", type=int, default=30, help="ui: measured steps each streaming run writes")
         parser.add_argument("--warmup-steps", type=int, default=5,
