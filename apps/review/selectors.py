@@ -10,8 +10,9 @@ from django.http import Http404
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
+from apps.trajectories.models import Trajectory
 
-from .models import Canary, CanaryResult, Label, QueueItem, ReviewQueue
+from .models import Adjudication, Canary, CanaryResult, Label, QueueItem, ReviewQueue
 
 
 def queue_get(*, project: Project, slug: str) -> ReviewQueue:
@@ -83,3 +84,16 @@ def verifier_canaries(*, definition) -> list[VersionCanaries]:
         rows.append(VersionCanaries(version=version, hacks=hacks.get(version.ref, 0), results=results,
                                     unchecked=canaries - len(results)))
     return rows
+
+
+def confirmed_hacks(*, run) -> list:
+    """Trajectories of `run` its verifier passed and a reviewer labelled reward-hack (or an adjudicator decided
+    were one), oldest draw first."""
+    passed = (Label.objects.filter(item__trajectory__run=run, item__trajectory__verdict_status="pass",
+                                   step__isnull=True, component="")
+              .values_list("item__trajectory_id", "answers"))
+    ids = {trajectory for trajectory, answers in passed if "reward-hack" in answers.values()}
+    ids |= set(Adjudication.objects.filter(item__trajectory__run=run, item__trajectory__verdict_status="pass",
+                                           answer="reward-hack").values_list("item__trajectory_id", flat=True))
+    return list(Trajectory.objects.filter(pk__in=ids).order_by("seq", "sample")
+                .only("id", "seq", "sample", "domain", "task_key", "verifier", "reward"))

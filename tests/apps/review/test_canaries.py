@@ -100,3 +100,14 @@ def test_the_pages_keep_a_hack_as_a_canary_and_show_a_version_failing_it(client,
     assert "fails 1 of 1" in client.get(response["Location"]).content.decode()
     registry_page = client.get(f"/p/{project.slug}/registry/verifier/numeric/").content.decode()
     assert "data-canaries-link" in registry_page
+
+
+def test_the_run_page_counts_the_runs_confirmed_hacks_and_links_them(client, project, owner, hack_label):
+    client.force_login(owner)
+    run = hack_label.item.trajectory.run
+    page = client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
+    assert "data-confirmed-hacks" in page and "1 confirmed reward hack</b>" in page
+    assert f"/trajectories/{hack_label.item.trajectory_id}/" in page and "/review/verifiers/numeric/" in page
+    hack_label.answers = {"verdict": "correct"}
+    hack_label.save()
+    assert "data-confirmed-hacks" not in client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
