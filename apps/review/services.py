@@ -22,11 +22,14 @@ from apps.accounts.services import audit_record
 from apps.registry.models import Version
 from apps.trajectories.models import Trajectory
 from apps.trajectories.selectors import trajectory_filter
+from workers.definitions.specs import CHECKS_BY_LAYER
 
 from .models import Adjudication, Label, QueueItem, Reservation, ReviewQueue
 from .rubrics import answer_problems
 
 MAX_ITEMS = 10_000
+# The checks that ask a model: their components are the judge's decisions (a layer's name is the author's).
+JUDGE_TYPES = CHECKS_BY_LAYER["judge"]
 SAMPLING_RULES = ("random", "stratified", "judge_doubtful", "disagree", "hack_shaped", "list")
 
 
@@ -80,13 +83,13 @@ def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
         short = lengths[max(0, len(lengths) // 4 - 1)]
         ids = [pk for pk, tokens in passed if tokens <= short]
         return [Drawn(pk, f"passed with {short} tokens or fewer") for pk in rng.sample(ids, min(n, len(ids)))]
-    # judge_doubtful and disagree read the verdicts of the trajectories a judge graded.
-    judged = rows.filter(verdict__layers_run__contains=["judge"]).values_list("pk", "verdict_status", "verdict")
+    # judge_doubtful and disagree read the verdicts, streamed: the judge's components are found by their type.
     chosen = []
-    for pk, status, verdict in judged:
-        judge = [c for c in verdict.get("components", []) if c.get("layer") == "judge" and c.get("value") is not None]
-        others = [c for c in verdict.get("components", []) if c.get("layer") != "judge" and c.get("weight", 0) > 0
-                  and c.get("value") is not None]
+    for pk, status, verdict in rows.exclude(verdict_status="").values_list("pk", "verdict_status", "verdict") \
+            .iterator(chunk_size=2000):
+        components = [c for c in (verdict or {}).get("components", []) if c.get("value") is not None]
+        judge = [c for c in components if c.get("type") in JUDGE_TYPES]
+        others = [c for c in components if c.get("type") not in JUDGE_TYPES and c.get("weight", 0) > 0]
         if rule == "judge_doubtful" and status == "pass" and any(0.2 <= c["value"] <= 0.8 for c in judge):
             chosen.append(Drawn(pk, "passed; the judge was doubtful"))
         elif rule == "disagree" and judge and others and (

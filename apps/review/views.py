@@ -19,6 +19,7 @@ from apps.trajectories.replay import trajectory_info
 
 from . import selectors
 from .agreement import queue_agreement
+from .calibration import calibration_cards
 from .canaries import canaries_check, canary_from_label, is_hack
 from .models import Adjudication, Label, QueueItem
 from .rubrics import questions
@@ -161,6 +162,7 @@ def verifier_page(request, project, slug):
         return redirect("review:verifier", project=project.slug, slug=slug)
     context = {"project": project, "definition": definition,
                "versions": selectors.verifier_canaries(definition=definition),
+               "cards": calibration_cards(definition=definition),
                "may_check": Role.rank(role_of(user=request.user, project=project)) >= Role.rank(Role.EDITOR)}
     return render(request, "review/verifier.html", context)
 
