@@ -222,7 +222,9 @@ def run_rollback(*, run_id, attempt: int, step: int) -> None:
     with transaction.atomic():
         run = _fenced(run_id, attempt)
         MetricPoint.objects.filter(run=run, step__gt=step).delete()
-        ArchivedTrajectory.objects.filter(run=run, step__gt=step).delete()
+        # A trajectory already in a review queue is kept, and its labels with it (deleting it would cascade to
+        # people's work): this attempt writes the same id again, overwriting it in place.
+        ArchivedTrajectory.objects.filter(run=run, step__gt=step).exclude(queue_items__isnull=False).delete()
         Run.objects.filter(pk=run.pk).update(step=step)
 
 

@@ -153,3 +153,17 @@ def test_concurrent_reviewers_never_exceed_the_overlap(project, archive, rubric,
     for item_id, reviewer in Label.objects.values_list("item_id", "reviewer_id"):
         per_item.setdefault(item_id, set()).add(reviewer)
     assert len(per_item) == 12 and all(len(users) == 2 for users in per_item.values())
+
+
+def test_a_resumed_run_keeps_the_labelled_trajectories_it_rolls_back(project, archive, rubric, owner, reviewers):
+    from apps.runs.services import run_claim, run_rollback
+    from apps.trajectories.models import Trajectory as Archived
+
+    queue = make_queue(project, rubric, owner, reviewers, sampling={"rule": "random", "n": 3})
+    item = item_next(queue=queue, reviewer=reviewers[0])
+    label_submit(queue=queue, item_id=item.pk, reviewer=reviewers[0], answers={"verdict": "correct"})
+    attempt = run_claim(run_id=archive.pk, stale_after=60, worker="w:1")
+    run_rollback(run_id=archive.pk, attempt=attempt, step=0)  # every archived trajectory is after step 0
+    kept = set(Archived.objects.filter(run=archive).values_list("pk", flat=True))
+    assert kept == set(queue.items.values_list("trajectory_id", flat=True))
+    assert Label.objects.filter(item=item).count() == 1
