@@ -47,6 +47,9 @@ class QueueIn(Schema):
     reviewers: list[str] = Field(default_factory=list, description="usernames")
     adjudicators: list[str] = Field(default_factory=list, description="usernames")
     reservation_seconds: int = Field(900, ge=30, le=86_400)
+    spot_check_share: float = Field(0.0, ge=0, le=1, description="share of the judge-graded trajectories of "
+                                    "spot_check_verifier that join the queue as runs archive them")
+    spot_check_verifier: str = Field("", max_length=63, description="a verifier slug (any version)")
 
 
 class QueueOut(Schema):
@@ -58,6 +61,8 @@ class QueueOut(Schema):
     overlap: int
     blind: bool
     reviewers: list[str]
+    spot_check_share: float
+    spot_check_verifier: str
     created_at: datetime
 
     @staticmethod
@@ -167,7 +172,8 @@ def create_queue(request, project: str, payload: QueueIn):
                              blind=payload.blind, reviewers=[members[n] for n in payload.reviewers],
                              adjudicators=[members[n] for n in payload.adjudicators],
                              description=payload.description, reservation_seconds=payload.reservation_seconds,
-                             via="api")
+                             spot_check_share=payload.spot_check_share,
+                             spot_check_verifier=payload.spot_check_verifier, via="api")
     except ReviewError as exc:
         return _refused(exc)
     return Status(201, queue)

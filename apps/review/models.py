@@ -25,6 +25,10 @@ class ReviewQueue(models.Model):
     overlap = models.PositiveSmallIntegerField(default=1)  # reviewers per item
     blind = models.BooleanField(default=True)  # a reviewer never sees others' labels before submitting
     reservation_seconds = models.PositiveIntegerField(default=900)
+    # Spot checks: this share of the trajectories a judge graded for this verifier (a slug, any version) joins the
+    # queue as runs archive them.
+    spot_check_share = models.FloatField(default=0.0)
+    spot_check_verifier = models.CharField(max_length=63, blank=True, default="")
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="review_queues")
     adjudicators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="adjudicated_queues", blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

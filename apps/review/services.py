@@ -8,6 +8,7 @@ reservations. An expired reservation no longer counts, so an abandoned item goes
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Membership, Project, Role
 from apps.accounts.services import audit_record
-from apps.registry.models import Version
+from apps.registry.models import Definition, Version
 from apps.trajectories.models import Trajectory
 from apps.trajectories.selectors import trajectory_filter
 from workers.definitions.specs import CHECKS_BY_LAYER
@@ -104,8 +105,11 @@ def _uuid_in(value, found: set):
 
 def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters: dict | None = None,
                  sampling: dict | None = None, overlap: int = 1, blind: bool = True, reviewers=(), adjudicators=(),
-                 description: str = "", reservation_seconds: int = 900, via: str = "web") -> ReviewQueue:
-    """A queue of the trajectories `sampling` draws from those `filters` select, labelled with `rubric`."""
+                 description: str = "", reservation_seconds: int = 900, spot_check_share: float = 0.0,
+                 spot_check_verifier: str = "", via: str = "web") -> ReviewQueue:
+    """A queue of the trajectories `sampling` draws from those `filters` select, labelled with `rubric`; with a
+    spot-check share, also that share of the judge-graded trajectories of `spot_check_verifier` runs archive
+    from now on (`spot_checks_enqueue`)."""
     if rubric.definition.kind != "rubric" or rubric.definition.project_id != project.pk:
         raise ReviewError(f"{rubric.ref} is not a rubric of project {project.slug}", field="rubric")
     if not isinstance(overlap, int) or isinstance(overlap, bool) or not 1 <= overlap <= 10:
@@ -118,15 +122,23 @@ def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters
         if weak:
             raise ReviewError(f"{', '.join(weak)}: {field} need the {least} role in {project.slug} or above",
                               field=field)
+    if isinstance(spot_check_share, bool) or not isinstance(spot_check_share, int | float) \
+            or not 0 <= spot_check_share <= 1:
+        raise ReviewError("spot_check_share must be a fraction from 0 to 1", field="spot_check_share")
+    if spot_check_share and not Definition.objects.filter(project=project, kind="verifier",
+                                                          slug=spot_check_verifier).exists():
+        raise ReviewError(f"spot checks need a verifier of {project.slug}: no verifier {spot_check_verifier!r}",
+                          field="spot_check_verifier")
     sampling = {"rule": "random", "n": 100, "seed": 0, **(sampling or {})}
     drawn = _draw(project=project, filters=filters or {}, sampling=sampling)
-    if not drawn:
+    if not drawn and not spot_check_share:
         raise ReviewError("no trajectory matches this filter and sampling rule", field="sampling")
     with transaction.atomic():
         try:
             queue = ReviewQueue.objects.create(
                 project=project, slug=slug, description=description, rubric=rubric, filters=filters or {},
                 sampling=sampling, overlap=overlap, blind=blind, reservation_seconds=reservation_seconds,
+                spot_check_share=spot_check_share, spot_check_verifier=spot_check_verifier if spot_check_share else "",
                 created_by=actor if getattr(actor, "is_authenticated", False) else None)
         except IntegrityError:
             raise ReviewError(f"project {project.slug} already has a queue {slug!r}", field="slug",
@@ -139,6 +151,36 @@ def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters
                      details={"rubric": rubric.ref, "items": len(drawn), "sampling": sampling, "overlap": overlap,
                               "blind": blind}, via=via)
     return queue
+
+
+def _in_share(trajectory_id, share: float) -> bool:
+    """Whether a trajectory falls in a spot-check share: by a hash of its id, so an attempt that archives the
+    same trajectory again decides the same."""
+    return int(hashlib.sha256(str(trajectory_id).encode()).hexdigest()[:8], 16) / 2**32 < share
+
+
+def spot_checks_enqueue(*, run, trajectories) -> int:
+    """Append to each spot-check queue of the run's project its share of these (engine) trajectories that a judge
+    graded for its verifier; called as a step's trajectories are archived, in that transaction. Returns how
+    many items were added."""
+    queues = list(ReviewQueue.objects.filter(project_id=run.project_id, spot_check_share__gt=0))
+    added = 0
+    for queue in queues:
+        prefix = f"verifier/{queue.spot_check_verifier}@"
+        chosen = [t.id for t in trajectories if t.verifier.startswith(prefix)
+                  and any(c.get("type") in JUDGE_TYPES for c in (t.verdict or {}).get("components", []))
+                  and _in_share(t.id, queue.spot_check_share)]
+        if not chosen:
+            continue
+        ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()  # one writer of positions at a time
+        last = QueueItem.objects.filter(queue=queue).order_by("-position").values_list("position", flat=True).first()
+        start = -1 if last is None else last
+        before = QueueItem.objects.filter(queue=queue).count()
+        QueueItem.objects.bulk_create(  # a trajectory already in the queue (an attempt archiving it again) is skipped
+            [QueueItem(queue=queue, trajectory_id=pk, position=start + 1 + i, why="spot check of a judge's grade")
+             for i, pk in enumerate(chosen)], ignore_conflicts=True)
+        added += QueueItem.objects.filter(queue=queue).count() - before
+    return added
 
 
 def _live(now) -> Q:

@@ -36,3 +36,9 @@ def rubric(project, owner):
     return version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
 
 
+
+
+@pytest.fixture
+def make_trajectory():
+    """make_trajectory(run, seq, domain=..., reward=..., tokens=...) -> an engine trajectory to archive."""
+    return _trajectory

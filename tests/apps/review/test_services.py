@@ -21,6 +21,7 @@ from apps.review.services import (
     label_submit,
     queue_create,
 )
+from apps.runs.services import run_create
 
 
 @pytest.fixture
@@ -167,3 +168,32 @@ def test_a_resumed_run_keeps_the_labelled_trajectories_it_rolls_back(project, ar
     kept = set(Archived.objects.filter(run=archive).values_list("pk", flat=True))
     assert kept == set(queue.items.values_list("trajectory_id", flat=True))
     assert Label.objects.filter(item=item).count() == 1
+
+
+def test_a_spot_check_queue_takes_its_share_of_judge_graded_trajectories_as_runs_archive_them(
+        project, registry, rubric, owner, reviewers, make_trajectory):
+    from apps.runs.services import run_claim, run_step_record
+
+    with pytest.raises(ReviewError, match="no verifier 'nope'"):
+        queue_create(project=project, slug="bad", rubric=rubric, actor=owner, reviewers=reviewers,
+                     spot_check_share=0.5, spot_check_verifier="nope")
+    everything = queue_create(project=project, slug="all-judged", rubric=rubric, actor=owner, reviewers=reviewers,
+                              spot_check_share=1.0, spot_check_verifier="numeric")
+    half = queue_create(project=project, slug="half", rubric=rubric, actor=owner, reviewers=reviewers,
+                        spot_check_share=0.5, spot_check_verifier="numeric")
+    assert everything.items.count() == half.items.count() == 0  # nothing archived yet: an empty queue is fine
+
+    run = run_create(project=project, bundle=registry["bundle"], steps=2, actor=owner)
+    attempt = run_claim(run_id=run.pk, stale_after=60, worker="w:1")
+    judged = {"status": "pass", "layers_run": ["exact", "judge"], "components": [
+        {"layer": "judge", "name": "score_model-0", "type": "score_model", "value": 0.7, "weight": 1.0}]}
+    rows = []
+    for seq in range(40):
+        row = make_trajectory(run, seq, domain="arithmetic", reward=1.0, tokens=2)
+        row.verdict = judged if seq < 30 else row.verdict  # the last ten: no judge
+        rows.append(row)
+    run_step_record(run_id=run.pk, attempt=attempt, step=1, wall_time=0.0, points={}, trajectories=rows)
+    run_step_record(run_id=run.pk, attempt=attempt, step=1, wall_time=0.0, points={}, trajectories=rows)  # again
+    assert {str(t) for t in everything.items.values_list("trajectory_id", flat=True)} == {r.id for r in rows[:30]}
+    assert 5 < half.items.count() < 25 and everything.items.count() == 30
+    assert list(everything.items.values_list("position", flat=True)) == list(range(30))
