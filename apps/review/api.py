@@ -19,10 +19,13 @@ from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS, ErrorOut
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
+from apps.runs import wiring
 
 from . import selectors
 from .agreement import queue_agreement
+from .canaries import canaries_check, canary_from_label, is_hack
 from .datasets import dataset_rows
+from .models import Canary, Label
 from .services import ReviewError, adjudicate, item_next, item_skip, label_submit, queue_create
 
 router = Router(tags=["review"])
@@ -138,6 +141,38 @@ class AgreementOut(Schema):
     disagreements: list[int]
 
 
+class CanaryOut(Schema):
+    id: int
+    verifier: str
+    passed_version: str
+    trajectory: UUID
+    template: str
+    task_key: str
+    response: str
+    created_at: datetime
+
+    @staticmethod
+    def resolve_verifier(canary) -> str:
+        return f"verifier/{canary.verifier.slug}"
+
+    @staticmethod
+    def resolve_passed_version(canary) -> str:
+        return canary.passed_version.ref
+
+    @staticmethod
+    def resolve_trajectory(canary):
+        return canary.trajectory_id
+
+
+class CanaryResultOut(Schema):
+    canary: int
+    task_key: str
+    reward: float | None
+    status: str
+    holds: bool
+    evidence: str
+
+
 def _refused(exc: ReviewError):
     errors = [{"field": exc.field, "problem": str(exc)}] if exc.field else []
     return Status(exc.status, {"detail": str(exc), "errors": errors})
@@ -249,6 +284,52 @@ def export(request, project: str, queue: str, kind: Literal["sft", "preference",
     response = HttpResponse(body, content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="{review.slug}-{kind}.jsonl"'
     return response
+
+
+@router.post(QUEUE + "/items/{item_id}/canary", response={201: CanaryOut, **WRITE_ERRORS})
+def make_canary(request, project: str, queue: str, item_id: int):
+    """Keep the item's confirmed reward hack as a canary of its verifier (editors): a label or gold answer says
+    reward-hack and the verifier passed the trajectory, else 400."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    review = selectors.queue_get(project=scope, slug=queue)
+    labels = Label.objects.filter(item__queue=review, item_id=item_id, step__isnull=True, component="") \
+        .select_related("item__trajectory", "item__queue__project").order_by("pk")
+    hack = next((label for label in labels if is_hack(label)), None)
+    try:
+        if hack is None:
+            raise ReviewError(f"no label on item {item_id} of queue {queue} says reward-hack", field="item")
+        canary = canary_from_label(label=hack, actor=request.auth, via="api")
+    except ReviewError as exc:
+        return _refused(exc)
+    return Status(201, canary)
+
+
+@router.get("/projects/{project}/review/verifiers/{slug}/canaries", response={200: list[CanaryOut], **READ_ERRORS})
+def list_canaries(request, project: str, slug: str):
+    """The canaries of a verifier (confirmed reward hacks every later version must score 0)."""
+    scope = caller_project(request, project)
+    return list(Canary.objects.filter(project=scope, verifier__slug=slug, verifier__kind="verifier")
+                .select_related("verifier", "passed_version__definition").order_by("pk"))
+
+
+@router.post("/projects/{project}/review/verifiers/{slug}/versions/{ref}/canary-check",
+             response={200: list[CanaryResultOut], **WRITE_ERRORS})
+def check_canaries(request, project: str, slug: str, ref: str):
+    """Score a verifier version (N or alias) on its canaries, as `manage.py verify --canaries` does (editors);
+    a canary holds when the version scores it 0."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    try:
+        version = version_resolve(project=scope, ref=Ref("verifier", slug, ref))
+    except VersionNotFound as exc:
+        return Status(404, {"detail": str(exc), "errors": []})
+    pool = wiring.sandbox_pool()
+    try:
+        results = canaries_check(version=version,
+                                 context=lambda image: wiring.verification_context(pool=pool, image=image))
+    finally:
+        pool.close()
+    return [{"canary": r.canary_id, "task_key": r.canary.task_key, "reward": r.reward, "status": r.status,
+             "holds": r.holds, "evidence": r.evidence} for r in results]
 
 
 @router.get(QUEUE + "/agreement", response={200: list[AgreementOut], **READ_ERRORS})

@@ -43,8 +43,12 @@ from apps.registry.services import alias_move, version_publish
 from apps.review.services import item_next, label_submit, queue_create
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from apps.trajectories.models import Trajectory
+from apps.trajectories.services import trajectories_record
 from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, RUBRIC, TEMPLATE_SPEC, VERIFIER_SPEC
 from workers.rl.config import BOUNDS, RunConfig
+from workers.rl.types import Trajectory as EngineTrajectory
+from workers.rl.types import TrajectoryStatus, Turn, trajectory_id
 
 SCALE = float(os.environ.get("FUZZ_EXAMPLES", "1"))
 # (identity, generation mode, path parameters) -> examples per operation
@@ -199,10 +203,21 @@ def world(project, registry, owner, studio_run, editor):
     running, _ = studio_run
     queued = run_create(project=project, bundle=registry["bundle"], steps=4, name="queued", actor=owner)
     rubric = version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
+    # One trajectory of the registry's own task that its verifier passed: labelled a reward hack, it can become a
+    # canary (the synthetic run's trajectories name definitions this registry does not have).
+    hack = EngineTrajectory(
+        id=trajectory_id(str(queued.pk), 0, 0), run_id=str(queued.pk), seq=0, sample=0, domain="arithmetic",
+        template=registry["task_template"].ref, task_key="add-00000", task_hash="0" * 64,
+        image=registry["sandbox_image"].ref, verifier=registry["verifier"].ref, policy_version=0, step=1,
+        prompt_ids=[1], turns=[Turn(role="user", content="0 + 0?"), Turn(role="assistant", content="no 0")],
+        status=TrajectoryStatus.OK, reward=1.0, verdict={"status": "pass", "layers_run": ["exact"]},
+        started_at=1_700_000_000.0, finished_at=1_700_000_001.0)
+    trajectories_record(run=queued, attempt=1, trajectories=[hack])
+    others = [str(pk) for pk in Trajectory.objects.filter(run=running).values_list("pk", flat=True)[:4]]
     queue = queue_create(project=project, slug="check", rubric=rubric, actor=owner, overlap=2, reviewers=[editor],
-                         adjudicators=[editor], sampling={"rule": "random", "n": 5})
+                         adjudicators=[editor], sampling={"rule": "list", "trajectories": [hack.id, *others]})
     first = item_next(queue=queue, reviewer=editor)
-    label_submit(queue=queue, item_id=first.pk, reviewer=editor, answers={"verdict": "correct"})
+    label_submit(queue=queue, item_id=first.pk, reviewer=editor, answers={"verdict": "reward-hack"})
     return {"runs": [str(running.pk), str(queued.pk)], "items": list(queue.items.values_list("pk", flat=True))}
 
 

@@ -111,3 +111,19 @@ def test_the_run_page_counts_the_runs_confirmed_hacks_and_links_them(client, pro
     hack_label.answers = {"verdict": "correct"}
     hack_label.save()
     assert "data-confirmed-hacks" not in client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
+
+
+def test_the_api_keeps_a_canary_lists_them_and_checks_a_version(api_as, project, member, registry, hack_label):
+    editor = api_as(member("editor"), project=project, scope="write")
+    viewer = api_as(member("viewer"), project=project, scope="read")
+    queue = "/projects/acme-rl/review/queues/hacks"
+    assert viewer.post(f"{queue}/items/{hack_label.item_id}/canary", {}).status_code == 403
+    made = editor.post(f"{queue}/items/{hack_label.item_id}/canary", {})
+    assert made.status_code == 201 and made.json()["passed_version"] == "verifier/numeric@1"
+    assert [c["task_key"] for c in viewer.get("/projects/acme-rl/review/verifiers/numeric/canaries").json()] == \
+        ["add-00000"]
+    checked = editor.post("/projects/acme-rl/review/verifiers/numeric/versions/1/canary-check", {})
+    assert checked.status_code == 200 and [(r["reward"], r["holds"]) for r in checked.json()] == [(1.0, False)]
+    assert editor.post("/projects/acme-rl/review/verifiers/numeric/versions/9/canary-check", {}).status_code == 404
+    other = editor.post(f"{queue}/items/999999/canary", {})
+    assert other.status_code == 400 and "says reward-hack" in other.json()["detail"]

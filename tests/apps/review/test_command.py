@@ -19,5 +19,11 @@ def test_the_command_draws_a_queue_once_and_names_what_is_wrong(project, archive
         call_command("review_queue", "other", "--rubric", "correctness", "--sample", "random")
     with pytest.raises(CommandError, match="No rubric named 'nope'|nope"):
         call_command("review_queue", "other", "--rubric", "nope")
+    call_command("review_queue", "spot", "--rubric", "correctness", "--spot-check", "0.25:numeric",
+                 "--reviewers", "reviewer-user")
+    spot = ReviewQueue.objects.get(slug="spot")
+    assert (spot.spot_check_share, spot.spot_check_verifier) == (0.25, "numeric")
+    with pytest.raises(CommandError, match="write SHARE:VERIFIER"):
+        call_command("review_queue", "other", "--rubric", "correctness", "--spot-check", "lots:numeric")
     with pytest.raises(CommandError, match="sampling rule 'vibes'"):
         call_command("review_queue", "other", "--rubric", "correctness", "--sample", "vibes:3")

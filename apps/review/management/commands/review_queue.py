@@ -1,6 +1,7 @@
 """`manage.py review_queue SLUG --rubric RUBRIC [--sample RULE:N] [--filter NAME=VALUE ...] [--overlap N]
-[--reviewers a,b] [--adjudicators c] [--open] [--project SLUG] [--if-absent]`: draw a review queue of archived
-trajectories, as the API does (apps/review/services.py). `make demo` draws the demo's queue with it."""
+[--reviewers a,b] [--adjudicators c] [--open] [--spot-check SHARE:VERIFIER] [--project SLUG] [--if-absent]`:
+draw a review queue of archived trajectories, as the API does (apps/review/services.py). `make demo` draws the
+demo's queue with it."""
 
 from __future__ import annotations
 
@@ -31,12 +32,15 @@ class Command(BaseCommand):
                             help="not blind: reviewers see each other's labels")
         parser.add_argument("--reviewers", default="", help="usernames, comma-separated")
         parser.add_argument("--adjudicators", default="", help="usernames, comma-separated")
+        parser.add_argument("--spot-check", metavar="SHARE:VERIFIER", default="",
+                            help="also take this share of the judge-graded trajectories of VERIFIER (a slug) as "
+                                 "runs archive them, e.g. 0.05:numeric-exact")
         parser.add_argument("--description", default="")
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--if-absent", action="store_true", help="do nothing if the queue exists")
 
-    def handle(self, *args, slug, rubric, sample, filters, overlap, not_blind, reviewers, adjudicators, description,
-               project, if_absent, **_):
+    def handle(self, *args, slug, rubric, sample, filters, overlap, not_blind, reviewers, adjudicators, spot_check,
+               description, project, if_absent, **_):
         scope = project_for_command(slug=project)
         if if_absent and ReviewQueue.objects.filter(project=scope, slug=slug).exists():
             self.stdout.write(f"queue {slug} exists; nothing drawn")
@@ -44,6 +48,11 @@ class Command(BaseCommand):
         rule, _, count = sample.partition(":")
         if not count.isdigit():
             raise CommandError(f"--sample {sample!r}: write RULE:N, e.g. stratified:20")
+        share, _, verifier = spot_check.partition(":")
+        try:
+            share = float(share) if spot_check else 0.0
+        except ValueError:
+            raise CommandError(f"--spot-check {spot_check!r}: write SHARE:VERIFIER, e.g. 0.05:numeric-exact") from None
         chosen = {}
         for pair in filters:
             name, equals, value = pair.partition("=")
@@ -58,7 +67,7 @@ class Command(BaseCommand):
                 sampling={"rule": rule, "n": int(count)}, overlap=overlap, blind=not not_blind,
                 reviewers=[users.get(username=name) for name in reviewers.split(",") if name],
                 adjudicators=[users.get(username=name) for name in adjudicators.split(",") if name],
-                description=description, via="cli")
+                description=description, spot_check_share=share, spot_check_verifier=verifier, via="cli")
         except (VersionNotFound, ReviewError) as exc:
             raise CommandError(str(exc)) from None
         except users.model.DoesNotExist:
