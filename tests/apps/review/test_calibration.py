@@ -60,3 +60,4 @@ def test_calibration_cards_on_the_verifier_page(client, project, registry, rubri
     client.force_login(owner)
     page = client.get(f"/p/{project.slug}/review/verifiers/numeric/").content.decode()
     assert "data-calibration" in page and "0.467" in page
+    assert "<table" not in page.split("</title>")[0]  # the page's title is only its title
