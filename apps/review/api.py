@@ -19,13 +19,12 @@ from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS, ErrorOut
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs import wiring
 
 from . import selectors
 from .agreement import queue_agreement
-from .canaries import canaries_check, canary_from_label, is_hack
+from .canaries import canaries_check, canary_from_item
 from .datasets import dataset_rows
-from .models import Canary, Label
+from .models import Canary
 from .services import ReviewError, adjudicate, item_next, item_skip, label_submit, queue_create
 
 router = Router(tags=["review"])
@@ -292,13 +291,8 @@ def make_canary(request, project: str, queue: str, item_id: int):
     reward-hack and the verifier passed the trajectory, else 400."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     review = selectors.queue_get(project=scope, slug=queue)
-    labels = Label.objects.filter(item__queue=review, item_id=item_id, step__isnull=True, component="") \
-        .select_related("item__trajectory", "item__queue__project").order_by("pk")
-    hack = next((label for label in labels if is_hack(label)), None)
     try:
-        if hack is None:
-            raise ReviewError(f"no label on item {item_id} of queue {queue} says reward-hack", field="item")
-        canary = canary_from_label(label=hack, actor=request.auth, via="api")
+        canary = canary_from_item(queue=review, item_id=item_id, actor=request.auth, via="api")
     except ReviewError as exc:
         return _refused(exc)
     return Status(201, canary)
@@ -322,12 +316,7 @@ def check_canaries(request, project: str, slug: str, ref: str):
         version = version_resolve(project=scope, ref=Ref("verifier", slug, ref))
     except VersionNotFound as exc:
         return Status(404, {"detail": str(exc), "errors": []})
-    pool = wiring.sandbox_pool()
-    try:
-        results = canaries_check(version=version,
-                                 context=lambda image: wiring.verification_context(pool=pool, image=image))
-    finally:
-        pool.close()
+    results = canaries_check(version=version)
     return [{"canary": r.canary_id, "task_key": r.canary.task_key, "reward": r.reward, "status": r.status,
              "holds": r.holds, "evidence": r.evidence} for r in results]
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from apps.registry.models import Version
+
 from .models import Adjudication, Label
 from .services import JUDGE_TYPES
 
@@ -100,8 +102,6 @@ def calibration_cards(*, definition, question: str = "verdict", accept: str = "c
 
 def _judge_models(definition, version_ref: str) -> dict[str, str]:
     """Judge check name -> its model, from the verifier version's spec."""
-    from apps.registry.models import Version
-
     number = version_ref.rsplit("@", 1)[-1]
     version = Version.objects.filter(definition=definition, number=int(number) if number.isdigit() else 0).first()
     if version is None:

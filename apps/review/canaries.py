@@ -60,19 +60,35 @@ def canary_from_label(*, label: Label, actor, via: str = "web") -> Canary:
     return canary
 
 
-def canaries_check(*, version: Version, context) -> list[CanaryResult]:
-    """Score every canary of the verifier on `version` and keep the results; a canary holds when it scores 0.
-    `context` supplies the sandbox pool (apps/runs/wiring.verification_context), each canary its own image."""
+def canary_from_item(*, queue, item_id: int, actor, via: str = "web") -> Canary:
+    """The canary of the first whole-trajectory label on a queue's item that says reward-hack."""
+    labels = (Label.objects.filter(item__queue=queue, item_id=item_id, step__isnull=True, component="")
+              .select_related("item__trajectory", "item__queue__project").order_by("pk"))
+    hack = next((label for label in labels if is_hack(label)), None)
+    if hack is None:
+        raise ReviewError(f"no label on item {item_id} of queue {queue.slug} says reward-hack", field="item")
+    return canary_from_label(label=hack, actor=actor, via=via)
+
+
+def canaries_check(*, version: Version) -> list[CanaryResult]:
+    """Score every canary of the verifier on `version`, in this process's sandboxes (each canary in its own
+    image), and keep the results; a canary holds when it scores 0."""
+    from apps.runs import wiring  # the sandbox pool and verification context are the composition root's
+
     results = []
-    for canary in Canary.objects.filter(verifier=version.definition).order_by("pk"):
-        image = SandboxImage.from_json(canary.image) if canary.image else None
-        verdict = verify(version.spec, Sample(response=canary.response, logs=canary.logs,
-                                              trajectory_id=str(canary.trajectory_id)),
-                         Item(key=canary.task_key, inputs=canary.inputs, hidden=canary.hidden),
-                         context(image))
-        result, _ = CanaryResult.objects.update_or_create(
-            canary=canary, version=version,
-            defaults={"reward": verdict.reward, "status": verdict.status,
-                      "evidence": "; ".join(c.evidence for c in verdict.components if c.evidence)[:2000]})
-        results.append(result)
+    pool = wiring.sandbox_pool()
+    try:
+        for canary in Canary.objects.filter(verifier=version.definition).order_by("pk"):
+            image = SandboxImage.from_json(canary.image) if canary.image else None
+            verdict = verify(version.spec, Sample(response=canary.response, logs=canary.logs,
+                                                  trajectory_id=str(canary.trajectory_id)),
+                             Item(key=canary.task_key, inputs=canary.inputs, hidden=canary.hidden),
+                             wiring.verification_context(pool=pool, image=image))
+            result, _ = CanaryResult.objects.update_or_create(
+                canary=canary, version=version,
+                defaults={"reward": verdict.reward, "status": verdict.status,
+                          "evidence": "; ".join(c.evidence for c in verdict.components if c.evidence)[:2000]})
+            results.append(result)
+    finally:
+        pool.close()
     return results

@@ -18,6 +18,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from django.db.models import Q
+
 from apps.trajectories.models import Trajectory
 
 from .agreement import queue_agreement
@@ -81,10 +83,16 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
             rows.append({"prompt": prompt, "response": completion, "verifier": trajectory.verifier,
                          "provenance": provenance(trajectory)})
     else:
+        groups = defaultdict(list)  # (run, draw) -> the group's trajectories, read in one query
+        draws = Q()
         for trajectory in chosen:
-            siblings = (Trajectory.objects.filter(run_id=trajectory.run_id, seq=trajectory.seq)
-                        .exclude(pk=trajectory.pk).exclude(pk__in=exclude_trajectories))
-            for sibling in siblings:
+            draws |= Q(run_id=trajectory.run_id, seq=trajectory.seq)
+        for member in Trajectory.objects.filter(draws).exclude(pk__in=exclude_trajectories) if chosen else []:
+            groups[(member.run_id, member.seq)].append(member)
+        for trajectory in chosen:
+            for sibling in groups[(trajectory.run_id, trajectory.seq)]:
+                if sibling.pk == trajectory.pk:
+                    continue
                 verdict = decided(sibling.pk) if sibling.pk in labels else None
                 worse = verdict not in (None, accept) or (
                     verdict is None and sibling.reward is not None and trajectory.reward is not None

@@ -56,13 +56,13 @@ def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
         raise ReviewError(f"sampling rule {rule!r} is not one of {', '.join(SAMPLING_RULES)}", field="sampling.rule")
     if rule == "list":
         ids = sampling.get("trajectories") or []
-        found = set(trajectory_filter(project=project, filters=filters).filter(pk__in=ids)
-                    .values_list("pk", flat=True))
-        missing = [str(i) for i in ids if _uuid_in(i, found) is None]
+        found = {str(pk): pk for pk in trajectory_filter(project=project, filters=filters)
+                 .filter(pk__in=[str(i) for i in ids]).values_list("pk", flat=True)}
+        missing = [str(i) for i in ids if str(i) not in found]
         if missing:
             raise ReviewError(f"not trajectories of this project (or not matching the filter): "
                               f"{', '.join(missing[:5])}", field="sampling.trajectories")
-        return [Drawn(_uuid_in(i, found), "listed") for i in ids]
+        return [Drawn(found[str(i)], "listed") for i in ids]
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_ITEMS:
         raise ReviewError(f"n must be a whole number from 1 to {MAX_ITEMS:,}", field="sampling.n")
     rows = trajectory_filter(project=project, filters=filters)
@@ -97,10 +97,6 @@ def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
                 min(c["value"] for c in judge) >= 0.5) != (min(c["value"] for c in others) >= 0.5):
             chosen.append(Drawn(pk, "the verifier's checks and its judge disagree"))
     return rng.sample(chosen, min(n, len(chosen)))
-
-
-def _uuid_in(value, found: set):
-    return next((pk for pk in found if str(pk) == str(value)), None)
 
 
 def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters: dict | None = None,

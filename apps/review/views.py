@@ -14,14 +14,13 @@ from django.views.decorators.http import require_POST
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_user, role_of
 from apps.registry.models import Definition, Version
-from apps.runs import wiring
 from apps.trajectories.replay import trajectory_info
 
 from . import selectors
 from .agreement import queue_agreement
 from .calibration import calibration_cards
-from .canaries import canaries_check, canary_from_label, is_hack
-from .models import Adjudication, Label, QueueItem
+from .canaries import canaries_check, canary_from_item, is_hack
+from .models import Adjudication, QueueItem
 from .rubrics import questions
 from .services import ReviewError, adjudicate, item_next, item_skip, label_submit
 
@@ -127,13 +126,8 @@ def item_canary(request, project, queue, item_id):
     """Keep a confirmed reward hack on this item as a canary of its verifier (editors)."""
     project = project_for_user(user=request.user, slug=project, min_role=Role.EDITOR)
     review = selectors.queue_get(project=project, slug=queue)
-    label = (Label.objects.filter(item__queue=review, item_id=item_id, step__isnull=True, component="")
-             .select_related("item__trajectory", "item__queue__project").order_by("pk"))
-    hack = next((row for row in label if is_hack(row)), None)
     try:
-        if hack is None:
-            raise ReviewError("no label on this item says reward-hack")
-        canary = canary_from_label(label=hack, actor=request.user)
+        canary = canary_from_item(queue=review, item_id=item_id, actor=request.user)
     except ReviewError as exc:
         messages.error(request, str(exc))
         return redirect("review:item", project=project.slug, queue=review.slug, item_id=item_id)
@@ -153,12 +147,7 @@ def verifier_page(request, project, slug):
         version = Version.objects.filter(definition=definition, number=request.POST.get("version") or 0).first()
         if version is None:
             raise Http404("no such version")
-        pool = wiring.sandbox_pool()
-        try:
-            canaries_check(version=version,
-                           context=lambda image: wiring.verification_context(pool=pool, image=image))
-        finally:
-            pool.close()
+        canaries_check(version=version)
         return redirect("review:verifier", project=project.slug, slug=slug)
     context = {"project": project, "definition": definition,
                "versions": selectors.verifier_canaries(definition=definition),

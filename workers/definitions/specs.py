@@ -6,7 +6,7 @@ depend on whether an author omitted a default) or raises SpecError listing every
 
 import string
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
@@ -54,6 +54,21 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
 
+class GrownSpec(Spec):
+    """A spec that gained optional fields after versions of its kind were published: those fields are left out
+    of the normalised spec while empty, so the versions published before them keep their content hash."""
+
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_empty_later_fields(self, handler):
+        data = handler(self)
+        for name in self.ADDED_LATER:
+            if not data.get(name):
+                data.pop(name, None)
+        return data
+
+
 # --- domain -----------------------------------------------------------------------------------------------
 
 
@@ -96,7 +111,9 @@ class ExampleMessage(Spec):
     content: str = Field(min_length=1)
 
 
-class TaskTemplateSpec(Spec):
+class TaskTemplateSpec(GrownSpec):
+    ADDED_LATER = ("examples",)
+
     system_prompt: str = ""
     # A worked exchange shown before every instance's prompt, as earlier turns of the conversation (few-shot as
     # multi-turn, lm-evaluation-harness' fewshot_as_multiturn): a small model copies a tool call it has seen
@@ -128,14 +145,6 @@ class TaskTemplateSpec(Spec):
             if message.role == "tool" and before.role not in ("assistant", "tool"):
                 raise ValueError("a tool result follows the assistant turn that called the tool")
         return examples
-
-    @model_serializer(mode="wrap")
-    def _without_empty_examples(self, handler):
-        # Left out when empty: templates published before the field existed keep their content hash.
-        data = handler(self)
-        if not data.get("examples"):
-            data.pop("examples", None)
-        return data
 
     @field_validator("tools")
     @classmethod
@@ -451,7 +460,9 @@ class ResolvedMember(Spec):
     content_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-class BundleSpec(Spec):
+class BundleSpec(GrownSpec):
+    ADDED_LATER = ("run_config",)
+
     members: list[VersionRef] = Field(min_length=1)
     # Filled on publish: the full closure (templates of domains, images and verifiers of templates, members of
     # included bundles) with each content hash, so a bundle pins everything a run needs.
@@ -459,14 +470,6 @@ class BundleSpec(Spec):
     # The run settings its tasks are sized for (RunConfig fields: the model, its engine, LoRA ...), which a run
     # on this bundle starts from; the run's own settings override them. Checked on publish (apps/registry).
     run_config: dict[str, Any] = Field(default_factory=dict)
-
-    @model_serializer(mode="wrap")
-    def _without_empty_run_config(self, handler):
-        # Left out when empty: bundles published before the field existed keep their content hash.
-        data = handler(self)
-        if not data.get("run_config"):
-            data.pop("run_config", None)
-        return data
 
 
 # --- model ------------------------------------------------------------------------------------------------

@@ -78,12 +78,7 @@ class Command(BaseCommand):
             version = version_resolve(project=scope, ref=Ref("verifier", *split_slug_ref(text)))
         except VersionNotFound as exc:
             raise CommandError(str(exc))
-        pool = wiring.sandbox_pool()
-        try:
-            results = canaries_check(
-                version=version, context=lambda image: wiring.verification_context(pool=pool, image=image))
-        finally:
-            pool.close()
+        results = canaries_check(version=version)
         for result in results:
             self.stdout.write(json.dumps({"verifier": version.ref, "canary": result.canary_id,
                                           "trajectory": str(result.canary.trajectory_id),
