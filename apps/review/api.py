@@ -18,10 +18,11 @@ from apps.accounts.models import Membership, Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS, ErrorOut
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
-from apps.registry.selectors import version_resolve
+from apps.registry.selectors import definition_get, version_resolve
 
 from . import selectors
 from .agreement import queue_agreement
+from .calibration import calibration_cards
 from .canaries import canaries_check, canary_from_item
 from .datasets import dataset_rows
 from .models import Canary
@@ -161,6 +162,22 @@ class CanaryOut(Schema):
     @staticmethod
     def resolve_trajectory(canary):
         return canary.trajectory_id
+
+
+class CalibrationOut(Schema):
+    version: str
+    model: str
+    items: int
+    agreement: float | None
+    kappa: float | None
+    kappa_low: float | None
+    kappa_high: float | None
+    true_positive_rate: float | None
+    false_positive_rate: float | None
+    pairwise_items: int
+    order_consistency: float | None
+    position_bias: float | None
+    note: str
 
 
 class CanaryResultOut(Schema):
@@ -319,6 +336,20 @@ def check_canaries(request, project: str, slug: str, ref: str):
     results = canaries_check(version=version)
     return [{"canary": r.canary_id, "task_key": r.canary.task_key, "reward": r.reward, "status": r.status,
              "holds": r.holds, "evidence": r.evidence} for r in results]
+
+
+@router.get("/projects/{project}/review/verifiers/{slug}/calibration",
+            response={200: list[CalibrationOut], **READ_ERRORS})
+def calibration(request, project: str, slug: str):
+    """One card per (version, judge model) of a judge-backed verifier: its decisions against people's gold labels
+    (agreement, Cohen's kappa with a 95% bootstrap interval, true and false positive rates) and, for a judge that
+    compares in both orders, how often the orders agree and its position bias."""
+    scope = caller_project(request, project)
+    try:
+        definition = definition_get(project=scope, kind="verifier", slug=slug)
+    except VersionNotFound as exc:
+        return Status(404, {"detail": str(exc), "errors": []})
+    return calibration_cards(definition=definition)
 
 
 @router.get(QUEUE + "/agreement", response={200: list[AgreementOut], **READ_ERRORS})

@@ -7,6 +7,10 @@ Gold: an adjudicated answer, else the answer every reviewer gave (items where re
 decided are left out). The judge's decision: its component's value at 0.5 or above is a pass. Kappa is the
 two-by-two formula, written here rather than importing scikit-learn (not a dependency) for one line of
 arithmetic; the interval resamples trajectories.
+
+For a pairwise judge (one that compares the answer with a reference in both orders), the card also says how often
+its two orders agree on which answer is better, and its position bias: the mean preference for whichever answer
+it was shown first, less 0.5 (0 for a judge that ignores position).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ class CalibrationCard:
     kappa_high: float | None
     true_positive_rate: float | None  # judge passes what people accepted
     false_positive_rate: float | None  # judge passes what people did not
+    pairwise_items: int = 0  # of `items`, those the judge saw in both orders
+    order_consistency: float | None = None  # share of those where both orders prefer the same answer
+    position_bias: float | None = None  # mean preference for the answer shown first, less 0.5
     note: str = ""
 
 
@@ -65,6 +72,7 @@ def calibration_cards(*, definition, question: str = "verdict", accept: str = "c
     decided = {a.item.trajectory_id: a.answer for a in Adjudication.objects.filter(
         question=question, item__trajectory_id__in=list(trajectories)).select_related("item")}
     pairs = defaultdict(list)  # (version, model) -> [(judge passes, people accept)]
+    orders = defaultdict(list)  # (version, model) -> [[preference for the first shown, in each order]]
     models = {}
     for pk, trajectory in trajectories.items():
         gold = _gold(labels[pk], decided.get(pk), question)
@@ -78,6 +86,8 @@ def calibration_cards(*, definition, question: str = "verdict", accept: str = "c
                 models[version] = _judge_models(definition, version)
             model = models[version].get(component.get("name"), component.get("name", "judge"))
             pairs[(version, model)].append((component["value"] >= 0.5, gold == accept))
+            if component.get("orders"):
+                orders[(version, model)].append(component["orders"])
     rng = np.random.default_rng(seed)
     cards = []
     for (version, model), rows in sorted(pairs.items()):
@@ -96,8 +106,23 @@ def calibration_cards(*, definition, question: str = "verdict", accept: str = "c
             kappa_low=low, kappa_high=high,
             true_positive_rate=float(judge[gold == 1].mean()) if (gold == 1).any() else None,
             false_positive_rate=float(judge[gold == 0].mean()) if (gold == 0).any() else None,
+            **_order_figures(orders[(version, model)]),
             note="" if kappa is not None else "the judge and the people each gave one answer only: kappa undefined"))
     return cards
+
+
+def _side(preference: float) -> int:
+    return (preference > 0.5) - (preference < 0.5)
+
+
+def _order_figures(orders: list[list[float]]) -> dict:
+    """Consistency and position bias of a pairwise judge over its (shown first, shown second) calls. In the second
+    call the reference is shown first, so the answer's preference there is 1 minus the call's."""
+    if not orders:
+        return {}
+    consistent = [_side(first) == _side(1 - second) for first, second in orders]
+    return {"pairwise_items": len(orders), "order_consistency": float(np.mean(consistent)),
+            "position_bias": float(np.mean([(first + second) / 2 for first, second in orders]) - 0.5)}
 
 
 def _judge_models(definition, version_ref: str) -> dict[str, str]:

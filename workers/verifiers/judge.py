@@ -289,11 +289,13 @@ def _cached(judge: JudgeClient | None, key: str | None, judge_now) -> Outcome:
     if judge is None:
         return Outcome(value=None, status=INFRA_ERROR, evidence="no judge client configured for this worker")
     if key and judge.cache is not None and (hit := judge.cache.get(key)) is not None:
-        return Outcome(value=hit["value"], status=hit["status"], evidence=f"(cached) {hit['evidence']}")
+        return Outcome(value=hit["value"], status=hit["status"], evidence=f"(cached) {hit['evidence']}",
+                       orders=hit.get("orders"))
     outcome = judge_now(judge)
     # Only verdicts are kept: an error or infra_error may not recur, and must get its chance to.
     if key and judge.cache is not None and outcome.status not in (ERROR, INFRA_ERROR):
-        judge.cache.set(key, {"value": outcome.value, "status": outcome.status, "evidence": outcome.evidence})
+        judge.cache.set(key, {"value": outcome.value, "status": outcome.status, "evidence": outcome.evidence,
+                              "orders": outcome.orders})
     return outcome
 
 
@@ -358,8 +360,9 @@ def _both_orders(spec, answer: str, other: str, item, low, high, judge) -> Outco
         second.cost = cost
         return second
     value = (first.value + (1 - second.value)) / 2
-    return Outcome.scored(value, cost=cost, evidence=f"pairwise {value:.3f}, both orders averaged; shown first "
-                          f"{first.evidence}; shown second {second.evidence}")
+    return Outcome.scored(value, cost=cost, orders=[first.value, second.value],
+                          evidence=f"pairwise {value:.3f}, both orders averaged; shown first {first.evidence}; "
+                                   f"shown second {second.evidence}")
 
 
 # --- group ranking ----------------------------------------------------------------------------------------

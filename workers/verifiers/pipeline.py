@@ -33,7 +33,7 @@ def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
             verdict.components.append(Component(
                 layer=layer["name"], name=name, type=check["type"], weight=check["weight"], value=outcome.value,
                 status=outcome.status, evidence=outcome.evidence, latency_ms=round(latency * 1000, 2),
-                cost=outcome.cost))
+                cost=outcome.cost, orders=outcome.orders))
             verdict.cost += outcome.cost
             verdict.artifacts.update({f"{layer['name']}/{name}/{key}": blob for key, blob in outcome.artifacts.items()})
             if outcome.status in (INFRA_ERROR, ERROR):

@@ -43,6 +43,10 @@ class Outcome:
     evidence: str = ""  # for a person: the failing test's message, the unmatched citation, the judge's reason
     cost: float = 0.0  # money, for judge calls
     artifacts: dict[str, bytes] = field(default_factory=dict)  # rendered screenshots, logs
+    # A pairwise judge's two calls: in each, its preference in [0, 1] for the answer it was shown first (the
+    # graded answer first, then the reference first). Kept apart from the averaged value so that calibration can
+    # measure how often the two orders agree and how much the judge favours a position.
+    orders: list[float] | None = None
 
     @classmethod
     def scored(cls, value: float, evidence: str = "", **extra) -> Outcome:
@@ -64,6 +68,7 @@ class Component:
     evidence: str
     latency_ms: float
     cost: float = 0.0
+    orders: list[float] | None = None  # Outcome.orders
 
 
 @dataclass

@@ -14,6 +14,9 @@ from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
 # (judge value, what the people decided): 4 agreeing passes, 1 judge pass people rejected, 1 judge fail people
 # accepted, 2 agreeing fails.
 CASES = [(0.9, "correct")] * 4 + [(0.8, "wrong"), (0.1, "correct"), (0.2, "wrong"), (0.3, "reward-hack")]
+# The judge compared in both orders on all but the last: each call's preference for the answer shown first. The
+# fifth call pair disagrees (0.9 for the answer shown first, then 0.7 for the reference shown first).
+ORDERS = [[0.9, 0.1]] * 4 + [[0.9, 0.7], [0.1, 0.9], [0.2, 0.8], None]
 
 
 def test_kappa_by_hand():
@@ -34,7 +37,8 @@ def test_calibration_cards_on_the_verifier_page(client, project, registry, rubri
         status=TrajectoryStatus.OK, reward=value,
         verdict={"status": "pass" if value >= 0.5 else "fail", "layers_run": ["exact", "judge"], "components": [
             {"layer": "exact", "name": "numeric-0", "type": "numeric", "value": 0.5, "weight": 1.0},
-            {"layer": "judge", "name": "score_model-0", "type": "score_model", "value": value, "weight": 1.0}]},
+            {"layer": "judge", "name": "score_model-0", "type": "score_model", "value": value, "weight": 1.0,
+             "orders": ORDERS[seq]}]},
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0) for seq, (value, _) in enumerate(CASES)]
     trajectories_record(run=run, attempt=1, trajectories=rows)
     ann, bob = member("reviewer"), member("editor")
@@ -57,7 +61,13 @@ def test_calibration_cards_on_the_verifier_page(client, project, registry, rubri
     assert card.kappa == pytest.approx(14 / 30) and card.agreement == 0.75
     assert card.kappa_low <= card.kappa <= card.kappa_high
     assert card.true_positive_rate == 0.8 and card.false_positive_rate == pytest.approx(1 / 3)
+    assert card.pairwise_items == 7 and card.order_consistency == pytest.approx(6 / 7)
+    # Preference for the first shown, averaged per pair: 0.5 six times and 0.8 once.
+    assert card.position_bias == pytest.approx((0.5 * 6 + 0.8) / 7 - 0.5)
     client.force_login(owner)
+    [served] = client.get(f"/api/v1/projects/{project.slug}/review/verifiers/numeric/calibration").json()
+    assert served["kappa"] == pytest.approx(14 / 30) and served["order_consistency"] == pytest.approx(6 / 7)
+    assert client.get(f"/api/v1/projects/{project.slug}/review/verifiers/nope/calibration").status_code == 404
     page = client.get(f"/p/{project.slug}/review/verifiers/numeric/").content.decode()
-    assert "data-calibration" in page and "0.467" in page
+    assert "data-calibration" in page and "0.467" in page and "0.857" in page
     assert "<table" not in page.split("</title>")[0]  # the page's title is only its title

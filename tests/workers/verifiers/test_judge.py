@@ -197,13 +197,19 @@ def test_pairwise_runs_both_orders_and_cancels_position_bias(make_judge, server)
     item = Item(key="photo", inputs={"question": "Explain photosynthesis."},
                 hidden={"answer": "Sunlight, chlorophyll and water make glucose."})
     spec = score_spec(model="position-biased", rubric=KEYWORD_RUBRIC, pairwise=True)
-    outcome = score(make_judge(), "Plants like sunlight.", spec, item)
+    judge, answer = make_judge(), sample("Plants like sunlight.")
+    outcome = CHECKS["score_model"](spec, answer, item, Context(judge=judge))
     first, second = server.requests_for("position-biased")
     assert first["blocks"]["ANSWER_A"] == second["blocks"]["ANSWER_B"] == "Plants like sunlight."
     assert first["blocks"]["ANSWER_B"] == second["blocks"]["ANSWER_A"] == item.hidden["answer"]
     # 1 keyword against 3: an unbiased judge prefers the sample 1/4. Shown first it gets 0.45, shown
     # second 0.05; only the average of both orders recovers 0.25.
     assert outcome.value == pytest.approx(0.25)
+    # Each call's preference for whichever answer it showed first, kept for calibration: 0.45, then the
+    # reference first at 0.75 + 0.2 = 0.95.
+    assert outcome.orders == pytest.approx([0.45, 0.95])
+    cached = CHECKS["score_model"](spec, answer, item, Context(judge=judge))
+    assert cached.evidence.startswith("(cached)") and cached.orders == pytest.approx([0.45, 0.95])
 
 
 def test_pairwise_without_a_reference_is_an_error(make_judge, server):
@@ -325,6 +331,19 @@ def test_the_judge_runs_only_for_what_the_exact_layer_cannot_decide(make_judge, 
     assert exact.layers_run == ["exact"] and exact.reward == 1.0 and server.requests == []
     judged = verify(layered("keyword-judge"), sample("It is Paris, of course."), ITEM, Context(judge=judge))
     assert judged.layers_run == ["exact", "judge"] and len(server.requests) == 1
+
+
+def test_a_pairwise_judges_two_orders_reach_the_verdict_as_json(make_judge, server):
+    from workers.verifiers import Verdict, verify
+
+    spec = layered("position-biased")
+    spec["layers"][1]["checks"] = [score_spec(model="position-biased", rubric=KEYWORD_RUBRIC, pairwise=True)]
+    item = Item(key="photo", inputs={}, hidden={"answer": "Sunlight, chlorophyll and water make glucose."})
+    verdict = Verdict.from_json(verify(spec, sample("Plants like sunlight."), item,
+                                       Context(judge=make_judge())).to_json())
+    judge = next(c for c in verdict.components if c.layer == "judge")
+    exact = next(c for c in verdict.components if c.layer == "exact")
+    assert judge.orders == pytest.approx([0.45, 0.95]) and exact.orders is None
 
 
 def test_a_malformed_judge_reply_withholds_the_reward(make_judge):
