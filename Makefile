@@ -46,8 +46,8 @@ demo: setup secret-key
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py reference_check --bundle $(DEMO_BUNDLE) --per-template 3 --if-absent
 	$(BIN)/python manage.py review_queue demo-check --rubric trajectory-review --sample stratified:15 --overlap 2 \
-		--reviewers demo,reviewer --adjudicators demo --if-absent \
-		--description "The demo's reference answers: label them, compare with the second reviewer, adjudicate"
+		--follow 0.005 --reviewers demo,reviewer --adjudicators demo --if-absent \
+		--description "The reference answers, then 1 in 200 of the demo run's trajectories: label, compare, adjudicate"
 	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 

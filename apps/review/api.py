@@ -41,8 +41,10 @@ class QueueIn(Schema):
     slug: str = Field(pattern=SLUG)
     rubric: str = Field(description="the rubric to answer: slug, slug@N or slug@alias")
     description: str = ""
-    filters: dict[str, Any] = Field(default_factory=dict, description="the trajectory browser's filters")
-    sampling: dict[str, Any] = Field(default_factory=dict, description='{"rule": random|stratified|'
+    filters: dict[str, Any] = Field(default_factory=dict, description="the trajectory browser's filters: run, "
+                                    "domain, template, verifier, status, verdict_status, deciding_layer, "
+                                    "policy_version, task_key, reward_min, reward_max")
+    sampling: dict[str, Any] = Field(default_factory=dict, description='{"rule": random|stratified|judged|'
                                      'judge_doubtful|disagree|hack_shaped|list, "n": 100, "seed": 0, '
                                      '"trajectories": [...] for list}')
     overlap: int = Field(1, ge=1, le=10)
@@ -50,9 +52,9 @@ class QueueIn(Schema):
     reviewers: list[str] = Field(default_factory=list, description="usernames")
     adjudicators: list[str] = Field(default_factory=list, description="usernames")
     reservation_seconds: int = Field(900, ge=30, le=86_400)
-    spot_check_share: float = Field(0.0, ge=0, le=1, description="share of the judge-graded trajectories of "
-                                    "spot_check_verifier that join the queue as runs archive them")
-    spot_check_verifier: str = Field("", max_length=63, description="a verifier slug (any version)")
+    follow_share: float = Field(0.0, ge=0, le=1, description="keep drawing: this share of what the filters and "
+                                "rule select among the trajectories runs archive from now on joins the queue (a "
+                                "judge's spot checks: filter verifier, rule judged)")
 
 
 class QueueOut(Schema):
@@ -64,8 +66,7 @@ class QueueOut(Schema):
     overlap: int
     blind: bool
     reviewers: list[str]
-    spot_check_share: float
-    spot_check_verifier: str
+    follow_share: float
     created_at: datetime
 
     @staticmethod
@@ -223,8 +224,7 @@ def create_queue(request, project: str, payload: QueueIn):
                              blind=payload.blind, reviewers=[members[n] for n in payload.reviewers],
                              adjudicators=[members[n] for n in payload.adjudicators],
                              description=payload.description, reservation_seconds=payload.reservation_seconds,
-                             spot_check_share=payload.spot_check_share,
-                             spot_check_verifier=payload.spot_check_verifier, via="api")
+                             follow_share=payload.follow_share, via="api")
     except ReviewError as exc:
         return _refused(exc)
     return Status(201, queue)

@@ -1,10 +1,10 @@
 """Review queues over archived trajectories: who reviews what, reservations, labels and adjudicated gold labels.
 
-A queue is a fixed list of trajectories (drawn once, from a trajectory filter and a sampling rule) and a rubric
-version (a registry `rubric`). Each item is labelled by up to `overlap` reviewers; a reviewer holds a reservation
-on an item while labelling it, which expires, so an item abandoned in a closed tab goes to someone else. A label
-records the rubric version it answered. Where reviewers disagree, an adjudicator's decision is the gold answer
-(Adjudication); the original labels stay as they were.
+A queue is a list of trajectories (drawn from a trajectory filter and a sampling rule, once, and again from each
+step runs archive when it follows them) and a rubric version (a registry `rubric`). Each item is labelled by up
+to `overlap` reviewers; a reviewer holds a reservation on an item while labelling it, which expires, so an item
+abandoned in a closed tab goes to someone else. A label records the rubric version it answered. Where reviewers
+disagree, an adjudicator's decision is the gold answer (Adjudication); the original labels stay as they were.
 """
 
 from django.conf import settings
@@ -25,10 +25,9 @@ class ReviewQueue(models.Model):
     overlap = models.PositiveSmallIntegerField(default=1)  # reviewers per item
     blind = models.BooleanField(default=True)  # a reviewer never sees others' labels before submitting
     reservation_seconds = models.PositiveIntegerField(default=900)
-    # Spot checks: this share of the trajectories a judge graded for this verifier (a slug, any version) joins the
-    # queue as runs archive them.
-    spot_check_share = models.FloatField(default=0.0)
-    spot_check_verifier = models.CharField(max_length=63, blank=True, default="")
+    # A queue that follows runs: this share of what `filters` and `sampling` select among the trajectories runs
+    # archive after it was drawn joins it (a judge's spot checks: verifier=verifier/SLUG, rule "judged").
+    follow_share = models.FloatField(default=0.0)
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="review_queues")
     adjudicators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="adjudicated_queues", blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

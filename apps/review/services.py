@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from apps.accounts.models import Membership, Project, Role
 from apps.accounts.services import audit_record
-from apps.registry.models import Definition, Version
+from apps.registry.models import Version
 from apps.trajectories.models import Trajectory
-from apps.trajectories.selectors import trajectory_filter
+from apps.trajectories.selectors import FILTERS, BadFilter, trajectory_filter
 from workers.definitions.specs import CHECKS_BY_LAYER
 
 from .models import Adjudication, Label, QueueItem, Reservation, ReviewQueue
@@ -31,7 +31,7 @@ from .rubrics import answer_problems
 MAX_ITEMS = 10_000
 # The checks that ask a model: their components are the judge's decisions (a layer's name is the author's).
 JUDGE_TYPES = CHECKS_BY_LAYER["judge"]
-SAMPLING_RULES = ("random", "stratified", "judge_doubtful", "disagree", "hack_shaped", "list")
+SAMPLING_RULES = ("random", "stratified", "judged", "judge_doubtful", "disagree", "hack_shaped", "list")
 
 
 class ReviewError(ValueError):
@@ -49,15 +49,25 @@ class Drawn:
     why: str
 
 
-def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
+def _draw(*, project, filters: dict, sampling: dict, among: list | None = None) -> list[Drawn]:
+    """What `sampling` picks from the trajectories `filters` select (only those in `among`, when given)."""
     rule, n = sampling.get("rule", "random"), sampling.get("n", 100)
     rng = random.Random(sampling.get("seed", 0))
     if rule not in SAMPLING_RULES:
         raise ReviewError(f"sampling rule {rule!r} is not one of {', '.join(SAMPLING_RULES)}", field="sampling.rule")
+    unknown = sorted(set(filters) - set(FILTERS))
+    if unknown:
+        raise ReviewError(f"no trajectory filter {unknown[0]!r}; the filters are {', '.join(FILTERS)}",
+                          field=f"filters.{unknown[0]}")
+    try:
+        rows = trajectory_filter(project=project, filters=filters)
+    except BadFilter as exc:
+        raise ReviewError(str(exc), field="filters") from None
+    if among is not None:
+        rows = rows.filter(pk__in=among)
     if rule == "list":
         ids = sampling.get("trajectories") or []
-        found = {str(pk): pk for pk in trajectory_filter(project=project, filters=filters)
-                 .filter(pk__in=[str(i) for i in ids]).values_list("pk", flat=True)}
+        found = {str(pk): pk for pk in rows.filter(pk__in=[str(i) for i in ids]).values_list("pk", flat=True)}
         missing = [str(i) for i in ids if str(i) not in found]
         if missing:
             raise ReviewError(f"not trajectories of this project (or not matching the filter): "
@@ -65,7 +75,6 @@ def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
         return [Drawn(found[str(i)], "listed") for i in ids]
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_ITEMS:
         raise ReviewError(f"n must be a whole number from 1 to {MAX_ITEMS:,}", field="sampling.n")
-    rows = trajectory_filter(project=project, filters=filters)
     if rule == "random":
         ids = list(rows.values_list("pk", flat=True))
         return [Drawn(i, "random") for i in rng.sample(ids, min(n, len(ids)))]
@@ -84,14 +93,16 @@ def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
         short = lengths[max(0, len(lengths) // 4 - 1)]
         ids = [pk for pk, tokens in passed if tokens <= short]
         return [Drawn(pk, f"passed with {short} tokens or fewer") for pk in rng.sample(ids, min(n, len(ids)))]
-    # judge_doubtful and disagree read the verdicts, streamed: the judge's components are found by their type.
+    # judged, judge_doubtful and disagree read the verdicts, streamed: the judge's components are found by type.
     chosen = []
     for pk, status, verdict in rows.exclude(verdict_status="").values_list("pk", "verdict_status", "verdict") \
             .iterator(chunk_size=2000):
         components = [c for c in (verdict or {}).get("components", []) if c.get("value") is not None]
         judge = [c for c in components if c.get("type") in JUDGE_TYPES]
         others = [c for c in components if c.get("type") not in JUDGE_TYPES and c.get("weight", 0) > 0]
-        if rule == "judge_doubtful" and status == "pass" and any(0.2 <= c["value"] <= 0.8 for c in judge):
+        if rule == "judged" and judge:
+            chosen.append(Drawn(pk, "graded by a judge"))
+        elif rule == "judge_doubtful" and status == "pass" and any(0.2 <= c["value"] <= 0.8 for c in judge):
             chosen.append(Drawn(pk, "passed; the judge was doubtful"))
         elif rule == "disagree" and judge and others and (
                 min(c["value"] for c in judge) >= 0.5) != (min(c["value"] for c in others) >= 0.5):
@@ -101,11 +112,12 @@ def _draw(*, project: Project, filters: dict, sampling: dict) -> list[Drawn]:
 
 def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters: dict | None = None,
                  sampling: dict | None = None, overlap: int = 1, blind: bool = True, reviewers=(), adjudicators=(),
-                 description: str = "", reservation_seconds: int = 900, spot_check_share: float = 0.0,
-                 spot_check_verifier: str = "", via: str = "web") -> ReviewQueue:
-    """A queue of the trajectories `sampling` draws from those `filters` select, labelled with `rubric`; with a
-    spot-check share, also that share of the judge-graded trajectories of `spot_check_verifier` runs archive
-    from now on (`spot_checks_enqueue`)."""
+                 description: str = "", reservation_seconds: int = 900, follow_share: float = 0.0,
+                 via: str = "web") -> ReviewQueue:
+    """A queue of the trajectories `sampling` draws from those `filters` select, labelled with `rubric`. With a
+    follow share, the queue keeps drawing: that share of what its filters and rule select among the trajectories
+    runs archive from now on joins it (`queue_follow`). A spot-check queue of a judge is one that follows with
+    the filter verifier=verifier/SLUG and the rule `judged`."""
     if rubric.definition.kind != "rubric" or rubric.definition.project_id != project.pk:
         raise ReviewError(f"{rubric.ref} is not a rubric of project {project.slug}", field="rubric")
     if not isinstance(overlap, int) or isinstance(overlap, bool) or not 1 <= overlap <= 10:
@@ -118,24 +130,22 @@ def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters
         if weak:
             raise ReviewError(f"{', '.join(weak)}: {field} need the {least} role in {project.slug} or above",
                               field=field)
-    if isinstance(spot_check_share, bool) or not isinstance(spot_check_share, int | float) \
-            or not 0 <= spot_check_share <= 1:
-        raise ReviewError("spot_check_share must be a fraction from 0 to 1", field="spot_check_share")
-    if spot_check_share and not Definition.objects.filter(project=project, kind="verifier",
-                                                          slug=spot_check_verifier).exists():
-        raise ReviewError(f"spot checks need a verifier of {project.slug}: no verifier {spot_check_verifier!r}",
-                          field="spot_check_verifier")
+    if isinstance(follow_share, bool) or not isinstance(follow_share, int | float) or not 0 <= follow_share <= 1:
+        raise ReviewError("follow_share must be a fraction from 0 to 1", field="follow_share")
     sampling = {"rule": "random", "n": 100, "seed": 0, **(sampling or {})}
-    drawn = _draw(project=project, filters=filters or {}, sampling=sampling)
-    if not drawn and not spot_check_share:
+    if follow_share and sampling["rule"] == "list":
+        raise ReviewError("a queue of listed trajectories cannot follow runs: choose a sampling rule",
+                          field="follow_share")
+    filters = {name: value for name, value in (filters or {}).items() if value not in (None, "")}
+    drawn = _draw(project=project, filters=filters, sampling=sampling)
+    if not drawn and not follow_share:
         raise ReviewError("no trajectory matches this filter and sampling rule", field="sampling")
     with transaction.atomic():
         try:
             queue = ReviewQueue.objects.create(
-                project=project, slug=slug, description=description, rubric=rubric, filters=filters or {},
+                project=project, slug=slug, description=description, rubric=rubric, filters=filters,
                 sampling=sampling, overlap=overlap, blind=blind, reservation_seconds=reservation_seconds,
-                spot_check_share=spot_check_share, spot_check_verifier=spot_check_verifier if spot_check_share else "",
-                created_by=actor if getattr(actor, "is_authenticated", False) else None)
+                follow_share=follow_share, created_by=actor if getattr(actor, "is_authenticated", False) else None)
         except IntegrityError:
             raise ReviewError(f"project {project.slug} already has a queue {slug!r}", field="slug",
                               status=409) from None
@@ -144,28 +154,28 @@ def queue_create(*, project: Project, slug: str, rubric: Version, actor, filters
         QueueItem.objects.bulk_create([QueueItem(queue=queue, trajectory_id=d.trajectory_id, position=index,
                                                  why=d.why) for index, d in enumerate(drawn)])
         audit_record(project=project, actor=actor, action="review.queue.create", target=f"queue/{slug}",
-                     details={"rubric": rubric.ref, "items": len(drawn), "sampling": sampling, "overlap": overlap,
-                              "blind": blind}, via=via)
+                     details={"rubric": rubric.ref, "items": len(drawn), "filters": filters, "sampling": sampling,
+                              "overlap": overlap, "blind": blind, "follow_share": follow_share}, via=via)
     return queue
 
 
 def _in_share(trajectory_id, share: float) -> bool:
-    """Whether a trajectory falls in a spot-check share: by a hash of its id, so an attempt that archives the
-    same trajectory again decides the same."""
+    """Whether a trajectory falls in a follow share: by a hash of its id, so an attempt that archives the same
+    trajectory again decides the same."""
     return int(hashlib.sha256(str(trajectory_id).encode()).hexdigest()[:8], 16) / 2**32 < share
 
 
-def spot_checks_enqueue(*, run, trajectories) -> int:
-    """Append to each spot-check queue of the run's project its share of these (engine) trajectories that a judge
-    graded for its verifier; called as a step's trajectories are archived, in that transaction. Returns how
-    many items were added."""
-    queues = list(ReviewQueue.objects.filter(project_id=run.project_id, spot_check_share__gt=0))
+def queue_follow(*, run, trajectories) -> int:
+    """Append to each following queue of the run's project its share of what its filters and sampling rule
+    select among these just-archived (engine) trajectories; called as a step's trajectories are archived, in that
+    transaction. Returns how many items were added."""
+    order = {t.id: index for index, t in enumerate(trajectories)}
     added = 0
-    for queue in queues:
-        prefix = f"verifier/{queue.spot_check_verifier}@"
-        chosen = [t.id for t in trajectories if t.verifier.startswith(prefix)
-                  and any(c.get("type") in JUDGE_TYPES for c in (t.verdict or {}).get("components", []))
-                  and _in_share(t.id, queue.spot_check_share)]
+    for queue in ReviewQueue.objects.filter(project_id=run.project_id, follow_share__gt=0):
+        drawn = _draw(project=run.project_id, filters=queue.filters, among=list(order),
+                      sampling={**queue.sampling, "n": MAX_ITEMS})
+        chosen = sorted((d for d in drawn if _in_share(d.trajectory_id, queue.follow_share)),
+                        key=lambda d: order[str(d.trajectory_id)])
         if not chosen:
             continue
         ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()  # one writer of positions at a time
@@ -173,8 +183,9 @@ def spot_checks_enqueue(*, run, trajectories) -> int:
         start = -1 if last is None else last
         before = QueueItem.objects.filter(queue=queue).count()
         QueueItem.objects.bulk_create(  # a trajectory already in the queue (an attempt archiving it again) is skipped
-            [QueueItem(queue=queue, trajectory_id=pk, position=start + 1 + i, why="spot check of a judge's grade")
-             for i, pk in enumerate(chosen)], ignore_conflicts=True)
+            [QueueItem(queue=queue, trajectory_id=d.trajectory_id, position=start + 1 + i,
+                       why=f"{d.why}; followed run {run.name}"[:200]) for i, d in enumerate(chosen)],
+            ignore_conflicts=True)
         added += QueueItem.objects.filter(queue=queue).count() - before
     return added
 

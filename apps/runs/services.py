@@ -198,7 +198,7 @@ def run_heartbeat(*, run_id, attempt: int) -> str:
 def run_step_record(*, run_id, attempt: int, step: int, wall_time: float, points: dict[str, float],
                     trajectories: list[Trajectory], events: list[tuple[str, str, dict]] = ()) -> None:
     """One trainer step: its metric points, the trajectories it archived and its events, all or nothing."""
-    from apps.review.services import spot_checks_enqueue
+    from apps.review.services import queue_follow
     from apps.trajectories.services import trajectories_record
 
     with transaction.atomic():
@@ -209,7 +209,7 @@ def run_step_record(*, run_id, attempt: int, step: int, wall_time: float, points
                  for name, value in points.items()],
                 update_conflicts=True, unique_fields=["run", "name", "step"], update_fields=["value", "wall_time"])
         trajectories_record(run=run, attempt=attempt, trajectories=trajectories)
-        spot_checks_enqueue(run=run, trajectories=trajectories)
+        queue_follow(run=run, trajectories=trajectories)
         for kind, message, details in events:
             _event(run, kind, message, step=step, attempt=attempt, details=details)
         Run.objects.filter(pk=run.pk).update(step=max(run.step, step), heartbeat_at=timezone.now())

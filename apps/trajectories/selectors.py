@@ -29,7 +29,11 @@ SORTS = {
     "reward_low": ("reward", False, False),
     "slowest": ("duration_s", True, True),
 }
-FILTERS = ("run", "domain", "template", "status", "verdict_status", "deciding_layer", "policy_version", "task_key")
+FILTERS = ("run", "domain", "template", "verifier", "status", "verdict_status", "deciding_layer", "policy_version",
+           "task_key", "reward_min", "reward_max")
+# Filters on a versioned reference: a value without "@N" matches every version of it.
+ANY_VERSION = ("template", "verifier")
+RANGES = {"reward_min": "reward__gte", "reward_max": "reward__lte"}
 LIST_COLUMNS = ("id", "run_id", "run__name", "seq", "sample", "domain", "template", "task_key", "policy_version",
                 "step", "effective", "advantage", "status", "reward", "verdict_status", "deciding_layer", "num_turns",
                 "num_tool_calls", "completion_tokens", "duration_s", "cost", "finished_at")
@@ -73,10 +77,12 @@ def cursor_decode(cursor: str, column: str):
 
 
 def _checked_filters(filters: dict) -> dict:
-    for name, kind, example in (("run", uuid.UUID, "a run's id"), ("policy_version", int, "a whole number")):
-        if name in filters:
+    checks = (("run", uuid.UUID, "a run's id"), ("policy_version", int, "a whole number"),
+              ("reward_min", _finite, "a number"), ("reward_max", _finite, "a number"))
+    for name, kind, example in checks:
+        if filters.get(name) not in (None, ""):
             try:
-                if isinstance(filters[name], bool | float):
+                if isinstance(filters[name], bool) or (kind is not _finite and isinstance(filters[name], float)):
                     raise TypeError
                 kind(filters[name])
             except (ValueError, TypeError, AttributeError):
@@ -84,14 +90,25 @@ def _checked_filters(filters: dict) -> dict:
     return filters
 
 
+def _finite(value) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(value)
+    return number
+
+
 def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
+    """The project's trajectories that every filter given selects; BadFilter for a value that names nothing."""
     rows = Trajectory.objects.filter(project=project)
+    _checked_filters(filters)
     for name in FILTERS:
         value = filters.get(name)
         if value in (None, ""):
             continue
-        if name == "template" and "@" not in value:
-            rows = rows.filter(template__startswith=f"{value}@")  # any version of the template
+        if name in RANGES:
+            rows = rows.filter(**{RANGES[name]: float(value)})
+        elif name in ANY_VERSION and "@" not in str(value):
+            rows = rows.filter(**{f"{name}__startswith": f"{value}@"})
         else:
             rows = rows.filter(**{name: value})
     return rows
@@ -99,7 +116,7 @@ def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
 
 def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent", after: str = "",
                     limit: int = PAGE_SIZE) -> TrajectoryPage:
-    filters = _checked_filters({k: v for k, v in (filters or {}).items() if k in FILTERS and v not in (None, "")})
+    filters = {k: v for k, v in (filters or {}).items() if k in FILTERS and v not in (None, "")}
     column, descending, id_descending = SORTS.get(sort, SORTS["recent"])
     rows = trajectory_filter(project=project, filters=filters)
     if column == "reward":

@@ -19,11 +19,15 @@ def test_the_command_draws_a_queue_once_and_names_what_is_wrong(project, archive
         call_command("review_queue", "other", "--rubric", "correctness", "--sample", "random")
     with pytest.raises(CommandError, match="No rubric named 'nope'|nope"):
         call_command("review_queue", "other", "--rubric", "nope")
-    call_command("review_queue", "spot", "--rubric", "correctness", "--spot-check", "0.25:numeric",
+    call_command("review_queue", "spot", "--rubric", "correctness", "--filter", "verifier=verifier/numeric",
+                 "--filter", "reward_min=0.5", "--sample", "random:3", "--follow", "0.25",
                  "--reviewers", "reviewer-user")
     spot = ReviewQueue.objects.get(slug="spot")
-    assert (spot.spot_check_share, spot.spot_check_verifier) == (0.25, "numeric")
-    with pytest.raises(CommandError, match="write SHARE:VERIFIER"):
-        call_command("review_queue", "other", "--rubric", "correctness", "--spot-check", "lots:numeric")
+    assert spot.follow_share == 0.25 and spot.filters == {"verifier": "verifier/numeric", "reward_min": "0.5"}
+    assert {item.trajectory.reward for item in spot.items.select_related("trajectory")} == {1.0}
+    with pytest.raises(CommandError, match="reward_min 'lots' is not a number"):
+        call_command("review_queue", "other", "--rubric", "correctness", "--filter", "reward_min=lots")
+    with pytest.raises(CommandError, match="no trajectory filter 'colour'"):
+        call_command("review_queue", "other", "--rubric", "correctness", "--filter", "colour=red")
     with pytest.raises(CommandError, match="sampling rule 'vibes'"):
         call_command("review_queue", "other", "--rubric", "correctness", "--sample", "vibes:3")

@@ -174,13 +174,16 @@ def test_a_spot_check_queue_takes_its_share_of_judge_graded_trajectories_as_runs
         project, registry, rubric, owner, reviewers, make_trajectory):
     from apps.runs.services import run_claim, run_step_record
 
-    with pytest.raises(ReviewError, match="no verifier 'nope'"):
+    spot_checks = {"filters": {"verifier": "verifier/numeric"}, "sampling": {"rule": "judged", "n": 10}}
+    with pytest.raises(ReviewError, match="cannot follow runs"):
         queue_create(project=project, slug="bad", rubric=rubric, actor=owner, reviewers=reviewers,
-                     spot_check_share=0.5, spot_check_verifier="nope")
+                     sampling={"rule": "list", "trajectories": []}, follow_share=0.5)
     everything = queue_create(project=project, slug="all-judged", rubric=rubric, actor=owner, reviewers=reviewers,
-                              spot_check_share=1.0, spot_check_verifier="numeric")
+                              follow_share=1.0, **spot_checks)
     half = queue_create(project=project, slug="half", rubric=rubric, actor=owner, reviewers=reviewers,
-                        spot_check_share=0.5, spot_check_verifier="numeric")
+                        follow_share=0.5, **spot_checks)
+    other = queue_create(project=project, slug="other-verifier", rubric=rubric, actor=owner, reviewers=reviewers,
+                         follow_share=1.0, filters={"verifier": "verifier/other"}, sampling={"rule": "judged"})
     assert everything.items.count() == half.items.count() == 0  # nothing archived yet: an empty queue is fine
 
     run = run_create(project=project, bundle=registry["bundle"], steps=2, actor=owner)
@@ -197,3 +200,5 @@ def test_a_spot_check_queue_takes_its_share_of_judge_graded_trajectories_as_runs
     assert {str(t) for t in everything.items.values_list("trajectory_id", flat=True)} == {r.id for r in rows[:30]}
     assert 5 < half.items.count() < 25 and everything.items.count() == 30
     assert list(everything.items.values_list("position", flat=True)) == list(range(30))
+    assert other.items.count() == 0
+    assert everything.items.first().why == f"graded by a judge; followed run {run.name}"

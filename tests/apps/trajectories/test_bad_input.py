@@ -38,6 +38,8 @@ def error_of(page) -> str:
     ({"run": "not-a-uuid"}, "run 'not-a-uuid' is not a run's id"),
     ({"policy_version": "abc"}, "policy_version 'abc' is not a whole number"),
     ({"policy_version": "1.5"}, "policy_version '1.5' is not a whole number"),
+    ({"reward_min": "lots"}, "reward_min 'lots' is not a number"),
+    ({"reward_max": "nan"}, "reward_max 'nan' is not a number"),
 ])
 def test_a_filter_that_cannot_name_anything_is_400_naming_it(trajectories, query, problem):
     page = trajectories(**query)

@@ -34,4 +34,8 @@ def test_filters_narrow_the_list(client, owner, project, studio_run):
     page = client.get(url, {"domain": "3d-modelling", "template": "task_template/primitive-solids"})
     assert page.content.count(b"data-trajectory=") == 30
     assert client.get(url, {"status": "timeout"}).content.count(b"data-trajectory=") == 0
+    high = client.get(url, {"reward_min": "0.5", "verifier": "verifier/numeric-exact"}).context["page"].rows
+    low = client.get(url, {"reward_max": "0.5"}).context["page"].rows
+    assert high and low and min(t.reward for t in high) >= 0.5 and max(t.reward for t in low) <= 0.5
+    assert {t.verifier.split("@")[0] for t in high} == {"verifier/numeric-exact"}
     assert client.get(url, {"after": "not-a-cursor"}).status_code == 400

@@ -1,5 +1,5 @@
 """`manage.py review_queue SLUG --rubric RUBRIC [--sample RULE:N] [--filter NAME=VALUE ...] [--overlap N]
-[--reviewers a,b] [--adjudicators c] [--open] [--spot-check SHARE:VERIFIER] [--project SLUG] [--if-absent]`:
+[--reviewers a,b] [--adjudicators c] [--open] [--follow SHARE] [--project SLUG] [--if-absent]`:
 draw a review queue of archived trajectories, as the API does (apps/review/services.py). `make demo` draws the
 demo's queue with it."""
 
@@ -23,23 +23,26 @@ class Command(BaseCommand):
         parser.add_argument("slug")
         parser.add_argument("--rubric", required=True, help="rubric SLUG, SLUG@N or SLUG@alias")
         parser.add_argument("--sample", default="random:100",
-                            help="RULE:N with RULE random, stratified, judge_doubtful, disagree or hack_shaped")
+                            help="RULE:N with RULE random, stratified, judged, judge_doubtful, disagree or "
+                                 "hack_shaped")
         parser.add_argument("--filter", action="append", default=[], metavar="NAME=VALUE", dest="filters",
-                            help="a trajectory browser filter (run, domain, template, status, verdict_status, "
-                                 "deciding_layer, policy_version); repeatable")
+                            help="a trajectory browser filter (run, domain, template, verifier, status, "
+                                 "verdict_status, deciding_layer, policy_version, task_key, reward_min, "
+                                 "reward_max); repeatable")
         parser.add_argument("--overlap", type=int, default=1, help="reviewers per item")
         parser.add_argument("--open", action="store_true", dest="not_blind",
                             help="not blind: reviewers see each other's labels")
         parser.add_argument("--reviewers", default="", help="usernames, comma-separated")
         parser.add_argument("--adjudicators", default="", help="usernames, comma-separated")
-        parser.add_argument("--spot-check", metavar="SHARE:VERIFIER", default="",
-                            help="also take this share of the judge-graded trajectories of VERIFIER (a slug) as "
-                                 "runs archive them, e.g. 0.05:numeric-exact")
+        parser.add_argument("--follow", metavar="SHARE", type=float, default=0.0,
+                            help="keep drawing: this share of what the filters and rule select among the "
+                                 "trajectories runs archive from now on joins the queue. A judge's spot checks: "
+                                 "--filter verifier=verifier/SLUG --sample judged:N --follow 0.05")
         parser.add_argument("--description", default="")
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--if-absent", action="store_true", help="do nothing if the queue exists")
 
-    def handle(self, *args, slug, rubric, sample, filters, overlap, not_blind, reviewers, adjudicators, spot_check,
+    def handle(self, *args, slug, rubric, sample, filters, overlap, not_blind, reviewers, adjudicators, follow,
                description, project, if_absent, **_):
         scope = project_for_command(slug=project)
         if if_absent and ReviewQueue.objects.filter(project=scope, slug=slug).exists():
@@ -48,11 +51,6 @@ class Command(BaseCommand):
         rule, _, count = sample.partition(":")
         if not count.isdigit():
             raise CommandError(f"--sample {sample!r}: write RULE:N, e.g. stratified:20")
-        share, _, verifier = spot_check.partition(":")
-        try:
-            share = float(share) if spot_check else 0.0
-        except ValueError:
-            raise CommandError(f"--spot-check {spot_check!r}: write SHARE:VERIFIER, e.g. 0.05:numeric-exact") from None
         chosen = {}
         for pair in filters:
             name, equals, value = pair.partition("=")
@@ -67,7 +65,7 @@ class Command(BaseCommand):
                 sampling={"rule": rule, "n": int(count)}, overlap=overlap, blind=not not_blind,
                 reviewers=[users.get(username=name) for name in reviewers.split(",") if name],
                 adjudicators=[users.get(username=name) for name in adjudicators.split(",") if name],
-                description=description, spot_check_share=share, spot_check_verifier=verifier, via="cli")
+                description=description, follow_share=follow, via="cli")
         except (VersionNotFound, ReviewError) as exc:
             raise CommandError(str(exc)) from None
         except users.model.DoesNotExist:
