@@ -12,24 +12,54 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Role
-from apps.accounts.selectors import project_for_user, role_of
+from apps.accounts.selectors import project_for_page, project_for_user, role_of
 from apps.registry.models import Definition, Version
+from apps.runs.selectors import run_list
 from apps.trajectories.replay import trajectory_info
 
 from . import selectors
 from .agreement import queue_agreement
 from .calibration import calibration_cards
 from .canaries import canaries_check, canary_from_item, is_hack
+from .forms import QueueCreateForm
 from .models import Adjudication, QueueItem
 from .rubrics import questions
-from .services import ReviewError, adjudicate, item_next, item_skip, label_submit
+from .services import ReviewError, adjudicate, item_next, item_skip, label_submit, queue_create
 
 
 def queue_list(request, project):
-    project = project_for_user(user=request.user, slug=project)
+    project, can_edit = project_for_page(user=request.user, slug=project)
     queues = [(queue, selectors.queue_progress(queue=queue, reviewer=request.user))
               for queue in selectors.queue_list(project=project)]
-    return render(request, "review/queue_list.html", {"project": project, "queues": queues})
+    return render(request, "review/queue_list.html", {"project": project, "queues": queues, "can_edit": can_edit})
+
+
+def queue_new(request, project):
+    """Draw a queue (editors). Opened from the trajectory browser, its filters arrive in the query string."""
+    project = project_for_user(user=request.user, slug=project, min_role=Role.EDITOR)
+    runs = run_list(project=project)[:100]
+    if request.method == "POST":
+        form = QueueCreateForm(request.POST, project=project, runs=runs)
+    else:
+        initial = {name: value for name, value in request.GET.items() if name in QueueCreateForm.base_fields}
+        form = QueueCreateForm(initial=initial, project=project, runs=runs)
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        try:
+            queue = queue_create(
+                project=project, slug=data["slug"], rubric=data["rubric"], actor=request.user,
+                filters=form.filters(), sampling=form.sampling(), overlap=data["overlap"], blind=data["blind"],
+                reviewers=list(data["reviewers"]), adjudicators=list(data["adjudicators"]),
+                description=data["description"], reservation_seconds=data["reservation_minutes"] * 60,
+                follow_share=data["follow_share"] or 0.0, via="web")
+        except ReviewError as exc:
+            field = exc.field.split(".")[-1] if exc.field else None
+            form.add_error(field if field in form.fields else None, str(exc))
+        else:
+            messages.success(request, f"Queue {queue.slug}: {queue.items.count()} items drawn.")
+            return redirect("review:queue", project=project.slug, queue=queue.slug)
+    return render(request, "review/queue_new.html", {"project": project, "form": form},
+                  status=400 if form.is_bound else 200)
 
 
 def queue_page(request, project, queue):
