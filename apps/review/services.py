@@ -229,9 +229,12 @@ def item_next(*, queue: ReviewQueue, reviewer) -> QueueItem | None:
             taken = (item.labelled
                      + Reservation.objects.filter(item=item).filter(_live(now)).exclude(reviewer=reviewer).count())
             if taken < queue.overlap:
-                Reservation.objects.update_or_create(
-                    item=item, reviewer=reviewer,
-                    defaults={"expires_at": now + timedelta(seconds=queue.reservation_seconds)})
+                # One INSERT ... ON CONFLICT (an expired reservation of theirs is renewed): update_or_create
+                # would spend five round trips (two savepoints, a locking read, the write) on it.
+                Reservation.objects.bulk_create(
+                    [Reservation(item=item, reviewer=reviewer,
+                                 expires_at=now + timedelta(seconds=queue.reservation_seconds))],
+                    update_conflicts=True, unique_fields=["item", "reviewer"], update_fields=["expires_at"])
                 return item
             skipped.append(item.pk)
     return None
@@ -246,14 +249,19 @@ def label_submit(*, queue: ReviewQueue, item_id: int, reviewer, answers: dict, s
     with transaction.atomic():
         # Not locked: two submissions of one reviewer's label meet the unique constraint instead, and locking would
         # make a submit wait for any other reviewer's item_next that holds the item at that moment.
-        item = QueueItem.objects.filter(queue=queue, pk=item_id).first()
+        # The item, whether this reviewer labelled it and whether they hold it: one query.
+        item = (QueueItem.objects.filter(queue=queue, pk=item_id)
+                .annotate(labelled_by_them=Exists(Label.objects.filter(item=OuterRef("pk"), reviewer=reviewer,
+                                                                       step__isnull=True, component="")),
+                          held_by_them=Exists(Reservation.objects.filter(item=OuterRef("pk"), reviewer=reviewer)
+                                              .filter(_live(now))))
+                .first())
         if item is None:
             raise ReviewError(f"item {item_id} is not in queue {queue.slug}", status=404, field="item")
         if item.removed:
             raise ReviewError(f"item {item_id} was removed from queue {queue.slug}", status=410, field="item")
         whole = step is None and not component
-        labelled = Label.objects.filter(item=item, reviewer=reviewer, step__isnull=True, component="").exists()
-        holds = Reservation.objects.filter(item=item, reviewer=reviewer).filter(_live(now)).exists()
+        labelled, holds = item.labelled_by_them, item.held_by_them
         if whole and labelled:
             raise ReviewError("you have labelled this item already", status=409, field="item")
         if whole and not holds:
@@ -283,7 +291,6 @@ def label_submit(*, queue: ReviewQueue, item_id: int, reviewer, answers: dict, s
             raise ReviewError("you have labelled this item already", status=409, field="item") from None
         if whole:
             QueueItem.objects.filter(pk=item.pk).update(labelled=F("labelled") + 1)
-        if whole:
             Reservation.objects.filter(item=item, reviewer=reviewer).delete()
         audit_record(project=queue.project, actor=reviewer, action="review.label", target=f"queue/{queue.slug}",
                      details={"item": item.pk, "trajectory": str(item.trajectory_id), "step": step,

@@ -1,7 +1,12 @@
 """Review figures on PostgreSQL: with a million archived trajectories, the time to draw a queue, the service time
-of taking the next item and of submitting a label while 10 reviewers work at once, without pause (each in a
-process with its own database connection: SELECT ... FOR UPDATE SKIP LOCKED under contention), and the time to
-compute Krippendorff's alpha with its bootstrap interval over 10,000 labels.
+of taking the next item and of submitting a label while 10 reviewers work at once (each in a process with its own
+database connection: SELECT ... FOR UPDATE SKIP LOCKED under contention), and the time to compute Krippendorff's
+alpha with its bootstrap interval over 10,000 labels.
+
+The reviewers work twice, on two queues. Paced: each pauses `think_ms` between submitting a label and taking the
+next item, as people do (a person reads a trajectory for seconds; 1 s is a fast pace); the targets are read from
+this phase. Saturated: no pause at all, which measures capacity (labels per second) rather than what a reviewer
+waits: with 10 loops and PostgreSQL on two cores, each request queues behind the others for the CPU.
 
 The trajectories are generated with COPY (the trajectory list benchmark's generator) into a project of the
 benchmark's own, committed so that the reviewers' connections see them, and deleted at the end.
@@ -30,7 +35,7 @@ RUBRIC = {"questions": [{"key": "verdict", "type": "labels", "prompt": "Right?",
 
 
 def run(*, trajectories: int = 1_000_000, reviewers: int = 10, labels_each: int = 100,
-        agreement_labels: int = 10_000, **_) -> dict:
+        agreement_labels: int = 10_000, think_ms: int = 1000, **_) -> dict:
     if connection.vendor != "postgresql":
         return {"skipped": "needs PostgreSQL: set DATABASE_URL=postgres://..."}
     from apps.runs.models import Run
@@ -49,12 +54,20 @@ def run(*, trajectories: int = 1_000_000, reviewers: int = 10, labels_each: int 
         runs = [Run.objects.create(project=project, name=f"bench-review-{i}", bundle=bundle, config={},
                                    config_hash="0", steps_total=1000) for i in range(10)]
         out["generate_s"] = round(_copy_trajectories(project=project, runs=runs, total=trajectories), 1)
-        began = time.perf_counter()
-        queue = queue_create(project=project, slug="bench", rubric=rubric, actor=user, overlap=2, reviewers=team,
-                             sampling={"rule": "random", "n": reviewers * labels_each, "seed": 1}, via="cli")
-        out["draw_queue_s"] = round(time.perf_counter() - began, 2)
-        out["queue_items"] = queue.items.count()
-        out.update(_concurrent_review(queue, team, labels_each))
+        out["think_ms"] = think_ms
+        for phase, pause in (("paced", think_ms), ("saturated", 0)):
+            began = time.perf_counter()
+            queue = queue_create(project=project, slug=f"bench-{phase}", rubric=rubric, actor=user, overlap=2,
+                                 reviewers=team, via="cli",
+                                 sampling={"rule": "random", "n": reviewers * labels_each, "seed": len(phase)})
+            drawn_s = time.perf_counter() - began
+            figures = _concurrent_review(queue, team, labels_each, pause / 1000)
+            if phase == "paced":
+                out["draw_queue_s"] = round(drawn_s, 2)
+                out["queue_items"] = queue.items.count()
+                out.update(figures)
+            else:
+                out["saturated"] = figures
         out.update(_agreement_time(queue, team, agreement_labels))
     finally:
         ReviewQueue.objects.filter(project=project).delete()
@@ -65,13 +78,14 @@ def run(*, trajectories: int = 1_000_000, reviewers: int = 10, labels_each: int 
     return out
 
 
-def _review_process(queue_id: int, person_id: int, labels_each: int, results) -> None:
-    """One reviewer in a process of its own, as behind a web server's worker: take, label, repeat."""
+def _review_process(queue_id: int, person_id: int, labels_each: int, pause: float, results) -> None:
+    """One reviewer in a process of its own, as behind a web server's worker: take, label, pause, repeat."""
     from django.contrib.auth import get_user_model
 
     queue = ReviewQueue.objects.select_related("project", "rubric").get(pk=queue_id)
     person = get_user_model().objects.get(pk=person_id)
     timings, error = [], ""
+    time.sleep(pause * random.random())  # people do not all open the queue in the same millisecond
     try:
         for _ in range(labels_each):
             began = time.perf_counter()
@@ -82,6 +96,8 @@ def _review_process(queue_id: int, person_id: int, labels_each: int, results) ->
             began = time.perf_counter()
             label_submit(queue=queue, item_id=item.pk, reviewer=person, answers={"verdict": "correct"}, via="cli")
             timings.append((took, (time.perf_counter() - began) * 1000))
+            # Paused by a random share around the mean, so that the reviewers do not fall into lockstep.
+            time.sleep(pause * random.uniform(0.5, 1.5))
     except Exception as exc:  # noqa: BLE001 -- reported in the figures
         error = repr(exc)
     finally:
@@ -89,13 +105,13 @@ def _review_process(queue_id: int, person_id: int, labels_each: int, results) ->
     results.put((timings, error))
 
 
-def _concurrent_review(queue, team, labels_each: int) -> dict:
+def _concurrent_review(queue, team, labels_each: int, pause: float) -> dict:
     # Processes, not threads: reviewers are served by separate web workers, and threads of one interpreter
     # would measure its lock more than the database. Forked after closing the connection: each child opens its own.
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     connection.close()
-    workers = [context.Process(target=_review_process, args=(queue.pk, person.pk, labels_each, results))
+    workers = [context.Process(target=_review_process, args=(queue.pk, person.pk, labels_each, pause, results))
                for person in team]
     began = time.perf_counter()
     for worker in workers:
@@ -110,7 +126,8 @@ def _concurrent_review(queue, team, labels_each: int) -> dict:
     return {"labels": len(submit_ms), "labels_per_s": round(len(submit_ms) / seconds, 1),
             "next_item_p50_ms": _percentile(next_ms, 0.5), "next_item_p95_ms": _percentile(next_ms, 0.95),
             "submit_p50_ms": _percentile(submit_ms, 0.5), "submit_p95_ms": _percentile(submit_ms, 0.95),
-            "items_over_overlap": over, "errors": [error for _, error in collected if error][:5]}
+            "items_over_overlap": over, "seconds": round(seconds, 1),
+            "errors": [error for _, error in collected if error][:5]}
 
 
 def _agreement_time(queue, team, total: int) -> dict:

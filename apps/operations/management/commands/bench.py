@@ -33,6 +33,8 @@ class Command(BaseCommand):
                             help="ui, review: archived trajectories generated")
         parser.add_argument("--reviewers", type=int, default=10, help="review: reviewers labelling at once")
         parser.add_argument("--labels-each", type=int, default=100, help="review: labels each reviewer submits")
+        parser.add_argument("--think-ms", type=int, default=1000,
+                            help="review: a reviewer's mean pause between items in the paced phase")
         parser.add_argument("--streams", type=int, default=10, help="ui: runs streaming to open run pages at once")
         parser.add_argument("--stream-steps", type=int, default=30, help="ui: measured steps each streaming run writes")
         parser.add_argument("--warmup-steps", type=int, default=5,
