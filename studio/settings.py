@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "apps.runs",
     "apps.trajectories",
     "apps.review",
+    "apps.evals",
     "apps.operations",
     "apps.demo",
 ]

@@ -104,6 +104,10 @@ def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) 
         from .reference import reference_check
 
         return reference_check(run_id=run_id, attempt=attempt)
+    if config.evaluation:  # an eval suite's evaluation: nothing is trained
+        from .evaluation import evaluation_run
+
+        return evaluation_run(run_id=run_id, attempt=attempt)
     pool = model = None
     try:
         tasks = bundle_tasks(bundle=run.bundle, config=config)

@@ -77,6 +77,20 @@ class Checkpoint(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="checkpoint_step_unique")]
 
 
+class CheckpointAlias(models.Model):
+    """A name for a checkpoint of a project (`champion`, `challenger`, anything), moved by hand as MLflow's model
+    aliases are; every move leaves an audit row (apps/runs/checkpoints.py)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="checkpoint_aliases")
+    name = models.SlugField(max_length=63)
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.PROTECT, related_name="aliases")
+    moved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    moved_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="checkpoint_alias_unique")]
+
+
 class MetricPoint(models.Model):
     """One value of a namespaced series (`reward/mean`, `reward/arithmetic`, `idle/generation`, ...) at a
     trainer step. A resumed run that replays a step overwrites that step's points instead of adding more."""

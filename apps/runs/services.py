@@ -52,8 +52,10 @@ def worker_name() -> str:
 
 
 def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict | None = None, name: str = "",
-               actor=None, via: str = "web") -> Run:
-    """A queued run pinned to `bundle` (an exact bundle version) and the resolved config."""
+               actor=None, via: str = "web", pinned: dict | None = None) -> Run:
+    """A queued run pinned to `bundle` (an exact bundle version) and the resolved config. `pinned` holds settings
+    only the studio sets (an evaluation's plan, the model of the checkpoint it evaluates): callers pass them
+    from what they resolved themselves, never from a request."""
     if bundle.definition.kind != "bundle" or bundle.definition.project_id != project.pk:
         raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
     if not isinstance(steps, int) or steps < 1:
@@ -63,8 +65,8 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
         raise RunError(f"config: {', '.join(studio_set)}: set by the studio from the model definition; "
                        "name the model (model/SLUG) instead")
     try:  # the bundle's recommended settings, then the run's own, with the model definition's pins
-        config = RunConfig.resolve(_model_pinned({**bundle.spec.get("run_config", {}), **(overrides or {})},
-                                                 project=project, bundle=bundle))
+        config = RunConfig.resolve({**_model_pinned({**bundle.spec.get("run_config", {}), **(overrides or {})},
+                                                    project=project, bundle=bundle), **(pinned or {})})
     except ConfigError as exc:
         raise RunError(f"config: {exc}") from None
     problem = wiring.model_problem(config["model"])
@@ -233,8 +235,10 @@ def run_rollback(*, run_id, attempt: int, step: int) -> None:
 def run_checkpoint_record(*, run_id, attempt: int, step: int, path: str, size: int, removed: list[int] = ()) -> None:
     with transaction.atomic():
         run = _fenced(run_id, attempt)
-        Checkpoint.objects.update_or_create(run=run, step=step, defaults={"path": path, "bytes": size})
-        Checkpoint.objects.filter(run=run, step__in=list(removed)).delete()
+        if not Checkpoint.objects.filter(run=run, step=step, aliases__isnull=False).exists():  # a kept copy stays
+            Checkpoint.objects.update_or_create(run=run, step=step, defaults={"path": path, "bytes": size})
+        # An aliased checkpoint stays: its files were copied out of the run's directory (checkpoints.alias_move).
+        Checkpoint.objects.filter(run=run, step__in=list(removed), aliases__isnull=True).delete()
         _event(run, EventKind.CHECKPOINT_SAVED, f"checkpoint at step {step} ({size / 1e6:.1f} MB)", step=step,
                attempt=attempt, details={"path": path, "bytes": size})
 

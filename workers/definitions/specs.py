@@ -460,8 +460,19 @@ class ResolvedMember(Spec):
     content_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
+class EvaluationSettings(Spec):
+    """A bundle marked for evaluation (an eval suite): how each model answers it. Part of the suite's
+    comparability key with the pinned closure: two scores are compared only under the same settings."""
+
+    samples_per_task: int = Field(default=1, ge=1, le=64, description="answers per task (pass@k needs more than 1)")
+    temperature: float = Field(default=0.0, ge=0, le=2, description="0: greedy, the usual for a leaderboard")
+    tasks_per_template: int = Field(default=0, ge=0, le=1_000_000,
+                                    description="0: every task instance; else a seeded sample of this many")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+
+
 class BundleSpec(GrownSpec):
-    ADDED_LATER = ("run_config",)
+    ADDED_LATER = ("run_config", "evaluation")
 
     members: list[VersionRef] = Field(min_length=1)
     # Filled on publish: the full closure (templates of domains, images and verifiers of templates, members of
@@ -470,6 +481,8 @@ class BundleSpec(GrownSpec):
     # The run settings its tasks are sized for (RunConfig fields: the model, its engine, LoRA ...), which a run
     # on this bundle starts from; the run's own settings override them. Checked on publish (apps/registry).
     run_config: dict[str, Any] = Field(default_factory=dict)
+    # Set on an eval suite: a bundle whose tasks are evaluated, not trained on (apps/evals).
+    evaluation: EvaluationSettings | None = None
 
 
 # --- model ------------------------------------------------------------------------------------------------

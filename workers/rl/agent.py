@@ -157,11 +157,15 @@ def _generate_turn(active: list[_Sample], turn: int, engine, chat, seed, tempera
             by_task.setdefault(sample.task.seq, []).append(sample)
         calls = list(by_task.values())
         requests = [GenerationRequest(group[0].context, len(group), _budget(group[0], engine), chat.stop_ids,
-                                      temperature, request_seed(seed, group[0].task.seq, -1, 0)) for group in calls]
+                                      temperature, request_seed(seed, group[0].task.seq, -1, 0),
+                                      messages=tuple(group[0].messages), tools=tuple(group[0].task.template.tools))
+                    for group in calls]
     else:
         calls = [[s] for s in live]
         requests = [GenerationRequest(s.context, 1, _budget(s, engine), chat.stop_ids, temperature,
-                                      request_seed(seed, s.task.seq, s.trajectory.sample, turn)) for s in live]
+                                      request_seed(seed, s.task.seq, s.trajectory.sample, turn),
+                                      messages=tuple(s.messages), tools=tuple(s.task.template.tools))
+                    for s in live]
     for sample in live:
         board.set(sample.trajectory.id, Phase.GENERATION)
     call_started = time.monotonic()
@@ -175,7 +179,11 @@ def _generate_turn(active: list[_Sample], turn: int, engine, chat, seed, tempera
 def _take_completion(sample: _Sample, completion, turn: int, chat, call_started: float, seconds: float) -> None:
     trajectory = sample.trajectory
     tools = list(sample.task.template.tools)
-    text = chat.decode(completion.token_ids)
+    if completion.finish_reason == "error":  # no answer at all: the infrastructure's fault, never scored
+        _add(trajectory.timings, "generation", seconds)
+        _end(sample, TrajectoryStatus.INFRA_ERROR, f"the engine gave no answer: {completion.error}")
+        return
+    text = completion.text if completion.text is not None else chat.decode(completion.token_ids)
     assistant = Turn(role="assistant", content=text, token_ids=completion.token_ids, logprobs=completion.logprobs,
                      finish_reason=completion.finish_reason, started_s=round(call_started - sample.started, 4),
                      duration_s=round(seconds, 4))
@@ -186,7 +194,7 @@ def _take_completion(sample: _Sample, completion, turn: int, chat, call_started:
     trajectory.policy_version = completion.policy_version if turn == 0 else min(trajectory.policy_version,
                                                                                 completion.policy_version)
     sample.context += completion.token_ids
-    sample.tokens_used += len(completion.token_ids)
+    sample.tokens_used += len(completion.token_ids) if completion.usage_tokens is None else completion.usage_tokens
     sample.messages.append({"role": "assistant", "content": text})
     if not tools:
         _end(sample, TrajectoryStatus.OK, "answered")

@@ -23,7 +23,10 @@ REFERENCE_MODEL = "builtin:reference"  # the "model" of a reference check: the t
 DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # Pins a run's creation fills in from its model definition (apps/runs/services.py); nobody sets them by hand.
-SET_BY_THE_STUDIO = ("model_version", "model_sha256")
+SET_BY_THE_STUDIO = ("model_version", "model_sha256", "evaluation")
+# An evaluation's settings (RunConfig.evaluation), from its eval suite and the model it evaluates.
+EVALUATION_KEYS = {"suite", "key", "samples_per_task", "temperature", "tasks_per_template", "seed", "checkpoint",
+                   "checkpoint_step", "endpoint"}
 # What one run may ask of a worker. Far above what a single GPU node serves, far below what would exhaust one by
 # accident (a typo of group_size=1e9 queues a run that can never take a step).
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -112,6 +115,11 @@ class RunConfig:
     """A tool result longer than this is cut (and says so) before it enters the context."""
     reference_per_template: int = 3
     """A reference check (model builtin:reference): the references checked per task template."""
+    evaluation: dict = field(default_factory=dict)
+    """Set by the studio for an evaluation (apps/evals), which trains nothing: the suite's decoding settings
+    (samples_per_task, temperature, tasks_per_template, seed), its comparability key, and what answers — the
+    model above, at a run's checkpoint (checkpoint: its directory), or an OpenAI-compatible endpoint
+    (endpoint: base_url, model, api_key_env)."""
 
     @classmethod
     def resolve(cls, overrides: dict | None = None) -> dict:
@@ -187,6 +195,9 @@ class RunConfig:
             problems.append("domain_weights: weights must be numbers from 0 to 1000")
         if any(not isinstance(q, int | float) or not 0 < q <= 1 for q in self.domain_quotas.values()):
             problems.append("domain_quotas: quotas must be fractions in (0, 1]")
+        unknown = sorted(set(self.evaluation) - EVALUATION_KEYS)
+        if unknown:
+            problems.append(f"evaluation: unknown settings {', '.join(unknown)}")
         if problems:
             raise ConfigError("; ".join(problems))
 

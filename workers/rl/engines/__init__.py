@@ -36,15 +36,22 @@ class GenerationRequest:
     stop_ids: tuple[int, ...]
     temperature: float = 1.0
     seed: int | None = None  # fixes the sampling of this request
+    # The same conversation as messages, for an engine behind a chat API (endpoint.py), which tokenises on its
+    # own side; the engines here read `prompt_ids`.
+    messages: tuple[dict, ...] = ()
+    tools: tuple[dict, ...] = ()
 
 
 @dataclass
 class Completion:
     token_ids: list[int]  # the sampled ids, the stop id included when the model stopped
     logprobs: list[float]  # of each sampled id under the sampling distribution (temperature applied)
-    finish_reason: str  # stop | length
+    finish_reason: str  # stop | length | error (no answer: the engine's infrastructure failed, `error` says how)
     compute_seconds: float = 0.0  # this completion's share of the engine's busy time (its policy cost)
     policy_version: int = 0  # the weights that sampled it
+    text: str | None = None  # the answer as text, from an engine that returns text rather than our token ids
+    usage_tokens: int | None = None  # tokens the answer took where `token_ids` does not say (a remote engine)
+    error: str = ""
 
 
 def trim(tokens: list[int], logprobs: list[float], stop_ids: tuple[int, ...], max_new_tokens: int) -> Completion:

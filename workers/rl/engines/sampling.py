@@ -5,7 +5,8 @@ Prompts of different lengths are left-padded (each row keeps its own positions, 
 attention); each step is one forward pass for every row still sampling; a row that stops leaves the batch
 (its cache rows are dropped), so a long tail of rows costs only what it computes. Each request draws from its
 own random stream. Logprobs are those of the distribution sampled from: softmax(logits / temperature) — exactly
-what the trainer recomputes (policy.token_logprobs).
+what the trainer recomputes (policy.token_logprobs). Temperature 0 is greedy decoding (an evaluation's usual
+setting): the most likely token, its logprob under the model's own distribution (temperature 1).
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
     cumulative = probabilities.cumsum(dim=-1)
     u = torch.tensor(uniforms, dtype=cumulative.dtype, device=cumulative.device)[:, None] * cumulative[:, -1:]
     return torch.searchsorted(cumulative, u).squeeze(1).clamp(max=probabilities.shape[-1] - 1)
+
+
+def choose(last: torch.Tensor, temperatures: torch.Tensor, uniforms: list[float]) -> tuple[torch.Tensor, list]:
+    """(token per row, its logprob) from the last logits (rows, vocab): drawn at each row's temperature (rows, 1),
+    or the most likely one where the temperature is 0."""
+    greedy = temperatures == 0
+    distribution = F.log_softmax(last.float() / torch.where(greedy, torch.ones_like(temperatures), temperatures),
+                                 dim=-1)
+    tokens = draw(distribution.exp(), uniforms)
+    if bool(greedy.any()):
+        tokens = torch.where(greedy.squeeze(1), distribution.argmax(dim=-1), tokens)
+    return tokens, distribution.gather(1, tokens[:, None]).squeeze(1).tolist()
 
 
 # step(idx (B, T), cache, positions (B, T), key_mask (B, S) or None, select (rows to keep) or None)
@@ -85,9 +98,7 @@ def sample_batch(step: SamplingStep, requests: list[SamplingRequest], *, context
     streams = [random.Random(request.seed) for request in requests]
     active = list(range(len(owners)))  # original row numbers, in batch order
     for number in range(max(budgets)):
-        distribution = F.log_softmax(last.float() / temperatures, dim=-1)  # (rows, vocab)
-        tokens = draw(distribution.exp(), [streams[owners[row]].random() for row in active])
-        logprobs = distribution.gather(1, tokens[:, None]).squeeze(1).tolist()
+        tokens, logprobs = choose(last, temperatures, [streams[owners[row]].random() for row in active])
         sampled = tokens.tolist()
         keep = []
         for position, row in enumerate(active):
@@ -206,10 +217,8 @@ class ContinuousBatch:
         """One token for every live row. Returns the entries whose rows have all stopped (their `tokens`,
         `logprobs` and `compute` complete) and forgets them."""
         started = time.monotonic()
-        distribution = F.log_softmax(self.last.float() / self.temperatures, dim=-1)
-        tokens = draw(distribution.exp(), [row["entry"]["stream"].random() if row["live"] else 0.0
-                                           for row in self.rows])
-        logprobs = distribution.gather(1, tokens[:, None]).squeeze(1).tolist()
+        tokens, logprobs = choose(self.last, self.temperatures, [row["entry"]["stream"].random() if row["live"]
+                                                                 else 0.0 for row in self.rows])
         sampled = tokens.tolist()
         finished, took_part = [], []
         for position, row in enumerate(self.rows):

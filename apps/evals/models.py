@@ -1,0 +1,64 @@
+"""Evaluations: a model's answers to an eval suite, and the endpoints that can be evaluated.
+
+An eval suite is a bundle version marked for evaluation (its spec's `evaluation`: samples per task, temperature,
+tasks per template, seed); everything it evaluates with — templates and their instances, sandbox images,
+verifiers and the judge they name — is pinned by content hash in the bundle's closure. An evaluation is a run
+(apps/runs/evaluation.py) whose trajectories are the answers; this row says which suite, which comparability
+key, and what answered: a base model definition, a run's checkpoint, or an endpoint.
+"""
+
+from django.conf import settings
+from django.db import models
+
+from apps.accounts.models import Project
+from apps.registry.models import Version
+from apps.runs.models import Checkpoint, Run
+
+
+class Endpoint(models.Model):
+    """An OpenAI-compatible server to evaluate. Its API key never enters the studio: `api_key_env` names the
+    environment variable the workers read it from."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="endpoints")
+    slug = models.SlugField(max_length=63)
+    base_url = models.URLField(max_length=500)
+    model = models.CharField(max_length=200)  # the model name the server knows
+    api_key_env = models.CharField(max_length=100, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "slug"], name="endpoint_slug_unique")]
+
+    def __str__(self) -> str:
+        return f"endpoint/{self.slug}"
+
+
+class TargetKind(models.TextChoices):
+    BASE = "base", "base model"
+    CHECKPOINT = "checkpoint", "checkpoint"
+    ENDPOINT = "endpoint", "endpoint"
+
+
+class Evaluation(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="evaluations")
+    suite = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="evaluations")  # a bundle version
+    key = models.CharField(max_length=64, db_index=True)  # the comparability key (apps/evals/suites.py)
+    key_parts = models.JSONField()  # what the key hashes, to say what differs between two keys
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="evaluation")
+    kind = models.CharField(max_length=16, choices=TargetKind.choices)
+    label = models.CharField(max_length=200)  # what answered, as the leaderboard names it
+    model_version = models.ForeignKey(Version, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
+    endpoint = models.ForeignKey(Endpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["project", "suite"])]
+
+    def __str__(self) -> str:
+        return f"evaluation of {self.label} on {self.suite.ref}"

@@ -1,0 +1,142 @@
+"""Reading evaluations: rewards per task from their trajectories, scores with intervals, leaderboards, paired
+comparisons and per-task diffs. A trajectory the infrastructure failed (no reward) is left out and counted:
+it is never a wrong answer."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from apps.runs.models import RunStatus
+from apps.trajectories.models import Trajectory
+
+from . import statistics
+from .models import Evaluation
+from .suites import key_differences
+
+ALL = "all"  # the row of every domain together
+
+
+class NotComparable(ValueError):
+    """Two evaluations whose suites' keys differ; the message names what differs."""
+
+
+@dataclass
+class Rewards:
+    by_domain: dict[str, dict[str, list[float]]]  # domain -> task -> rewards of its samples
+    trajectories: dict[str, list[str]]  # task -> trajectory ids, sample order
+    infra_errors: int
+
+    def domain(self, name: str) -> dict[str, list[float]]:
+        if name == ALL:
+            return {task: values for tasks in self.by_domain.values() for task, values in tasks.items()}
+        return self.by_domain.get(name, {})
+
+
+def evaluation_rewards(evaluation: Evaluation) -> Rewards:
+    by_domain: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    ids: dict[str, list[str]] = defaultdict(list)
+    infra = 0
+    rows = (Trajectory.objects.filter(run_id=evaluation.run_id).order_by("seq", "sample")
+            .values_list("id", "domain", "template", "task_key", "reward"))
+    for pk, domain, template, task_key, reward in rows.iterator(chunk_size=5000):
+        task = f"{template.partition('@')[0].removeprefix('task_template/')}/{task_key}"
+        ids[task].append(str(pk))
+        if reward is None:
+            infra += 1
+        else:
+            by_domain[domain][task].append(reward)
+    return Rewards({d: dict(t) for d, t in by_domain.items()}, dict(ids), infra)
+
+
+@dataclass
+class Row:
+    evaluation: Evaluation
+    scores: dict[str, statistics.Score] = field(default_factory=dict)
+    infra_errors: int = 0
+
+
+@dataclass
+class Leaderboard:
+    domains: list[str]
+    rows: list[Row]
+    groups: dict[str, dict[int, int]]  # domain -> evaluation id -> its tied group (1: tied with the best)
+
+
+def leaderboard(evaluations: list[Evaluation]) -> Leaderboard:
+    """Rows of evaluations of one comparability key (the caller groups by key), scores per domain and overall."""
+    rows, domains = [], set()
+    for evaluation in evaluations:
+        rewards = evaluation_rewards(evaluation)
+        domains |= set(rewards.by_domain)
+        row = Row(evaluation, infra_errors=rewards.infra_errors)
+        for name in [*rewards.by_domain, ALL]:
+            row.scores[name] = statistics.score(rewards.domain(name))
+        rows.append(row)
+    ordered = [*sorted(domains), ALL]
+    groups = {}
+    for name in ordered:
+        tied = statistics.tied_groups({r.evaluation.pk: r.scores[name] for r in rows if name in r.scores})
+        groups[name] = {pk: number for number, group in enumerate(tied, start=1) for pk in group}
+    rows.sort(key=lambda r: -(r.scores[ALL].mean if r.scores[ALL].mean is not None else -1))
+    return Leaderboard(ordered, rows, groups)
+
+
+def comparable(a: Evaluation, b: Evaluation) -> None:
+    if a.key != b.key:
+        raise NotComparable(f"{a.label} and {b.label} were not evaluated under the same suite key: "
+                            + "; ".join(key_differences(a.key_parts, b.key_parts) or ["their keys differ"]))
+
+
+@dataclass
+class Paired:
+    a: Evaluation
+    b: Evaluation
+    by_domain: dict[str, statistics.Comparison]
+
+
+def compare(a: Evaluation, b: Evaluation) -> Paired:
+    """b against a, paired by task, per domain (Benjamini-Hochberg across the domains) and overall."""
+    comparable(a, b)
+    left, right = evaluation_rewards(a), evaluation_rewards(b)
+    domains = sorted(set(left.by_domain) | set(right.by_domain))
+    adjusted = statistics.adjust({d: statistics.compare(left.domain(d), right.domain(d)) for d in domains})
+    adjusted[ALL] = statistics.compare(left.domain(ALL), right.domain(ALL))
+    return Paired(a, b, adjusted)
+
+
+@dataclass
+class TaskChange:
+    task: str
+    domain: str
+    a: float | None
+    b: float | None
+    a_trajectory: str | None
+    b_trajectory: str | None
+
+    @property
+    def change(self) -> float:
+        return (self.b or 0.0) - (self.a or 0.0)
+
+
+def task_diff(a: Evaluation, b: Evaluation) -> tuple[list[TaskChange], list[TaskChange]]:
+    """(regressions, improvements): tasks whose mean reward fell or rose from a to b, largest change first."""
+    comparable(a, b)
+    left, right = evaluation_rewards(a), evaluation_rewards(b)
+    changes = []
+    for domain in sorted(set(left.by_domain) | set(right.by_domain)):
+        l_tasks, r_tasks = left.domain(domain), right.domain(domain)
+        for task in sorted(set(l_tasks) | set(r_tasks)):
+            mean_a = sum(l_tasks[task]) / len(l_tasks[task]) if task in l_tasks else None
+            mean_b = sum(r_tasks[task]) / len(r_tasks[task]) if task in r_tasks else None
+            if mean_a == mean_b:
+                continue
+            changes.append(TaskChange(task, domain, mean_a, mean_b, (left.trajectories.get(task) or [None])[0],
+                                      (right.trajectories.get(task) or [None])[0]))
+    regressions = sorted((c for c in changes if c.change < 0), key=lambda c: c.change)
+    improvements = sorted((c for c in changes if c.change > 0), key=lambda c: -c.change)
+    return regressions, improvements
+
+
+def finished(evaluation: Evaluation) -> bool:
+    return evaluation.run.status == RunStatus.COMPLETED

@@ -1,0 +1,110 @@
+"""Launching evaluations, and endpoints. Each write is one transaction with an audit row."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+
+from apps.accounts.models import Project
+from apps.accounts.services import audit_record
+from apps.registry.models import Version
+from apps.runs.dispatch import run_enqueue
+from apps.runs.models import Checkpoint
+from apps.runs.pins import PinnedBundleError, bundle_tasks
+from apps.runs.services import RunError, run_create
+from workers.rl.config import RunConfig
+from workers.rl.evaluation import evaluation_steps, suite_tasks
+
+from .models import Endpoint, Evaluation, TargetKind
+from .suites import NotASuite, suite_key, suite_settings
+
+# The settings of the checkpoint's run that make its model what it was (the rest of its config is training's).
+MODEL_SETTINGS = ("model", "model_version", "model_sha256", "chat_template", "context_length", "lora_rank",
+                  "lora_alpha", "engine", "device")
+
+
+class EvalError(ValueError):
+    def __init__(self, message: str, *, status: int = 400, field: str = ""):
+        super().__init__(message)
+        self.status, self.field = status, field
+
+
+def endpoint_create(*, project: Project, slug: str, base_url: str, model: str, api_key_env: str = "", actor,
+                    via: str = "web") -> Endpoint:
+    if not base_url.startswith(("http://", "https://")):
+        raise EvalError("base_url must be an http(s) URL, e.g. https://api.example.com/v1", field="base_url")
+    if api_key_env and not api_key_env.replace("_", "").isalnum():
+        raise EvalError("api_key_env names an environment variable (letters, digits, _), not the key itself",
+                        field="api_key_env")
+    with transaction.atomic():
+        try:
+            endpoint = Endpoint.objects.create(project=project, slug=slug, base_url=base_url.rstrip("/"),
+                                               model=model, api_key_env=api_key_env,
+                                               created_by=actor if getattr(actor, "is_authenticated", False)
+                                               else None)
+        except IntegrityError:
+            raise EvalError(f"project {project.slug} already has an endpoint {slug!r}", status=409,
+                            field="slug") from None
+        audit_record(project=project, actor=actor, action="eval.endpoint.create", target=f"endpoint/{slug}",
+                     details={"base_url": endpoint.base_url, "model": model, "api_key_env": api_key_env}, via=via)
+    return endpoint
+
+
+def evaluation_launch(*, project: Project, suite: Version, actor, model: Version | None = None,
+                      checkpoint: Checkpoint | None = None, endpoint: Endpoint | None = None,
+                      via: str = "web") -> Evaluation:
+    """Queue an evaluation of one model on `suite`: a base model definition, a run's checkpoint, or an endpoint."""
+    if suite.definition.project_id != project.pk:
+        raise EvalError(f"{suite.ref} is not of project {project.slug}", field="suite")
+    try:
+        settings = suite_settings(suite)
+    except NotASuite as exc:
+        raise EvalError(str(exc), field="suite") from None
+    if sum(x is not None for x in (model, checkpoint, endpoint)) != 1:
+        raise EvalError("name one thing to evaluate: a model, a checkpoint or an endpoint", field="model")
+    key, parts = suite_key(suite)
+    plan = {**settings, "suite": suite.ref, "key": key}
+    overrides: dict = {}
+    pinned: dict = {"mode": "sync"}  # nothing trains: the engine samples from the model itself, no weight copy
+    if model is not None:
+        if model.definition.kind != "model" or model.definition.project_id != project.pk:
+            raise EvalError(f"{model.ref} is not a model definition of project {project.slug}", field="model")
+        overrides["model"] = model.ref
+        kind, label = TargetKind.BASE, model.ref
+    elif checkpoint is not None:
+        source = checkpoint.run
+        if source.project_id != project.pk:
+            raise EvalError(f"that checkpoint is not of project {project.slug}", field="checkpoint")
+        pinned.update({name: source.config[name] for name in MODEL_SETTINGS if name in source.config})
+        plan.update({"checkpoint": checkpoint.path, "checkpoint_step": checkpoint.step})
+        kind, label = TargetKind.CHECKPOINT, f"{source.name}@{checkpoint.step}"
+    else:
+        if endpoint.project_id != project.pk:
+            raise EvalError(f"endpoint {endpoint.slug} is not of project {project.slug}", field="endpoint")
+        plan["endpoint"] = {"base_url": endpoint.base_url, "model": endpoint.model,
+                            "api_key_env": endpoint.api_key_env}
+        kind, label = TargetKind.ENDPOINT, f"endpoint/{endpoint.slug}"
+    pinned["evaluation"] = plan
+    try:
+        config = RunConfig.from_dict(RunConfig.resolve({**suite.spec.get("run_config", {}), **overrides}))
+        tasks = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
+                            seed=settings["seed"])
+    except (PinnedBundleError, ValueError) as exc:
+        raise EvalError(f"{suite.ref}: {exc}", field="suite") from None
+    if not tasks:
+        raise EvalError(f"{suite.ref} has no task instances to evaluate", field="suite")
+    with transaction.atomic():
+        try:
+            run = run_create(project=project, bundle=suite, steps=evaluation_steps(len(tasks)), overrides=overrides,
+                             pinned=pinned, name=f"eval {label} on {suite.ref}"[:200], actor=actor, via=via)
+        except RunError as exc:
+            raise EvalError(str(exc), field="model") from None
+        evaluation = Evaluation.objects.create(
+            project=project, suite=suite, key=key, key_parts=parts, run=run, kind=kind, label=label,
+            model_version=model, checkpoint=checkpoint, source_run=checkpoint.run if checkpoint else None,
+            checkpoint_step=checkpoint.step if checkpoint else None, endpoint=endpoint,
+            created_by=actor if getattr(actor, "is_authenticated", False) else None)
+        audit_record(project=project, actor=actor, action="eval.launch", target=f"evaluation/{evaluation.pk}",
+                     details={"suite": suite.ref, "what": label, "key": key, "tasks": len(tasks), "run": str(run.pk)},
+                     via=via)
+    run_enqueue(run)
+    return evaluation

@@ -1,0 +1,75 @@
+"""The checkpoint registry: every checkpoint a run saved, found by `RUN@STEP` or by an alias, and aliases moved
+with an audit row. An aliased checkpoint is kept: its files are copied out of the run's checkpoint directory
+(where the run's own retention, keep_checkpoints, removes older ones) into `checkpoints/kept/`, and its row
+outlives that retention (services.run_checkpoint_record leaves aliased rows)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from apps.accounts.models import Project
+from apps.accounts.services import audit_record
+
+from .models import Checkpoint, CheckpointAlias, Run
+
+
+class CheckpointNotFound(LookupError):
+    pass
+
+
+def checkpoint_resolve(*, project: Project, name: str) -> Checkpoint:
+    """`RUN@STEP` (a run's name or id; STEP a number or `latest`) or an alias of the project."""
+    if "@" not in name:
+        alias = CheckpointAlias.objects.filter(project=project, name=name).select_related("checkpoint__run").first()
+        if alias is None:
+            raise CheckpointNotFound(f"no checkpoint alias {name!r} in project {project.slug}; write RUN@STEP "
+                                     "or an alias")
+        return alias.checkpoint
+    run_name, _, step = name.rpartition("@")
+    runs = Run.objects.filter(project=project)
+    try:
+        run = runs.filter(pk=uuid.UUID(run_name)).first()
+    except ValueError:
+        run = runs.filter(name=run_name).order_by("-created_at").first()
+    if run is None:
+        raise CheckpointNotFound(f"no run {run_name!r} in project {project.slug}")
+    saved = Checkpoint.objects.filter(run=run).select_related("run")
+    found = saved.order_by("-step").first() if step == "latest" else \
+        saved.filter(step=int(step)).first() if step.isdigit() else None
+    if found is None:
+        steps = ", ".join(str(s) for s in saved.order_by("step").values_list("step", flat=True)) or "none"
+        raise CheckpointNotFound(f"run {run.name} has no checkpoint at step {step}; its checkpoints: {steps}")
+    return found
+
+
+def alias_move(*, project: Project, name: str, checkpoint: Checkpoint, actor, via: str = "web") -> CheckpointAlias:
+    if checkpoint.run.project_id != project.pk:
+        raise CheckpointNotFound(f"that checkpoint is not of project {project.slug}")
+    kept = Path(settings.DATA_DIR) / "checkpoints" / "kept" / str(checkpoint.run_id) / f"step-{checkpoint.step:08d}"
+    if Path(checkpoint.path) != kept:
+        if not Path(checkpoint.path).is_dir():
+            raise CheckpointNotFound(f"the files of {checkpoint.run.name}@{checkpoint.step} are gone "
+                                     f"({checkpoint.path}): the run's retention removed them")
+        if not kept.is_dir():
+            shutil.copytree(checkpoint.path, kept.with_name(kept.name + ".partial"), dirs_exist_ok=True)
+            kept.with_name(kept.name + ".partial").rename(kept)  # whole, or not there at all
+        Checkpoint.objects.filter(pk=checkpoint.pk).update(path=str(kept))
+        checkpoint.path = str(kept)
+    with transaction.atomic():
+        alias = CheckpointAlias.objects.select_for_update().filter(project=project, name=name).first()
+        before = None if alias is None else f"{alias.checkpoint.run.name}@{alias.checkpoint.step}"
+        by = actor if getattr(actor, "is_authenticated", False) else None
+        if alias is None:
+            alias = CheckpointAlias.objects.create(project=project, name=name, checkpoint=checkpoint, moved_by=by)
+        else:
+            alias.checkpoint, alias.moved_by = checkpoint, by
+            alias.save(update_fields=["checkpoint", "moved_by", "moved_at"])
+        audit_record(project=project, actor=actor, action="checkpoint.alias.move", target=f"alias/{name}",
+                     details={"from": before, "to": f"{checkpoint.run.name}@{checkpoint.step}",
+                              "run": str(checkpoint.run_id), "step": checkpoint.step}, via=via)
+    return alias

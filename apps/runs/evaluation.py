@@ -1,0 +1,97 @@
+"""An evaluation as a run: an eval suite's tasks answered by a model — a base model, a run's checkpoint, or an
+OpenAI-compatible endpoint — through the real sandboxes and verifiers, archived batch by batch as the run's
+steps (so the pages show its progress and replay every answer, and an attempt that dies resumes after the last
+batch it archived). Nothing is trained. apps/evals launches these runs and reads their trajectories.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from workers.rl.config import RunConfig
+from workers.rl.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
+
+from . import services, wiring
+from .attempt import DatabaseTracker, fail_attempt
+from .models import Run, RunStatus
+from .pins import bundle_tasks
+
+
+def evaluation_engine(config: RunConfig, tasks):
+    """(engine, chat, model or None) answering for the evaluation: an endpoint's client, or the model at the
+    checkpoint it names (the base model without one). The caller closes what it gets."""
+    plan = config.evaluation
+    endpoint = plan.get("endpoint")
+    if endpoint:
+        from workers.rl.engines.endpoint import EndpointEngine, MessagesChat
+
+        # The key is read where the work runs, from the variable the endpoint names: never stored in the studio.
+        engine = EndpointEngine(base_url=endpoint["base_url"], model=endpoint["model"],
+                                api_key=os.environ.get(endpoint.get("api_key_env") or "", ""),
+                                max_concurrency=config.rollout_concurrency)
+        return engine, MessagesChat(), None
+    model = wiring.run_model(config, tasks)
+    if plan.get("checkpoint"):
+        checkpoint_weights(model, Path(plan["checkpoint"]), plan.get("checkpoint_step", 0))
+    return model.engine, model.chat, model
+
+
+def checkpoint_weights(model, path: Path, step: int) -> None:
+    """The model's policy and engine at a run's checkpoint (its model.safetensors)."""
+    if not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"checkpoint {path} has no model.safetensors: it was removed or never written")
+    model.policy.restore(path / "model.safetensors")
+    model.engine.load_weights(None if model.engine.shares_weights else model.policy.inference_state(), step)
+
+
+def evaluation_run(*, run_id, attempt: int) -> dict:
+    run = Run.objects.select_related("bundle").get(pk=run_id)
+    config = RunConfig.from_dict(run.config)
+    plan = config.evaluation
+    pool = model = engine = None
+    try:
+        tasks = bundle_tasks(bundle=run.bundle, config=config)
+        chosen = suite_tasks(tasks, per_template=plan.get("tasks_per_template", 0), seed=plan.get("seed", 0))
+        engine, chat, model = evaluation_engine(config, tasks)
+        pool = wiring.sandbox_pool()
+        for template in tasks.templates.values():
+            pool.warm(template.image)
+        tool_runner, verifier = wiring.local_runners(pool, config)
+        tracker = DatabaseTracker(run.pk, attempt)
+        batches = [chosen[start:start + BATCH_TASKS] for start in range(0, len(chosen), BATCH_TASKS)]
+        for step, batch in enumerate(batches, start=1):
+            if step <= run.step:
+                continue  # archived by an earlier attempt
+            if tracker.heartbeat() == "cancel":
+                summary = {"run": str(run.pk), "outcome": "cancelled", "kind": "evaluation", "batches": step - 1}
+                tracker.finish(status=RunStatus.CANCELLED, summary=summary)
+                return summary
+            trajectories = evaluate_batch(
+                batch, run_id=str(run.pk), step=step, engine=engine, chat=chat, tool_runner=tool_runner,
+                verifier=verifier, prices=wiring.prices(), samples=plan.get("samples_per_task", 1),
+                temperature=plan.get("temperature", 0.0), seed=plan.get("seed", 0),
+                rollout_concurrency=config.rollout_concurrency, verify_concurrency=config.verify_concurrency)
+            graded = [t for t in trajectories if t.reward is not None]
+            points = {"eval/done_tasks": float(min(len(chosen), step * BATCH_TASKS)),
+                      "eval/infra_errors": float(len(trajectories) - len(graded))}
+            if graded:
+                points["reward/mean"] = sum(t.reward for t in graded) / len(graded)
+            tracker.step(step=step, wall_time=time.time(), points=points, trajectories=trajectories, events=[])
+        summary = {"run": str(run.pk), "outcome": "completed", "kind": "evaluation", "tasks": len(chosen),
+                   "samples_per_task": plan.get("samples_per_task", 1)}
+        tracker.finish(status=RunStatus.COMPLETED, summary=summary)
+        return summary
+    except services.RunLeaseLost:
+        return {}
+    except Exception as exc:
+        fail_attempt(run.pk, attempt, f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if model is not None:
+            model.close()
+        elif engine is not None:
+            engine.close()
+        if pool is not None:
+            pool.close()

@@ -1,0 +1,199 @@
+"""An OpenAI-compatible server of one model on the studio's own engines: `/v1/models`, `/v1/chat/completions`
+(streamed as server-sent events when asked), `/v1/completions`, with logprobs. `manage.py serve` builds the model
+(a run's checkpoint, an alias, or a base model) and runs this app under uvicorn; the studio's evaluations and its
+judge layer can point at it like at any other endpoint.
+
+Every request goes to the engine's batching loop, so concurrent clients share forward passes (continuous
+batching, as in training). The conversation is rendered with the model's own chat format exactly as a rollout
+renders it (`chat.prompt(messages, tools)`), so an evaluation through this server sees the prompts a direct
+evaluation sees. Assistant turns that carry `tool_calls` without the call in their text get it written in the
+Hermes convention the model was trained to write.
+
+A stream is sent when the engine has finished the answer (the engines hand back whole completions): the chunks
+follow the API's format, but the first one arrives with the last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from .engines import GenerationRequest
+
+DEFAULT_MAX_TOKENS = 256
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status_code=status)
+
+
+def chat_messages(messages) -> list[dict]:
+    """API messages as the chat format renders them (tool calls in the text, tool results as tool turns)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list")
+    out = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant", "tool"):
+            raise BadRequest(f"messages[{index}]: a role of system, user, assistant or tool is needed")
+        content = message.get("content") or ""
+        if isinstance(content, list):  # content parts: the text ones, in order
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        if not isinstance(content, str):
+            raise BadRequest(f"messages[{index}].content must be text")
+        if message["role"] == "assistant" and message.get("tool_calls") and "<tool_call>" not in content:
+            for call in message["tool_calls"]:
+                function = call.get("function", {})
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    raise BadRequest(f"messages[{index}].tool_calls: arguments must be JSON") from None
+                content += "\n<tool_call>\n" + json.dumps({"name": function.get("name"), "arguments": arguments}) \
+                    + "\n</tool_call>"
+        entry = {"role": message["role"], "content": content}
+        if message["role"] == "tool":
+            entry["tool_call_id"] = message.get("tool_call_id", "")
+        out.append(entry)
+    return out
+
+
+def _number(body: dict, name: str, default, low, high, kind=float):
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
+        raise BadRequest(f"{name} must be a number")
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be from {low:g} to {high:g}")
+    return kind(value)
+
+
+def build_app(*, engine, chat, model_name: str) -> Starlette:
+    """The app serving `engine` (a BatchingEngine) with `chat` (its model's chat format) as `model_name`."""
+    created = int(time.time())
+
+    def sampling(body: dict, default_max: int) -> dict:
+        return {"n": _number(body, "n", 1, 1, 64, int),
+                "temperature": _number(body, "temperature", 1.0, 0, 2),
+                "max_tokens": _number(body, "max_completion_tokens", None, 1, 32_768, int)
+                or _number(body, "max_tokens", default_max, 1, 32_768, int),
+                "seed": _number(body, "seed", None, -2**63, 2**63 - 1, int)}
+
+    async def _body(request: Request) -> dict:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BadRequest("the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        if body.get("model") not in (None, model_name):
+            raise LookupError(f"this server serves {model_name!r}, not {body.get('model')!r}")
+        return body
+
+    def _generate(prompt_ids: list[int], settings: dict):
+        if engine.max_context and len(prompt_ids) >= engine.max_context:
+            raise BadRequest(f"the prompt has {len(prompt_ids)} tokens; the model takes {engine.max_context}")
+        budget = settings["max_tokens"] if not engine.max_context else \
+            min(settings["max_tokens"], engine.max_context - len(prompt_ids))
+        request = GenerationRequest(prompt_ids, settings["n"], budget, chat.stop_ids, settings["temperature"],
+                                    settings["seed"])
+        return engine.generate([request])[0]
+
+    def _logprobs(completion) -> dict:
+        tokens = [chat.decode([token]) for token in completion.token_ids]
+        return {"content": [{"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": []}
+                            for text, logprob in zip(tokens, completion.logprobs, strict=True)]}
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
+                                                         "owned_by": "posttrain-studio"}]})
+
+    async def chat_completions(request: Request):
+        try:
+            body = await _body(request)
+            messages = chat_messages(body.get("messages"))
+            tools = [tool.get("function", tool) for tool in body.get("tools") or [] if isinstance(tool, dict)]
+            settings = sampling(body, DEFAULT_MAX_TOKENS)
+            prompt_ids = chat.prompt(messages, tools)
+            completions = await run_in_threadpool(_generate, prompt_ids, settings)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        except LookupError as exc:
+            return _error(404, str(exc), "not_found_error")
+        reply_id, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        want_logprobs = bool(body.get("logprobs"))
+        choices = []
+        for index, completion in enumerate(completions):
+            choice = {"index": index, "message": {"role": "assistant", "content": chat.decode(completion.token_ids)},
+                      "finish_reason": completion.finish_reason, "logprobs": None}
+            if want_logprobs:
+                choice["logprobs"] = _logprobs(completion)
+            choices.append(choice)
+        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": sum(len(c.token_ids) for c in completions),
+                 "total_tokens": len(prompt_ids) + sum(len(c.token_ids) for c in completions)}
+        if not body.get("stream"):
+            return JSONResponse({"id": reply_id, "object": "chat.completion", "created": now, "model": model_name,
+                                 "choices": choices, "usage": usage})
+
+        def events():
+            head = {"id": reply_id, "object": "chat.completion.chunk", "created": now, "model": model_name}
+            for choice in choices:
+                delta = {"role": "assistant", "content": choice["message"]["content"]}
+                chunk = {**head, "choices": [{"index": choice["index"], "delta": delta, "finish_reason": None,
+                                              "logprobs": choice["logprobs"]}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+                chunk = {**head, "choices": [{"index": choice["index"], "delta": {},
+                                              "finish_reason": choice["finish_reason"], "logprobs": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def completions(request: Request):
+        try:
+            body = await _body(request)
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                prompt_ids = list(prompt)
+            elif isinstance(prompt, str) and prompt:
+                tokenizer = chat.tokenizer  # a Hugging Face tokenizer is called; the character one encodes
+                prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if callable(tokenizer) \
+                    else tokenizer.encode(prompt)
+            else:
+                raise BadRequest("prompt must be text or a list of token ids")
+            settings = sampling(body, 16)
+            completions = await run_in_threadpool(_generate, prompt_ids, settings)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        except LookupError as exc:
+            return _error(404, str(exc), "not_found_error")
+        choices = []
+        for index, completion in enumerate(completions):
+            choice = {"index": index, "text": chat.decode(completion.token_ids),
+                      "finish_reason": completion.finish_reason, "logprobs": None}
+            if body.get("logprobs") is not None:
+                choice["logprobs"] = {"tokens": [chat.decode([t]) for t in completion.token_ids],
+                                      "token_logprobs": list(completion.logprobs), "top_logprobs": None,
+                                      "text_offset": []}
+            choices.append(choice)
+        generated = sum(len(c.token_ids) for c in completions)
+        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                             "model": model_name, "choices": choices,
+                             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": generated,
+                                       "total_tokens": len(prompt_ids) + generated}})
+
+    return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat_completions,
+                                                                 methods=["POST"]),
+                             Route("/v1/completions", completions, methods=["POST"])])
