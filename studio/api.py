@@ -11,6 +11,7 @@ from apps.accounts.api import router as accounts_router
 from apps.accounts.api_auth import api_auth
 from apps.common.api_errors import ErrorOut, register_exception_handlers
 from apps.common.json_body import StrictJSONParser
+from apps.evals.api import router as evals_router
 from apps.registry.api import router as registry_router
 from apps.review.api import router as review_router
 from apps.runs.api import router as runs_router
@@ -38,6 +39,7 @@ api.add_router("", accounts_router)
 api.add_router("", registry_router)
 api.add_router("", runs_router)
 api.add_router("", review_router)
+api.add_router("", evals_router)
 
 # Registered last, so it only sees paths no endpoint matched: without it Django would answer those with an
 # HTML 404 page.

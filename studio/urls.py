@@ -10,6 +10,7 @@ urlpatterns = [
     path("", include("apps.runs.urls")),
     path("", include("apps.trajectories.urls")),
     path("", include("apps.review.urls")),
+    path("", include("apps.evals.urls")),
     path("", include("apps.explorer.urls")),
     path("", include("apps.registry.urls")),
 ]

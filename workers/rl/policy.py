@@ -158,6 +158,15 @@ class HFPolicy:
         else:
             save_model(self.model, str(path))  # handles tied embeddings, which save_file refuses
 
+    def export(self, directory: Path) -> None:
+        """A Hugging Face directory of the current weights (LoRA adapters merged in): safetensors, config,
+        generation config and tokenizer, loadable with AutoModelForCausalLM.from_pretrained(directory)."""
+        model = self.model
+        if self.lora:
+            model = copy.deepcopy(self.model).merge_and_unload()
+        model.save_pretrained(str(directory), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(directory))
+
     def restore(self, path: Path) -> None:
         if self.lora:
             from peft import set_peft_model_state_dict

@@ -1,0 +1,268 @@
+"""The evals API: suites, evaluations (launch, status, scores), paired comparisons, endpoints, and the
+checkpoint registry's aliases. Readers read; editors launch, add endpoints and move aliases."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ninja import Field, Router, Schema, Status
+from pydantic import ConfigDict
+
+from apps.accounts.api_auth import caller_project
+from apps.accounts.models import Role
+from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
+from apps.registry.errors import VersionNotFound
+from apps.registry.refs import Ref, parse_ref, split_slug_ref
+from apps.registry.selectors import version_resolve
+from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
+from apps.runs.models import Checkpoint, CheckpointAlias
+
+from . import results, selectors
+from .models import Endpoint
+from .services import EvalError, endpoint_create, evaluation_launch
+from .suites import suite_key
+
+router = Router(tags=["evals"])
+
+EVALS = "/projects/{project}/evals"
+SLUG = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+
+def _problem(status: int, message: str, field: str = ""):
+    return Status(status, {"detail": message, "errors": [{"field": field, "problem": message}] if field else []})
+
+
+class SuiteOut(Schema):
+    ref: str
+    key: str
+    settings: dict[str, Any]
+    pinned: dict[str, Any]
+
+
+class ScoreOut(Schema):
+    score: float | None
+    low: float | None
+    high: float | None
+    tasks: int
+    samples: int
+    method: str
+    pass_at_k: dict[int, float]
+    pass_hat_k: dict[int, float]
+
+
+class EvaluationOut(Schema):
+    id: int
+    what: str
+    kind: str
+    suite: str
+    key: str
+    run: str
+    status: str
+    batches_done: int
+    batches: int
+    created_at: datetime
+
+
+class EvaluationDetailOut(EvaluationOut):
+    infra_errors: int
+    scores: dict[str, ScoreOut]
+
+
+class EvaluationIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    suite: str = Field(description="an eval suite: bundle slug, slug@N or slug@alias")
+    model: str | None = Field(None, description="a model definition, model/SLUG[@N]")
+    checkpoint: str | None = Field(None, description="RUN@STEP (a run's name or id; STEP a number or latest) or "
+                                                     "a checkpoint alias")
+    endpoint: str | None = Field(None, description="an endpoint's slug")
+
+
+class ComparisonOut(Schema):
+    domain: str
+    tasks: int
+    difference: float | None
+    low: float | None
+    high: float | None
+    a_only: int
+    b_only: int
+    p_value: float | None
+    q_value: float | None
+    significant: bool
+    verdict: str
+
+
+class TaskChangeOut(Schema):
+    task: str
+    domain: str
+    a: float | None
+    b: float | None
+    a_trajectory: str | None
+    b_trajectory: str | None
+
+
+class CompareOut(Schema):
+    a: int
+    b: int
+    domains: list[ComparisonOut]
+    regressions: list[TaskChangeOut]
+    improvements: list[TaskChangeOut]
+
+
+class EndpointIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    slug: str = Field(pattern=SLUG)
+    base_url: str = Field(max_length=500, description="e.g. https://api.example.com/v1")
+    model: str = Field(min_length=1, max_length=200, description="the model name the server knows")
+    api_key_env: str = Field("", max_length=100, description="the environment variable the workers read the "
+                                                             "API key from; never the key itself")
+
+
+class EndpointOut(Schema):
+    slug: str
+    base_url: str
+    model: str
+    api_key_env: str
+
+
+class CheckpointOut(Schema):
+    run: str
+    run_name: str
+    step: int
+    bytes: int
+    aliases: list[str]
+    created_at: datetime
+
+
+class AliasIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=SLUG)
+    checkpoint: str = Field(description="RUN@STEP")
+
+
+def _evaluation(e) -> dict:
+    return {"id": e.pk, "what": e.label, "kind": e.kind, "suite": e.suite.ref, "key": e.key, "run": str(e.run_id),
+            "status": e.run.status, "batches_done": e.run.step, "batches": e.run.steps_total,
+            "created_at": e.created_at}
+
+
+def _score(s) -> dict:
+    return {"score": s.mean, "low": s.low, "high": s.high, "tasks": s.tasks, "samples": s.samples,
+            "method": s.method, "pass_at_k": s.pass_at_k, "pass_hat_k": s.pass_hat_k}
+
+
+@router.get(EVALS + "/suites", response={200: list[SuiteOut], **READ_ERRORS})
+def list_suites(request, project: str):
+    """Every bundle version marked for evaluation, with its comparability key and what the key pins."""
+    out = []
+    for version in selectors.suite_list(project=caller_project(request, project)):
+        key, parts = suite_key(version)
+        out.append({"ref": version.ref, "key": key, "settings": parts["settings"], "pinned": parts["pinned"]})
+    return out
+
+
+@router.get(EVALS, response={200: list[EvaluationOut], **READ_ERRORS})
+def list_evaluations(request, project: str):
+    return [_evaluation(e) for e in selectors.evaluation_list(project=caller_project(request, project))[:500]]
+
+
+@router.post(EVALS, response={201: EvaluationOut, **WRITE_ERRORS})
+def launch(request, project: str, payload: EvaluationIn):
+    """Queue an evaluation of one model (a model definition, a checkpoint or an endpoint) on a suite (editors)."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    named = [name for name in ("model", "checkpoint", "endpoint") if getattr(payload, name)]
+    if len(named) != 1:
+        return _problem(400, "name exactly one of model, checkpoint or endpoint", "model")
+    try:
+        suite = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.suite)))
+        target: dict = {}
+        if payload.model:
+            target["model"] = version_resolve(project=scope, ref=parse_ref(payload.model))
+        elif payload.checkpoint:
+            target["checkpoint"] = checkpoint_resolve(project=scope, name=payload.checkpoint)
+        else:
+            target["endpoint"] = Endpoint.objects.filter(project=scope, slug=payload.endpoint).first()
+            if target["endpoint"] is None:
+                return _problem(404, f"no endpoint {payload.endpoint!r} in project {scope.slug}", "endpoint")
+        evaluation = evaluation_launch(project=scope, suite=suite, actor=request.auth, via="api", **target)
+    except (VersionNotFound, CheckpointNotFound) as exc:
+        return _problem(404, str(exc), named[0])
+    except ValueError as exc:  # a malformed reference
+        return _problem(400, str(exc), named[0])
+    except EvalError as exc:
+        return _problem(exc.status, str(exc), exc.field)
+    return Status(201, _evaluation(evaluation))
+
+
+@router.get(EVALS + "/{evaluation}", response={200: EvaluationDetailOut, **READ_ERRORS})
+def get_evaluation(request, project: str, evaluation: int):
+    """An evaluation's status and its scores per domain (and `all`), each with its 95% interval."""
+    found = selectors.evaluation_get(project=caller_project(request, project), pk=evaluation)
+    [row] = results.leaderboard([found]).rows
+    return {**_evaluation(found), "infra_errors": row.infra_errors,
+            "scores": {domain: _score(s) for domain, s in row.scores.items()}}
+
+
+@router.get(EVALS + "/{a}/compare/{b}", response={200: CompareOut, **READ_ERRORS, 409: dict})
+def compare(request, project: str, a: int, b: int):
+    """b against a, paired by task: per domain the difference with a paired-bootstrap interval, McNemar's exact
+    p and Benjamini-Hochberg q; and the tasks that regressed or improved. 409 when the suites' keys differ (the
+    message names what differs)."""
+    scope = caller_project(request, project)
+    left, right = selectors.evaluation_get(project=scope, pk=a), selectors.evaluation_get(project=scope, pk=b)
+    try:
+        paired = results.compare(left, right)
+        regressions, improvements = results.task_diff(left, right)
+    except results.NotComparable as exc:
+        return _problem(409, str(exc))
+    domains = [{"domain": d, "tasks": c.tasks, "difference": c.difference, "low": c.low, "high": c.high,
+                "a_only": c.a_only, "b_only": c.b_only, "p_value": c.p_value, "q_value": c.q_value,
+                "significant": c.significant, "verdict": c.verdict} for d, c in paired.by_domain.items()]
+    return {"a": a, "b": b, "domains": domains, "regressions": [vars(c) for c in regressions],
+            "improvements": [vars(c) for c in improvements]}
+
+
+@router.get(EVALS + "/endpoints/", response={200: list[EndpointOut], **READ_ERRORS})
+def list_endpoints(request, project: str):
+    return list(selectors.endpoint_list(project=caller_project(request, project)))
+
+
+@router.post(EVALS + "/endpoints/", response={201: EndpointOut, **WRITE_ERRORS})
+def add_endpoint(request, project: str, payload: EndpointIn):
+    """An OpenAI-compatible server to evaluate (editors). Its key stays out of the studio: name the environment
+    variable the workers read it from."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    try:
+        endpoint = endpoint_create(project=scope, slug=payload.slug, base_url=payload.base_url, model=payload.model,
+                                   api_key_env=payload.api_key_env, actor=request.auth, via="api")
+    except EvalError as exc:
+        return _problem(exc.status, str(exc), exc.field)
+    return Status(201, endpoint)
+
+
+@router.get("/projects/{project}/checkpoints", response={200: list[CheckpointOut], **READ_ERRORS})
+def list_checkpoints(request, project: str):
+    """Every checkpoint the project's runs saved, newest run first, with its aliases."""
+    scope = caller_project(request, project)
+    aliases: dict[int, list[str]] = {}
+    for alias in CheckpointAlias.objects.filter(project=scope):
+        aliases.setdefault(alias.checkpoint_id, []).append(alias.name)
+    return [{"run": str(c.run_id), "run_name": c.run.name, "step": c.step, "bytes": c.bytes,
+             "aliases": sorted(aliases.get(c.pk, [])), "created_at": c.created_at}
+            for c in Checkpoint.objects.filter(run__project=scope).select_related("run")
+            .order_by("-run__created_at", "-step")[:1000]]
+
+
+@router.post("/projects/{project}/checkpoints/aliases", response={200: dict, **WRITE_ERRORS})
+def move_alias(request, project: str, payload: AliasIn):
+    """Point an alias (champion, challenger, any name) at a checkpoint (editors); the move is audited."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    try:
+        checkpoint = checkpoint_resolve(project=scope, name=payload.checkpoint)
+        alias_move(project=scope, name=payload.name, checkpoint=checkpoint, actor=request.auth, via="api")
+    except CheckpointNotFound as exc:
+        return _problem(404, str(exc), "checkpoint")
+    return {"alias": payload.name, "checkpoint": f"{checkpoint.run.name}@{checkpoint.step}"}

@@ -1,0 +1,55 @@
+"""Reads for the eval pages and API: suites, evaluations, and a run's checkpoints on a suite over time."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from apps.accounts.models import Project
+from apps.registry.models import Version
+
+from . import results, statistics
+from .models import Endpoint, Evaluation
+
+
+def suite_list(*, project: Project) -> QuerySet[Version]:
+    """Every bundle version marked for evaluation, newest first."""
+    return (Version.objects.filter(definition__project=project, definition__kind="bundle",
+                                   spec__has_key="evaluation")
+            .select_related("definition").order_by("definition__slug", "-number"))
+
+
+def suite_get(*, project: Project, slug: str, number: int | None = None) -> Version:
+    versions = suite_list(project=project).filter(definition__slug=slug)
+    suite = versions.filter(number=number).first() if number else versions.first()
+    if suite is None:
+        raise Http404(f"no eval suite {slug}{'@' + str(number) if number else ''} in project {project.slug}")
+    return suite
+
+
+def evaluation_list(*, project: Project) -> QuerySet[Evaluation]:
+    return (Evaluation.objects.filter(project=project)
+            .select_related("run", "suite__definition", "endpoint", "model_version__definition", "source_run"))
+
+
+def evaluation_get(*, project: Project, pk: int) -> Evaluation:
+    found = evaluation_list(project=project).filter(pk=pk).first()
+    if found is None:
+        raise Http404(f"no evaluation {pk} in project {project.slug}")
+    return found
+
+
+def endpoint_list(*, project: Project) -> QuerySet[Endpoint]:
+    return Endpoint.objects.filter(project=project).order_by("slug")
+
+
+def timeline(*, evaluations: list[Evaluation]) -> dict[str, list[tuple[int, statistics.Score]]]:
+    """Per training run, its evaluated checkpoints in step order, each with its overall score."""
+    lines: dict[str, list[tuple[int, statistics.Score]]] = {}
+    for evaluation in evaluations:
+        if evaluation.source_run_id is None or evaluation.checkpoint_step is None:
+            continue
+        rewards = results.evaluation_rewards(evaluation)
+        lines.setdefault(evaluation.source_run.name, []).append(
+            (evaluation.checkpoint_step, statistics.score(rewards.domain(results.ALL))))
+    return {name: sorted(points, key=lambda p: p[0]) for name, points in lines.items()}

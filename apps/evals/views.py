@@ -1,0 +1,86 @@
+"""Eval pages: the suites and recent evaluations; a suite's leaderboard (models x domains with intervals, tied
+groups, what the suite can tell apart, the checkpoints' timeline, and a launch form); a paired comparison of two
+evaluations with its per-task diff, each task linked to both trajectories side by side."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+
+from apps.accounts.models import Role
+from apps.accounts.selectors import project_for_page, project_for_user
+
+from . import results, selectors, statistics
+from .figures import timeline_figure
+from .forms import EvaluationLaunchForm
+from .services import EvalError, evaluation_launch
+from .suites import key_differences, suite_key
+
+
+def eval_list(request, project):
+    project, can_edit = project_for_page(user=request.user, slug=project)
+    context = {"project": project, "suites": selectors.suite_list(project=project),
+               "evaluations": selectors.evaluation_list(project=project)[:50],
+               "endpoints": selectors.endpoint_list(project=project), "can_edit": can_edit}
+    return render(request, "evals/eval_list.html", context)
+
+
+def suite_page(request, project, slug, number=None):
+    project, can_edit = project_for_page(user=request.user, slug=project)
+    suite = selectors.suite_get(project=project, slug=slug, number=number)
+    key, parts = suite_key(suite)
+    form = EvaluationLaunchForm(request.POST or None, project=project)
+    if request.method == "POST":
+        project_for_user(user=request.user, slug=project.slug, min_role=Role.EDITOR)
+        if form.is_valid():
+            try:
+                evaluation = evaluation_launch(project=project, suite=suite, actor=request.user,
+                                               **form.target(project), via="web")
+            except EvalError as exc:
+                form.add_error("what", str(exc))
+            else:
+                messages.success(request, f"Queued: {evaluation.label} on {suite.ref}.")
+                return redirect("evals:suite", project=project.slug, slug=slug, number=suite.number)
+    same = [e for e in selectors.evaluation_list(project=project).filter(key=key)]
+    others = [(e, key_differences(parts, e.key_parts)) for e in
+              selectors.evaluation_list(project=project).filter(suite__definition=suite.definition).exclude(key=key)]
+    board = results.leaderboard(same)
+    tasks = max((row.scores[results.ALL].tasks for row in board.rows), default=0)
+    lines = selectors.timeline(evaluations=same)
+    table = [(row, [(domain, row.scores.get(domain), board.groups[domain].get(row.evaluation.pk))
+                    for domain in board.domains]) for row in board.rows]
+    context = {"project": project, "suite": suite, "key": key, "parts": parts, "board": board, "others": others,
+               "table": table,
+               "form": form, "can_edit": can_edit, "tasks": tasks,
+               "detectable": statistics.minimum_detectable_difference(tasks) if tasks else None,
+               "timeline": timeline_figure(lines) if lines else None,
+               "champion": _champion(board)}
+    return render(request, "evals/suite.html", context, status=400 if form.errors else 200)
+
+
+def _champion(board) -> dict | None:
+    """The regression alert: the newest checkpoint evaluation against the one aliased `champion`, when it is
+    significantly worse on some domain."""
+    champion = next((r.evaluation for r in board.rows if r.evaluation.checkpoint_id and
+                     r.evaluation.checkpoint and r.evaluation.checkpoint.aliases.filter(name="champion").exists()),
+                    None)
+    newest = max((r.evaluation for r in board.rows if r.evaluation.checkpoint_step is not None
+                  and r.evaluation != champion), key=lambda e: e.created_at, default=None)
+    if champion is None or newest is None:
+        return None
+    paired = results.compare(champion, newest)
+    worse = [d for d, c in paired.by_domain.items() if d != results.ALL and c.significant and c.difference < 0]
+    return {"champion": champion, "newest": newest, "worse": worse}
+
+
+def compare_page(request, project, a, b):
+    project = project_for_user(user=request.user, slug=project)
+    left, right = selectors.evaluation_get(project=project, pk=a), selectors.evaluation_get(project=project, pk=b)
+    context = {"project": project, "a": left, "b": right}
+    try:
+        context["paired"] = results.compare(left, right)
+        context["regressions"], context["improvements"] = results.task_diff(left, right)
+    except results.NotComparable as exc:
+        context["refused"] = str(exc)
+        return render(request, "evals/compare.html", context, status=409)
+    return render(request, "evals/compare.html", context)

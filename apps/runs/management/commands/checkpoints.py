@@ -1,0 +1,72 @@
+"""`manage.py checkpoints list [RUN]` · `checkpoints alias NAME RUN@STEP` · `checkpoints export RUN STEP DIR`:
+the checkpoint registry from a shell. `export` writes a Hugging Face-loadable directory (safetensors, config,
+tokenizer) of a checkpoint of a run whose model is a Hugging Face one."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.accounts.selectors import project_for_command
+from apps.runs import wiring
+from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
+from apps.runs.models import Checkpoint, CheckpointAlias
+from apps.runs.pins import bundle_tasks
+from workers.rl.config import RunConfig
+
+
+class Command(BaseCommand):
+    help = "List checkpoints, move an alias, or export a checkpoint as a Hugging Face directory."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--project", help="project slug (default: the only project)")
+        commands = parser.add_subparsers(dest="command", required=True)
+        listing = commands.add_parser("list")
+        listing.add_argument("run", nargs="?", help="a run's name or id (default: every run)")
+        alias = commands.add_parser("alias")
+        alias.add_argument("name")
+        alias.add_argument("checkpoint", help="RUN@STEP")
+        export = commands.add_parser("export")
+        export.add_argument("run")
+        export.add_argument("step")
+        export.add_argument("directory")
+
+    def handle(self, *args, command, project, **options):
+        scope = project_for_command(slug=project)
+        try:
+            if command == "list":
+                return self._list(scope, options.get("run"))
+            if command == "alias":
+                checkpoint = checkpoint_resolve(project=scope, name=options["checkpoint"])
+                alias_move(project=scope, name=options["name"], checkpoint=checkpoint, actor=None, via="cli")
+                self.stdout.write(f"{options['name']} -> {checkpoint.run.name}@{checkpoint.step}")
+                return
+            checkpoint = checkpoint_resolve(project=scope, name=f"{options['run']}@{options['step']}")
+            self._export(checkpoint, Path(options["directory"]))
+        except CheckpointNotFound as exc:
+            raise CommandError(str(exc)) from None
+
+    def _list(self, scope, run):
+        rows = Checkpoint.objects.filter(run__project=scope).select_related("run").order_by("run__created_at", "step")
+        if run:
+            rows = rows.filter(run__name=run) if not run.count("-") == 4 else rows.filter(run_id=run)
+        aliases = {}
+        for alias in CheckpointAlias.objects.filter(project=scope):
+            aliases.setdefault(alias.checkpoint_id, []).append(alias.name)
+        for row in rows:
+            names = ", ".join(sorted(aliases.get(row.pk, [])))
+            self.stdout.write(f"{row.run.name}@{row.step}\t{row.bytes / 1e6:.1f} MB\t{names}\t{row.path}")
+
+    def _export(self, checkpoint, directory: Path):
+        config = RunConfig.from_dict(checkpoint.run.config)
+        if config.model.startswith("builtin:demo-tiny"):
+            raise CommandError("the built-in demo model is the studio's own TinyLM, not a Hugging Face model: "
+                               "it has no Hugging Face directory to export")
+        from apps.runs.evaluation import checkpoint_weights
+
+        model = wiring.run_model(config, bundle_tasks(bundle=checkpoint.run.bundle, config=config))
+        try:
+            checkpoint_weights(model, Path(checkpoint.path), checkpoint.step)
+            model.policy.export(directory)
+        finally:
+            model.close()
+        self.stdout.write(f"wrote {directory} ({checkpoint.run.name}@{checkpoint.step})")

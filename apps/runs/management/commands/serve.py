@@ -1,0 +1,70 @@
+"""`manage.py serve (--checkpoint RUN@STEP|ALIAS | --model model/SLUG[@N]) [--host 127.0.0.1] [--port 8100]
+[--name NAME] [--project SLUG]`: an OpenAI-compatible server of a checkpoint or a base model
+(workers/rl/serving.py: /v1/models, /v1/chat/completions with streaming, /v1/completions, logprobs), on the
+torch or transformers engine with continuous batching on the CPU, or vLLM on a GPU as the run's config says.
+
+Point an endpoint at it (`evaluate --endpoint`, or the judge layer's base URL) like at any other server."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.accounts.selectors import project_for_command
+from apps.registry.errors import VersionNotFound
+from apps.registry.refs import parse_ref
+from apps.registry.selectors import version_resolve
+from apps.runs import wiring
+from apps.runs.checkpoints import CheckpointNotFound, checkpoint_resolve
+from apps.runs.evaluation import checkpoint_weights
+from apps.runs.pins import bundle_tasks
+from apps.runs.services import _model_pinned
+from workers.rl.config import RunConfig
+
+
+class Command(BaseCommand):
+    help = "Serve a checkpoint or a base model behind an OpenAI-compatible API."
+
+    def add_arguments(self, parser):
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument("--checkpoint", help="RUN@STEP (RUN a name or id; STEP a number or latest) or an alias")
+        target.add_argument("--model", help="a model definition: model/SLUG[@N]")
+        parser.add_argument("--bundle", help="with --model: the bundle whose tasks the built-in demo model "
+                                             "was pretrained on (default: the project's first bundle)")
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8100)
+        parser.add_argument("--name", help="the model name clients send (default: the checkpoint or model)")
+        parser.add_argument("--project", help="project slug (default: the only project)")
+
+    def handle(self, *args, checkpoint, model, bundle, host, port, name, project, **_):
+        import uvicorn
+
+        from workers.rl.serving import build_app
+
+        scope = project_for_command(slug=project)
+        try:
+            if checkpoint:
+                found = checkpoint_resolve(project=scope, name=checkpoint)
+                config = RunConfig.from_dict({**found.run.config, "mode": "sync"})
+                suite = found.run.bundle
+                label = name or f"{found.run.name}@{found.step}"
+            else:
+                definition = version_resolve(project=scope, ref=parse_ref(model))
+                from apps.registry.models import Version
+
+                suite = (version_resolve(project=scope, ref=parse_ref(f"bundle/{bundle}")) if bundle else
+                         Version.objects.filter(definition__project=scope, definition__kind="bundle")
+                         .order_by("definition__slug", "-number").first())
+                config = RunConfig.from_dict(RunConfig.resolve(_model_pinned(
+                    {"model": definition.ref, "mode": "sync"}, project=scope, bundle=suite)))
+                label = name or definition.ref
+        except (CheckpointNotFound, VersionNotFound, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+        built = wiring.run_model(config, bundle_tasks(bundle=suite, config=config))
+        if checkpoint:
+            checkpoint_weights(built, Path(found.path), found.step)
+        self.stderr.write(f"serving {label} at http://{host}:{port}/v1")
+        try:
+            uvicorn.run(build_app(engine=built.engine, chat=built.chat, model_name=label), host=host, port=port,
+                        log_level="warning")
+        finally:
+            built.close()
