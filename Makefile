@@ -37,7 +37,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 # The demo first checks its tasks: three reference answers of each template through the real sandboxes and
-# verifiers (a run of its own, "reference check", whose 3D answers carry their rendered views). Then it trains
+# verifiers (a run of its own, "reference check", whose 3D answers carry their rendered views). It queues an
+# evaluation of the base model on the demo's eval suite (the leaderboard's first row), then it trains
 # by itself: a run on the demo bundle is queued (its base model pretrained first, about a
 # minute, once per data directory) and the web process trains it (embedded training), so the run page's curves
 # move as soon as the server is up. --noreload: the autoreloader's parent process would train a second time.
@@ -48,6 +49,7 @@ demo: setup secret-key
 	$(BIN)/python manage.py review_queue demo-check --rubric trajectory-review --sample stratified:15 --overlap 2 \
 		--follow 0.005 --reviewers demo,reviewer --adjudicators demo --if-absent \
 		--description "The reference answers, then 1 in 200 of the demo run's trajectories: label, compare, adjudicate"
+	$(BIN)/python manage.py evaluate --suite demo-suite --model model/demo-tiny --if-absent
 	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 

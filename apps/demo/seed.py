@@ -59,7 +59,12 @@ def drafts() -> list[Draft]:
                   Draft("rubric", "trajectory-review", "Is the answer right, is it a reward hack, how good is it; "
                         "and whether one step is right.", REVIEW_RUBRIC),
                   Draft("bundle", "demo", "All five demo domains, pinned.",
-                        {"members": BUNDLE_MEMBERS, "run_config": {"model": "model/demo-tiny"}})]
+                        {"members": BUNDLE_MEMBERS, "run_config": {
+                            "model": "model/demo-tiny", "eval_suite": "demo-suite", "eval_suite_every": 100}}),
+                  # The demo's leaderboard: the same five domains, ten tasks a template, answered greedily. The demo
+                  # run's checkpoints are evaluated on it (every 100 steps and the last), as is the base model.
+                  Draft("bundle", "demo-suite", "The demo's eval suite: ten tasks of each template, greedy.",
+                        {"members": BUNDLE_MEMBERS, "evaluation": {"tasks_per_template": 10, "seed": 7}})]
     return sorted(everything, key=lambda d: PUBLISH_ORDER.index(d.kind))
 
 

@@ -7,6 +7,7 @@ from django.db import IntegrityError, transaction
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from apps.registry.models import Version
+from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import Checkpoint
 from apps.runs.pins import PinnedBundleError, bundle_tasks
@@ -74,6 +75,10 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         source = checkpoint.run
         if source.project_id != project.pk:
             raise EvalError(f"that checkpoint is not of project {project.slug}", field="checkpoint")
+        try:
+            checkpoint_keep(checkpoint)  # the run's retention must not remove it before the evaluation reads it
+        except CheckpointNotFound as exc:
+            raise EvalError(str(exc), field="checkpoint") from None
         pinned.update({name: source.config[name] for name in MODEL_SETTINGS if name in source.config})
         plan.update({"checkpoint": checkpoint.path, "checkpoint_step": checkpoint.step})
         kind, label = TargetKind.CHECKPOINT, f"{source.name}@{checkpoint.step}"

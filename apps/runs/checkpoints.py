@@ -1,7 +1,7 @@
 """The checkpoint registry: every checkpoint a run saved, found by `RUN@STEP` or by an alias, and aliases moved
-with an audit row. An aliased checkpoint is kept: its files are copied out of the run's checkpoint directory
-(where the run's own retention, keep_checkpoints, removes older ones) into `checkpoints/kept/`, and its row
-outlives that retention (services.run_checkpoint_record leaves aliased rows)."""
+with an audit row. An aliased checkpoint, or one queued for an evaluation, is kept: its files are copied out of
+the run's checkpoint directory (where the run's own retention, keep_checkpoints, removes older ones) into
+`checkpoints/kept/`, and its row outlives that retention (services.run_checkpoint_record leaves kept rows)."""
 
 from __future__ import annotations
 
@@ -47,19 +47,29 @@ def checkpoint_resolve(*, project: Project, name: str) -> Checkpoint:
     return found
 
 
-def alias_move(*, project: Project, name: str, checkpoint: Checkpoint, actor, via: str = "web") -> CheckpointAlias:
-    if checkpoint.run.project_id != project.pk:
-        raise CheckpointNotFound(f"that checkpoint is not of project {project.slug}")
+def checkpoint_keep(checkpoint: Checkpoint) -> Checkpoint:
+    """Copy the checkpoint's files out of the run's directory, where the run's retention would remove them, into
+    `checkpoints/kept/` (whole or not at all), and mark it kept."""
+    if checkpoint.kept:
+        return checkpoint
     kept = Path(settings.DATA_DIR) / "checkpoints" / "kept" / str(checkpoint.run_id) / f"step-{checkpoint.step:08d}"
-    if Path(checkpoint.path) != kept:
+    if not kept.is_dir():
         if not Path(checkpoint.path).is_dir():
             raise CheckpointNotFound(f"the files of {checkpoint.run.name}@{checkpoint.step} are gone "
                                      f"({checkpoint.path}): the run's retention removed them")
-        if not kept.is_dir():
-            shutil.copytree(checkpoint.path, kept.with_name(kept.name + ".partial"), dirs_exist_ok=True)
-            kept.with_name(kept.name + ".partial").rename(kept)  # whole, or not there at all
-        Checkpoint.objects.filter(pk=checkpoint.pk).update(path=str(kept))
-        checkpoint.path = str(kept)
+        partial = kept.with_name(kept.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(checkpoint.path, partial)
+        partial.rename(kept)
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(path=str(kept), kept=True)
+    checkpoint.path, checkpoint.kept = str(kept), True
+    return checkpoint
+
+
+def alias_move(*, project: Project, name: str, checkpoint: Checkpoint, actor, via: str = "web") -> CheckpointAlias:
+    if checkpoint.run.project_id != project.pk:
+        raise CheckpointNotFound(f"that checkpoint is not of project {project.slug}")
+    checkpoint_keep(checkpoint)
     with transaction.atomic():
         alias = CheckpointAlias.objects.select_for_update().filter(project=project, name=name).first()
         before = None if alias is None else f"{alias.checkpoint.run.name}@{alias.checkpoint.step}"

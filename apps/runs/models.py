@@ -70,6 +70,9 @@ class Checkpoint(models.Model):
     step = models.PositiveIntegerField()
     path = models.CharField(max_length=500)  # a directory under STUDIO_DATA_DIR/checkpoints
     bytes = models.BigIntegerField(default=0)
+    # Copied out of the run's checkpoint directory (aliased, or queued for an evaluation): the run's retention
+    # (keep_checkpoints) removes neither its files nor its row (apps/runs/checkpoints.py).
+    kept = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -235,10 +235,10 @@ def run_rollback(*, run_id, attempt: int, step: int) -> None:
 def run_checkpoint_record(*, run_id, attempt: int, step: int, path: str, size: int, removed: list[int] = ()) -> None:
     with transaction.atomic():
         run = _fenced(run_id, attempt)
-        if not Checkpoint.objects.filter(run=run, step=step, aliases__isnull=False).exists():  # a kept copy stays
+        if not Checkpoint.objects.filter(run=run, step=step, kept=True).exists():  # a kept copy stays as it is
             Checkpoint.objects.update_or_create(run=run, step=step, defaults={"path": path, "bytes": size})
-        # An aliased checkpoint stays: its files were copied out of the run's directory (checkpoints.alias_move).
-        Checkpoint.objects.filter(run=run, step__in=list(removed), aliases__isnull=True).delete()
+        # A kept checkpoint stays: its files were copied out of the run's directory (checkpoints.checkpoint_keep).
+        Checkpoint.objects.filter(run=run, step__in=list(removed), kept=False).delete()
         _event(run, EventKind.CHECKPOINT_SAVED, f"checkpoint at step {step} ({size / 1e6:.1f} MB)", step=step,
                attempt=attempt, details={"path": path, "bytes": size})
 

@@ -32,7 +32,8 @@ EVALUATION_KEYS = {"suite", "key", "samples_per_task", "temperature", "tasks_per
 BOUNDS: dict[str, tuple[float, float]] = {
     "seed": (0, 2**63 - 1), "groups_per_step": (1, 4096), "group_size": (1, 1024), "max_staleness": (0, 64),
     "rollout_concurrency": (1, 4096), "verify_concurrency": (1, 1024), "oversampling": (1, 64),
-    "temperature": (0, 10), "learning_rate": (0, 1), "warmup_steps": (0, 10_000_000), "weight_decay": (0, 10),
+    "eval_suite_every": (0, 10_000_000), "temperature": (0, 10), "learning_rate": (0, 1),
+    "warmup_steps": (0, 10_000_000), "weight_decay": (0, 10),
     "max_grad_norm": (0, 1e6), "micro_batch_size": (1, 65_536), "clip_low": (0, 1), "clip_high": (0, 10),
     "kl_coef": (0, 100), "lora_rank": (0, 4096), "lora_alpha": (1, 65_536), "checkpoint_every": (1, 10_000_000),
     "keep_checkpoints": (1, 1000), "eval_tasks_per_domain": (0, 100_000), "max_tool_output_chars": (100, 1_000_000),
@@ -115,6 +116,11 @@ class RunConfig:
     """A tool result longer than this is cut (and says so) before it enters the context."""
     reference_per_template: int = 3
     """A reference check (model builtin:reference): the references checked per task template."""
+    eval_suite: str = ""
+    """An eval suite (a bundle slug, its newest version) to evaluate this run's checkpoints on: the last one, and
+    with eval_suite_every N, every one at a multiple of N steps; each evaluation is queued as its checkpoint is
+    saved (apps/evals)."""
+    eval_suite_every: int = 0
     evaluation: dict = field(default_factory=dict)
     """Set by the studio for an evaluation (apps/evals), which trains nothing: the suite's decoding settings
     (samples_per_task, temperature, tasks_per_template, seed), its comparability key, and what answers — the

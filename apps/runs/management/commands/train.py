@@ -60,7 +60,9 @@ class Command(BaseCommand):
         try:
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
-            active = Run.objects.filter(project=scope, status__in=ACTIVE_STATUSES).first()
+            # Training runs only: an evaluation queued meanwhile (a run that trains nothing) does not count.
+            active = (Run.objects.filter(project=scope, status__in=ACTIVE_STATUSES)
+                      .exclude(config__evaluation__has_key="suite").first())
             if if_idle and active is not None:
                 console.print(f"run [bold]{active.name}[/] is already {active.status}; queued nothing")
                 return

@@ -1,0 +1,59 @@
+"""A training run that names an eval suite has its checkpoints evaluated as they are saved; the checkpoints stay
+(kept out of the run's retention) until their evaluation reads them; aliases move with an audit row; the suite's
+page draws the run's checkpoints as a timeline."""
+
+import io
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from apps.accounts.models import AuditEvent
+from apps.evals import results, selectors
+from apps.evals.models import Evaluation
+from apps.runs.attempt import run_attempt
+from apps.runs.checkpoints import alias_move, checkpoint_resolve
+from apps.runs.models import Checkpoint, RunStatus
+from apps.runs.services import run_claim, run_create
+
+TRAINING = {"model": "model/demo-tiny", "mode": "sync", "groups_per_step": 2, "group_size": 2,
+            "eval_tasks_per_domain": 0, "checkpoint_every": 1, "keep_checkpoints": 1, "eval_suite": "arith-suite",
+            "eval_suite_every": 1}
+
+
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)  # commits as a worker's do: each checkpoint's evaluation is queued then
+def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, registry, owner, suite, tiny):
+    run = run_create(project=project, bundle=registry["bundle"], steps=2, overrides=TRAINING, name="learner",
+                     actor=owner)
+    run_attempt(run_id=run.pk, attempt=run_claim(run_id=run.pk, stale_after=0))
+    evaluations = list(Evaluation.objects.filter(source_run=run).order_by("checkpoint_step"))
+    assert [e.checkpoint_step for e in evaluations] == [1, 2]
+    assert [e.label for e in evaluations] == ["learner@1", "learner@2"]
+    # keep_checkpoints=1 removed step 1 from the run's directory; the evaluation's copy and row stay.
+    first = Checkpoint.objects.get(run=run, step=1)
+    assert first.kept and Path(first.path, "model.safetensors").is_file() and "/kept/" in first.path
+    for evaluation in evaluations:
+        run_attempt(run_id=evaluation.run_id, attempt=run_claim(run_id=evaluation.run_id, stale_after=0))
+        evaluation.refresh_from_db()
+        assert evaluation.run.status == RunStatus.COMPLETED
+    lines = selectors.timeline(evaluations=evaluations)
+    assert [step for step, _ in lines["learner"]] == [1, 2]
+    assert all(score.tasks == 8 for _, score in lines["learner"])
+
+    alias_move(project=project, name="champion", checkpoint=checkpoint_resolve(project=project, name="learner@1"),
+               actor=owner)
+    assert checkpoint_resolve(project=project, name="champion").step == 1
+    alias_move(project=project, name="champion", checkpoint=checkpoint_resolve(project=project, name="learner@latest"),
+               actor=owner)
+    moves = AuditEvent.objects.filter(action="checkpoint.alias.move").order_by("pk")
+    assert [(m.details["from"], m.details["to"]) for m in moves] == [(None, "learner@1"), ("learner@1", "learner@2")]
+    out = io.StringIO()
+    call_command("checkpoints", "list", "learner", stdout=out)
+    assert "learner@2" in out.getvalue() and "champion" in out.getvalue()
+
+    client.force_login(owner)
+    page = client.get(f"/p/{project.slug}/evals/arith-suite/{suite.number}/").content.decode()
+    assert 'id="eval-timeline-figure"' in page and page.count("data-row=") == 2
+    paired = results.compare(*evaluations)
+    assert paired.by_domain[results.ALL].tasks == 8
