@@ -99,7 +99,11 @@ def test_the_real_model_bundle_carries_the_settings_it_is_sized_for(seeded):
     assert model["source"] == {"type": "package", "name": "smollm2-135m-instruct"}
     assert model["weights_sha256"] == file_sha256(gguf_file(SMOLLM2_135M)) and model["licence"] == "Apache-2.0"
     # The tiny model's settings are the defaults; its weights come from the tasks, so no hash is pinned.
-    assert latest(project, "bundle", "demo").spec["run_config"] == {"model": "model/demo-tiny@1"}
+    assert latest(project, "bundle", "demo").spec["run_config"] == {
+        "model": "model/demo-tiny@1", "eval_suite": "demo-suite", "eval_suite_every": 100}
+    suite = latest(project, "bundle", "demo-suite").spec
+    assert suite["evaluation"] == {"samples_per_task": 1, "temperature": 0.0, "tasks_per_template": 10, "seed": 7}
+    assert suite["members"] == latest(project, "bundle", "demo").spec["members"]
     assert latest(project, "model", "demo-tiny").spec["weights_sha256"] == ""
 
 
