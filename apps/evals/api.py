@@ -170,7 +170,7 @@ def list_evaluations(request, project: str):
 
 
 @router.post(EVALS, response={201: EvaluationOut, **WRITE_ERRORS})
-def launch(request, project: str, payload: EvaluationIn):
+def launch_evaluation(request, project: str, payload: EvaluationIn):
     """Queue an evaluation of one model (a model definition, a checkpoint or an endpoint) on a suite (editors)."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     named = [name for name in ("model", "checkpoint", "endpoint") if getattr(payload, name)]
@@ -207,7 +207,7 @@ def get_evaluation(request, project: str, evaluation: int):
 
 
 @router.get(EVALS + "/{a}/compare/{b}", response={200: CompareOut, **READ_ERRORS, 409: dict})
-def compare(request, project: str, a: int, b: int):
+def compare_evaluations(request, project: str, a: int, b: int):
     """b against a, paired by task: per domain the difference with a paired-bootstrap interval, McNemar's exact
     p and Benjamini-Hochberg q; and the tasks that regressed or improved. 409 when the suites' keys differ (the
     message names what differs)."""
@@ -257,7 +257,7 @@ def list_checkpoints(request, project: str):
 
 
 @router.post("/projects/{project}/checkpoints/aliases", response={200: dict, **WRITE_ERRORS})
-def move_alias(request, project: str, payload: AliasIn):
+def move_checkpoint_alias(request, project: str, payload: AliasIn):
     """Point an alias (champion, challenger, any name) at a checkpoint (editors); the move is audited."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     try:

@@ -27,6 +27,7 @@ import json
 import os
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import schemathesis
@@ -38,10 +39,11 @@ from schemathesis import GenerationMode
 from schemathesis.core import NotSet
 
 from apps.accounts.models import AuditEvent, Project
+from apps.evals.services import evaluation_launch
 from apps.registry.models import Alias, Version
 from apps.registry.services import alias_move, version_publish
 from apps.review.services import item_next, label_submit, queue_create
-from apps.runs.models import Run
+from apps.runs.models import Checkpoint, Run
 from apps.runs.services import run_create
 from apps.trajectories.models import Trajectory
 from apps.trajectories.services import trajectories_record
@@ -94,6 +96,9 @@ def real_path_parameters(operation, world) -> st.SearchStrategy[dict]:
         "run_id": st.sampled_from(run_ids),
         "queue": st.sampled_from(["check", "check", "nope"]),
         "item_id": st.sampled_from([*item_ids, 999_999]),
+        "evaluation": st.sampled_from([*world["evaluations"], 999_999]),
+        "a": st.sampled_from(world["evaluations"]),
+        "b": st.sampled_from([*world["evaluations"], 999_999]),
     }
     unknown = names - set(choices) - {"kind", "slug", "action"}
     assert not unknown, f"{operation.label}: no real values for the path parameters {unknown}"
@@ -178,6 +183,18 @@ def with_real_values(operation, case, data) -> None:
         body.update(answers={"step_ok": data.draw(st.booleans())}, step=0, component="")
     elif label.endswith("/adjudication") and body is not None:
         body.update(question="verdict", answer=data.draw(st.sampled_from(["correct", "wrong", 3])))
+    elif label == "POST /api/v1/projects/{project}/evals" and body is not None:
+        what = data.draw(st.sampled_from([("model", "model/demo-tiny"), ("checkpoint", "live-run@10"),
+                                          ("checkpoint", "champion"), ("endpoint", "local")]))
+        body.clear()
+        body.update({"suite": data.draw(st.sampled_from(["arith-suite", "arith-suite@1", "arith-bundle"])),
+                     what[0]: what[1]})
+    elif label == "POST /api/v1/projects/{project}/evals/endpoints/" and body is not None:
+        body.update(slug=data.draw(st.sampled_from(["local", "other"])), base_url="http://127.0.0.1:9/v1", model="m",
+                    api_key_env=data.draw(st.sampled_from(["", "LOCAL_KEY", "sk-not-a-name!"])))
+    elif label == "POST /api/v1/projects/{project}/checkpoints/aliases" and body is not None:
+        body.update(name=data.draw(st.sampled_from(["champion", "challenger"])),
+                    checkpoint=data.draw(st.sampled_from(["live-run@10", "live-run@latest", "nope@1"])))
     elif label.endswith("/diff"):
         refs = st.sampled_from(["1", "2", "latest", "stable"])
         case.query = {**(case.query or {}), "a": data.draw(refs), "b": data.draw(refs)}
@@ -196,7 +213,7 @@ def editor(member):
 
 
 @pytest.fixture
-def world(project, registry, owner, studio_run, editor):
+def world(project, registry, owner, studio_run, editor, settings):
     """The project's content: a running run with history, a queued one, an alias, a review queue whose reviewer
     and adjudicator is the editor (who has labelled its first item); returns the run ids and the queue's items."""
     alias_move(version=registry["verifier"], name="stable", actor=owner)
@@ -218,7 +235,19 @@ def world(project, registry, owner, studio_run, editor):
                          adjudicators=[editor], sampling={"rule": "list", "trajectories": [hack.id, *others]})
     first = item_next(queue=queue, reviewer=editor)
     label_submit(queue=queue, item_id=first.pk, reviewer=editor, answers={"verdict": "reward-hack"})
-    return {"runs": [str(running.pk), str(queued.pk)], "items": list(queue.items.values_list("pk", flat=True))}
+    # A checkpoint of the running run (its files: one small file), an eval suite over the registry's domain, and a
+    # queued evaluation of the built-in model on it.
+    saved = Path(settings.DATA_DIR) / "checkpoints" / str(running.pk) / "step-00000010"
+    saved.mkdir(parents=True)
+    (saved / "model.safetensors").write_bytes(b"0")
+    Checkpoint.objects.create(run=running, step=10, path=str(saved), bytes=1)
+    model = version_publish(project=project, kind="model", slug="demo-tiny",
+                            spec={"source": {"type": "builtin", "name": "demo-tiny"}}, author=owner).version
+    suite = version_publish(project=project, kind="bundle", slug="arith-suite", author=owner, spec={
+        "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 4}}).version
+    evaluation = evaluation_launch(project=project, suite=suite, actor=owner, model=model)
+    return {"runs": [str(running.pk), str(queued.pk)], "items": list(queue.items.values_list("pk", flat=True)),
+            "evaluations": [evaluation.pk]}
 
 
 def snapshot(project) -> dict:
