@@ -54,6 +54,10 @@ class Row:
     evaluation: Evaluation
     scores: dict[str, statistics.Score] = field(default_factory=dict)
     infra_errors: int = 0
+    # Where the evaluated checkpoint's training pool is known: the scores on the suite's tasks it did not train
+    # on, and on those it did (exactly or as a near duplicate).
+    clean: dict[str, statistics.Score] = field(default_factory=dict)
+    overlapping: dict[str, statistics.Score] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,8 +74,13 @@ def leaderboard(evaluations: list[Evaluation]) -> Leaderboard:
         rewards = evaluation_rewards(evaluation)
         domains |= set(rewards.by_domain)
         row = Row(evaluation, infra_errors=rewards.infra_errors)
+        seen = set(evaluation.overlap.get("exact", [])) | set(evaluation.overlap.get("near", []))
         for name in [*rewards.by_domain, ALL]:
-            row.scores[name] = statistics.score(rewards.domain(name))
+            tasks = rewards.domain(name)
+            row.scores[name] = statistics.score(tasks)
+            if evaluation.overlap:
+                row.clean[name] = statistics.score({t: r for t, r in tasks.items() if t not in seen})
+                row.overlapping[name] = statistics.score({t: r for t, r in tasks.items() if t in seen})
         rows.append(row)
     ordered = [*sorted(domains), ALL]
     groups = {}

@@ -14,6 +14,7 @@ from apps.runs.pins import PinnedBundleError, bundle_tasks
 from apps.runs.services import RunError, run_create
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import evaluation_steps, suite_tasks
+from workers.rl.overlap import overlap
 
 from .models import Endpoint, Evaluation, TargetKind
 from .suites import NotASuite, suite_key, suite_settings
@@ -97,6 +98,11 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         raise EvalError(f"{suite.ref}: {exc}", field="suite") from None
     if not tasks:
         raise EvalError(f"{suite.ref} has no task instances to evaluate", field="suite")
+    found = {}
+    if checkpoint is not None:  # what it trained on is known: the suite's tasks found there
+        source = checkpoint.run
+        found = {"training": source.bundle.ref,
+                 **overlap(tasks, bundle_tasks(bundle=source.bundle, config=RunConfig.from_dict(source.config)))}
     with transaction.atomic():
         try:
             run = run_create(project=project, bundle=suite, steps=evaluation_steps(len(tasks)), overrides=overrides,
@@ -106,7 +112,7 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         evaluation = Evaluation.objects.create(
             project=project, suite=suite, key=key, key_parts=parts, run=run, kind=kind, label=label,
             model_version=model, checkpoint=checkpoint, source_run=checkpoint.run if checkpoint else None,
-            checkpoint_step=checkpoint.step if checkpoint else None, endpoint=endpoint,
+            checkpoint_step=checkpoint.step if checkpoint else None, endpoint=endpoint, overlap=found,
             created_by=actor if getattr(actor, "is_authenticated", False) else None)
         audit_record(project=project, actor=actor, action="eval.launch", target=f"evaluation/{evaluation.pk}",
                      details={"suite": suite.ref, "what": label, "key": key, "tasks": len(tasks), "run": str(run.pk)},

@@ -47,8 +47,9 @@ def suite_page(request, project, slug, number=None):
     board = results.leaderboard(same)
     tasks = max((row.scores[results.ALL].tasks for row in board.rows), default=0)
     lines = selectors.timeline(evaluations=same)
-    table = [(row, [(domain, row.scores.get(domain), board.groups[domain].get(row.evaluation.pk))
-                    for domain in board.domains]) for row in board.rows]
+    table = [(row, [(domain, row.scores.get(domain), board.groups[domain].get(row.evaluation.pk),
+                     row.clean.get(domain), row.overlapping.get(domain)) for domain in board.domains])
+             for row in board.rows]
     context = {"project": project, "suite": suite, "key": key, "parts": parts, "board": board, "others": others,
                "table": table,
                "form": form, "can_edit": can_edit, "tasks": tasks,

@@ -37,6 +37,10 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
         run_attempt(run_id=evaluation.run_id, attempt=run_claim(run_id=evaluation.run_id, stale_after=0))
         evaluation.refresh_from_db()
         assert evaluation.run.status == RunStatus.COMPLETED
+    # The suite samples the very domain the run trained on: every task it asks is in the training pool.
+    assert evaluations[0].overlap["training"] == registry["bundle"].ref and len(evaluations[0].overlap["exact"]) == 8
+    [row] = results.leaderboard(evaluations[:1]).rows
+    assert row.clean[results.ALL].tasks == 0 and row.overlapping[results.ALL].tasks == 8
     lines = selectors.timeline(evaluations=evaluations)
     assert [step for step, _ in lines["learner"]] == [1, 2]
     assert all(score.tasks == 8 for _, score in lines["learner"])
@@ -54,6 +58,6 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
 
     client.force_login(owner)
     page = client.get(f"/p/{project.slug}/evals/arith-suite/{suite.number}/").content.decode()
-    assert 'id="eval-timeline-figure"' in page and page.count("data-row=") == 2
+    assert 'id="eval-timeline-figure"' in page and page.count("data-row=") == 2 and "data-overlap" in page
     paired = results.compare(*evaluations)
     assert paired.by_domain[results.ALL].tasks == 8

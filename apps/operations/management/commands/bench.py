@@ -13,6 +13,7 @@ from apps.runs import wiring
 
 AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
          "ui": "apps.operations.benchmarks.ui", "review": "apps.operations.benchmarks.review",
+         "evals": "apps.operations.benchmarks.evals",
          "sandbox": "workers.sandbox.bench",
          "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
          "engine": "workers.rl.bench.engine"}
@@ -54,6 +55,8 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32],
                             help="engine: concurrent requests, one measurement each")
         parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")
+        parser.add_argument("--paired-items", type=int, default=10_000,
+                            help="evals: paired items the statistics are timed over")
 
     def handle(self, *args, area, **options):
         if options["steps"] is None:

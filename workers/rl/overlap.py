@@ -1,0 +1,49 @@
+"""Overlap between an eval suite's tasks and a training pool: exact (the same task instance, by content hash)
+and near-duplicate (a shared 13-gram of words in the prompt, as GPT-3's contamination analysis did; a prompt
+shorter than 13 words counts as one n-gram of its own length). The studio owns both its RL task pools and its
+suites, so it can say which scores were earned on tasks the model trained on."""
+
+from __future__ import annotations
+
+import re
+
+from .taskset import TaskSet
+from .types import Task
+
+N = 13
+WORD = re.compile(r"\w+")
+
+
+def prompt_text(task: Task) -> str:
+    return "\n".join(m["content"] for m in task.template.messages(task.item, examples=False) if m["role"] == "user")
+
+
+def ngrams(text: str, n: int = N) -> set[tuple[str, ...]]:
+    words = WORD.findall(text.lower())
+    if len(words) < n:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def task_id(task: Task) -> str:
+    """The task as evaluation results name it: template slug / task key."""
+    return f"{task.template.key.partition('@')[0].removeprefix('task_template/')}/{task.item.key}"
+
+
+def overlap(suite: list[Task], training: TaskSet) -> dict[str, list[str]]:
+    """{"exact": [...], "near": [...]}: the suite's tasks found in the training pool, by task id; a task in
+    "exact" is not repeated in "near"."""
+    hashes: set[str] = set()
+    grams: set[tuple[str, ...]] = set()
+    for template_key, items in training.items.items():
+        for key in items:
+            task = training.task(0, template_key, key)
+            hashes.add(task.item_hash)
+            grams |= ngrams(prompt_text(task))
+    exact, near = [], []
+    for task in suite:
+        if task.item_hash in hashes:
+            exact.append(task_id(task))
+        elif ngrams(prompt_text(task)) & grams:
+            near.append(task_id(task))
+    return {"exact": sorted(exact), "near": sorted(near)}
