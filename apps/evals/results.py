@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from apps.runs.models import RunStatus
 from apps.trajectories.models import Trajectory
+from workers.rl.overlap import task_label
 
 from . import statistics
 from .models import Evaluation
@@ -40,7 +41,7 @@ def evaluation_rewards(evaluation: Evaluation) -> Rewards:
     rows = (Trajectory.objects.filter(run_id=evaluation.run_id).order_by("seq", "sample")
             .values_list("id", "domain", "template", "task_key", "reward"))
     for pk, domain, template, task_key, reward in rows.iterator(chunk_size=5000):
-        task = f"{template.partition('@')[0].removeprefix('task_template/')}/{task_key}"
+        task = task_label(template, task_key)
         ids[task].append(str(pk))
         if reward is None:
             infra += 1

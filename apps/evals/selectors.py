@@ -7,9 +7,14 @@ from django.http import Http404
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
+from apps.runs.pins import bundle_tasks
+from workers.rl.config import RunConfig
+from workers.rl.evaluation import suite_tasks
+from workers.rl.overlap import task_id
 
 from . import results, statistics
 from .models import Endpoint, Evaluation
+from .suites import suite_settings
 
 
 def suite_list(*, project: Project) -> QuerySet[Version]:
@@ -25,6 +30,18 @@ def suite_get(*, project: Project, slug: str, number: int | None = None) -> Vers
     if suite is None:
         raise Http404(f"no eval suite {slug}{'@' + str(number) if number else ''} in project {project.slug}")
     return suite
+
+
+def suite_task_ids(*, project: Project) -> frozenset[str]:
+    """Every task an eval suite of the project asks (template slug / task key): what review datasets leave out."""
+    ids: set[str] = set()
+    config = RunConfig.from_dict(RunConfig.resolve({}))  # the tasks do not depend on the model
+    for suite in suite_list(project=project):
+        settings = suite_settings(suite)
+        tasks = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
+                            seed=settings["seed"])
+        ids |= {task_id(task) for task in tasks}
+    return frozenset(ids)
 
 
 def evaluation_list(*, project: Project) -> QuerySet[Evaluation]:

@@ -16,6 +16,7 @@ from pydantic import ConfigDict
 from apps.accounts.api_auth import caller_project
 from apps.accounts.models import Membership, Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS, ErrorOut
+from apps.evals.selectors import suite_task_ids
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import definition_get, version_resolve
@@ -295,7 +296,8 @@ def export(request, project: str, queue: str, kind: Literal["sft", "preference",
     """A dataset from the queue's labels as JSONL (one row a line, each with its provenance): sft (chat
     messages), preference (chosen and rejected from one group) or hacks (confirmed reward hacks)."""
     review = selectors.queue_get(project=caller_project(request, project), slug=queue)
-    rows = dataset_rows(review, kind=kind, question=question, accept=accept)
+    rows = dataset_rows(review, kind=kind, question=question, accept=accept,
+                        exclude_tasks=suite_task_ids(project=review.project))
     body = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     response = HttpResponse(body, content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="{review.slug}-{kind}.jsonl"'

@@ -8,8 +8,9 @@
 
 Every row carries its provenance: the trajectory, run, template and verifier versions, the policy version, the
 labels (reviewer and answers), the gold answer if any, and the queue's agreement on the question. Written as
-JSONL, Parquet (pyarrow) or a Hugging Face `datasets` directory (save_to_disk). Items of eval suites are to be
-left out once eval suites exist (`exclude_trajectories`, the seam for that).
+JSONL, Parquet (pyarrow) or a Hugging Face `datasets` directory (save_to_disk). The tasks of the project's eval
+suites are left out (`exclude_tasks`, from apps/evals): a dataset trained on must not hold what a leaderboard
+measures.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from django.db.models import Q
 
 from apps.trajectories.models import Trajectory
+from workers.rl.overlap import task_label
 
 from .agreement import queue_agreement
 from .models import Adjudication, Label, ReviewQueue
@@ -42,7 +44,7 @@ def _split(messages: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", accept: str = "correct",
-                 exclude_trajectories: frozenset = frozenset()) -> list[dict]:
+                 exclude_tasks: frozenset = frozenset()) -> list[dict]:
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     labels = defaultdict(list)
@@ -53,6 +55,7 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
             for a in Adjudication.objects.filter(item__queue=queue).select_related("item")}
     alpha = next((a.alpha for a in queue_agreement(queue, samples=200) if a.question == question), None)
     trajectories = {t.pk: t for t in Trajectory.objects.filter(pk__in=labels).select_related("run")}
+    exclude_trajectories = {pk for pk, t in trajectories.items() if task_label(t.template, t.task_key) in exclude_tasks}
 
     def decided(trajectory_id) -> str | None:
         """The gold answer, else the answer every reviewer gave, else None (no label, or reviewers differ)."""
@@ -87,8 +90,9 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
         draws = Q()
         for trajectory in chosen:
             draws |= Q(run_id=trajectory.run_id, seq=trajectory.seq)
-        for member in Trajectory.objects.filter(draws).exclude(pk__in=exclude_trajectories) if chosen else []:
-            groups[(member.run_id, member.seq)].append(member)
+        for member in Trajectory.objects.filter(draws) if chosen else []:
+            if task_label(member.template, member.task_key) not in exclude_tasks:
+                groups[(member.run_id, member.seq)].append(member)
         for trajectory in chosen:
             for sibling in groups[(trajectory.run_id, trajectory.seq)]:
                 if sibling.pk == trajectory.pk:

@@ -25,9 +25,14 @@ def ngrams(text: str, n: int = N) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
+def task_label(template_key: str, task_key: str) -> str:
+    """A task as evaluation results, overlap reports and review datasets name it: template slug / task key (the
+    same task under any version of its template)."""
+    return f"{template_key.partition('@')[0].removeprefix('task_template/')}/{task_key}"
+
+
 def task_id(task: Task) -> str:
-    """The task as evaluation results name it: template slug / task key."""
-    return f"{task.template.key.partition('@')[0].removeprefix('task_template/')}/{task.item.key}"
+    return task_label(task.template.key, task.item.key)
 
 
 def overlap(suite: list[Task], training: TaskSet) -> dict[str, list[str]]:

@@ -89,3 +89,14 @@ def test_the_api_streams_the_same_rows(labelled, api_as, project, member):
     assert response.status_code == 200 and response["Content-Type"] == "application/x-ndjson"
     assert len(response.content.decode().splitlines()) == 2
     assert api.get("/projects/acme-rl/review/queues/data/export", kind="nope").status_code == 422
+
+
+def test_the_tasks_of_eval_suites_are_left_out(labelled, api_as, project, owner, member):
+    from apps.registry.services import version_publish
+
+    api = api_as(member("viewer"), project=project, scope="read")
+    # A suite that asks all 20 tasks of the template: every labelled trajectory is of one of them, so none is left.
+    version_publish(project=project, kind="bundle", slug="held-out", author=owner, spec={
+        "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 20}})
+    assert api.get("/projects/acme-rl/review/queues/data/export", kind="sft").content == b""
+    assert api.get("/projects/acme-rl/review/queues/data/export", kind="hacks").content == b""

@@ -16,7 +16,7 @@ AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.oper
          "evals": "apps.operations.benchmarks.evals",
          "sandbox": "workers.sandbox.bench",
          "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
-         "engine": "workers.rl.bench.engine"}
+         "engine": "workers.rl.bench.engine", "serve": "workers.rl.bench.serve"}
 # The engine's benchmarks read no settings: they are handed a sandbox backend from the studio's wiring.
 BACKEND_DEFAULTS = {"sandbox": None, "pipeline": "process"}
 
@@ -61,7 +61,7 @@ class Command(BaseCommand):
     def handle(self, *args, area, **options):
         if options["steps"] is None:
             options.pop("steps")
-        if area in ("engine", "trainer"):
+        if area in ("engine", "trainer", "serve"):
             options["models_dir"] = wiring.models_dir()
         if area == "trainer":
             options["workloads"] = tuple(options.pop("workloads"))

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
 from apps.accounts.selectors import project_for_command
+from apps.evals.selectors import suite_task_ids
 from apps.review.datasets import FORMATS, KINDS, dataset_rows, write_dataset
 from apps.review.selectors import queue_get
 
@@ -32,6 +33,7 @@ class Command(BaseCommand):
             review = queue_get(project=scope, slug=queue)
         except Http404 as exc:
             raise CommandError(str(exc)) from None
-        rows = dataset_rows(review, kind=kind, question=question, accept=accept)
+        rows = dataset_rows(review, kind=kind, question=question, accept=accept,
+                        exclude_tasks=suite_task_ids(project=review.project))
         written = write_dataset(rows, out, fmt=fmt)
         self.stdout.write(f"{len(rows)} {kind} rows from queue {review.slug} -> {written} ({fmt})")
