@@ -66,6 +66,7 @@ class EvaluationOut(Schema):
 
 class EvaluationDetailOut(EvaluationOut):
     infra_errors: int
+    cost: float
     scores: dict[str, ScoreOut]
 
 
@@ -202,7 +203,7 @@ def get_evaluation(request, project: str, evaluation: int):
     """An evaluation's status and its scores per domain (and `all`), each with its 95% interval."""
     found = selectors.evaluation_get(project=caller_project(request, project), pk=evaluation)
     [row] = results.leaderboard([found]).rows
-    return {**_evaluation(found), "infra_errors": row.infra_errors,
+    return {**_evaluation(found), "infra_errors": row.infra_errors, "cost": row.cost,
             "scores": {domain: _score(s) for domain, s in row.scores.items()}}
 
 

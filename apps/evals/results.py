@@ -27,6 +27,7 @@ class Rewards:
     by_domain: dict[str, dict[str, list[float]]]  # domain -> task -> rewards of its samples
     trajectories: dict[str, list[str]]  # task -> trajectory ids, sample order
     infra_errors: int
+    cost: float = 0.0  # money: the model's compute, sandbox CPU and judge calls of every answer
 
     def domain(self, name: str) -> dict[str, list[float]]:
         if name == ALL:
@@ -37,17 +38,18 @@ class Rewards:
 def evaluation_rewards(evaluation: Evaluation) -> Rewards:
     by_domain: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     ids: dict[str, list[str]] = defaultdict(list)
-    infra = 0
+    infra, cost = 0, 0.0
     rows = (Trajectory.objects.filter(run_id=evaluation.run_id).order_by("seq", "sample")
-            .values_list("id", "domain", "template", "task_key", "reward"))
-    for pk, domain, template, task_key, reward in rows.iterator(chunk_size=5000):
+            .values_list("id", "domain", "template", "task_key", "reward", "cost"))
+    for pk, domain, template, task_key, reward, spent in rows.iterator(chunk_size=5000):
         task = task_label(template, task_key)
+        cost += spent
         ids[task].append(str(pk))
         if reward is None:
             infra += 1
         else:
             by_domain[domain][task].append(reward)
-    return Rewards({d: dict(t) for d, t in by_domain.items()}, dict(ids), infra)
+    return Rewards({d: dict(t) for d, t in by_domain.items()}, dict(ids), infra, cost)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Row:
     evaluation: Evaluation
     scores: dict[str, statistics.Score] = field(default_factory=dict)
     infra_errors: int = 0
+    cost: float = 0.0
     # Where the evaluated checkpoint's training pool is known: the scores on the suite's tasks it did not train
     # on, and on those it did (exactly or as a near duplicate).
     clean: dict[str, statistics.Score] = field(default_factory=dict)
@@ -74,7 +77,7 @@ def leaderboard(evaluations: list[Evaluation]) -> Leaderboard:
     for evaluation in evaluations:
         rewards = evaluation_rewards(evaluation)
         domains |= set(rewards.by_domain)
-        row = Row(evaluation, infra_errors=rewards.infra_errors)
+        row = Row(evaluation, infra_errors=rewards.infra_errors, cost=rewards.cost)
         seen = set(evaluation.overlap.get("exact", [])) | set(evaluation.overlap.get("near", []))
         for name in [*rewards.by_domain, ALL]:
             tasks = rewards.domain(name)

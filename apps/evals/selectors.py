@@ -7,6 +7,7 @@ from django.http import Http404
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
+from apps.runs.models import Checkpoint, CheckpointAlias, MetricPoint
 from apps.runs.pins import bundle_tasks
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import suite_tasks
@@ -58,6 +59,23 @@ def evaluation_get(*, project: Project, pk: int) -> Evaluation:
 
 def endpoint_list(*, project: Project) -> QuerySet[Endpoint]:
     return Endpoint.objects.filter(project=project).order_by("slug")
+
+
+def checkpoint_rows(*, project: Project, limit: int = 500) -> list[dict]:
+    """Checkpoints newest run first: the run, step, size, aliases, reward/mean at the step, evaluations of it."""
+    checkpoints = list(Checkpoint.objects.filter(run__project=project).select_related("run")
+                       .order_by("-run__created_at", "-step")[:limit])
+    aliases: dict[int, list[str]] = {}
+    for alias in CheckpointAlias.objects.filter(project=project):
+        aliases.setdefault(alias.checkpoint_id, []).append(alias.name)
+    rewards = {(p.run_id, p.step): p.value for p in MetricPoint.objects.filter(
+        run_id__in={c.run_id for c in checkpoints}, name="reward/mean",
+        step__in={c.step for c in checkpoints})}
+    evaluated: dict[int, list[Evaluation]] = {}
+    for evaluation in Evaluation.objects.filter(checkpoint__in=checkpoints).select_related("suite__definition", "run"):
+        evaluated.setdefault(evaluation.checkpoint_id, []).append(evaluation)
+    return [{"checkpoint": c, "aliases": sorted(aliases.get(c.pk, [])), "reward": rewards.get((c.run_id, c.step)),
+             "evaluations": evaluated.get(c.pk, [])} for c in checkpoints]
 
 
 def timeline(*, evaluations: list[Evaluation]) -> dict[str, list[tuple[int, statistics.Score]]]:

@@ -6,6 +6,7 @@ app_name = "evals"
 
 urlpatterns = [
     path("p/<slug:project>/evals/", views.eval_list, name="list"),
+    path("p/<slug:project>/checkpoints/", views.checkpoint_list, name="checkpoints"),
     path("p/<slug:project>/evals/compare/<int:a>/<int:b>/", views.compare_page, name="compare"),
     path("p/<slug:project>/evals/<slug:slug>/", views.suite_page, name="suite_head"),
     path("p/<slug:project>/evals/<slug:slug>/<int:number>/", views.suite_page, name="suite"),

@@ -10,6 +10,8 @@ from django.shortcuts import redirect, render
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page, project_for_user
 
+from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
+
 from . import results, selectors, statistics
 from .figures import timeline_figure
 from .forms import EvaluationLaunchForm
@@ -72,6 +74,25 @@ def _champion(board) -> dict | None:
     paired = results.compare(champion, newest)
     worse = [d for d, c in paired.by_domain.items() if d != results.ALL and c.significant and c.difference < 0]
     return {"champion": champion, "newest": newest, "worse": worse}
+
+
+def checkpoint_list(request, project):
+    """The checkpoint registry: every checkpoint the project's runs saved, its training reward at that step, its
+    aliases and evaluations; editors move aliases here."""
+    project, can_edit = project_for_page(user=request.user, slug=project)
+    if request.method == "POST":
+        project_for_user(user=request.user, slug=project.slug, min_role=Role.EDITOR)
+        try:
+            checkpoint = checkpoint_resolve(project=project, name=request.POST.get("checkpoint", ""))
+            alias_move(project=project, name=request.POST.get("name", "").strip(), checkpoint=checkpoint,
+                       actor=request.user, via="web")
+        except CheckpointNotFound as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"{request.POST['name']} -> {checkpoint.run.name}@{checkpoint.step}")
+        return redirect("evals:checkpoints", project=project.slug)
+    rows = selectors.checkpoint_rows(project=project)
+    return render(request, "evals/checkpoints.html", {"project": project, "rows": rows, "can_edit": can_edit})
 
 
 def compare_page(request, project, a, b):

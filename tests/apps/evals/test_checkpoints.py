@@ -59,5 +59,9 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
     client.force_login(owner)
     page = client.get(f"/p/{project.slug}/evals/arith-suite/{suite.number}/").content.decode()
     assert 'id="eval-timeline-figure"' in page and page.count("data-row=") == 2 and "data-overlap" in page
+    registry_page = client.get(f"/p/{project.slug}/checkpoints/").content.decode()
+    assert registry_page.count("data-checkpoint=") == 2 and "data-alias>champion" in registry_page
+    moved = client.post(f"/p/{project.slug}/checkpoints/", {"name": "challenger", "checkpoint": "learner@1"})
+    assert moved.status_code == 302 and checkpoint_resolve(project=project, name="challenger").step == 1
     paired = results.compare(*evaluations)
     assert paired.by_domain[results.ALL].tasks == 8
