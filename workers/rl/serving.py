@@ -9,12 +9,13 @@ renders it (`chat.prompt(messages, tools)`), so an evaluation through this serve
 evaluation sees. Assistant turns that carry `tool_calls` without the call in their text get it written in the
 Hermes convention the model was trained to write.
 
-A stream is sent when the engine has finished the answer (the engines hand back whole completions): the chunks
-follow the API's format, but the first one arrives with the last.
+A streamed answer goes out token by token as the engine samples them (the torch and transformers engines call
+back per token; vLLM's engine hands back whole answers, so there the first chunk comes with the last).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -100,14 +101,16 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
             raise LookupError(f"this server serves {model_name!r}, not {body.get('model')!r}")
         return body
 
-    def _generate(prompt_ids: list[int], settings: dict):
+    def _request(prompt_ids: list[int], settings: dict, on_token=None) -> GenerationRequest:
         if engine.max_context and len(prompt_ids) >= engine.max_context:
             raise BadRequest(f"the prompt has {len(prompt_ids)} tokens; the model takes {engine.max_context}")
         budget = settings["max_tokens"] if not engine.max_context else \
             min(settings["max_tokens"], engine.max_context - len(prompt_ids))
-        request = GenerationRequest(prompt_ids, settings["n"], budget, chat.stop_ids, settings["temperature"],
-                                    settings["seed"])
-        return engine.generate([request])[0]
+        return GenerationRequest(prompt_ids, settings["n"], budget, chat.stop_ids, settings["temperature"],
+                                 settings["seed"], on_token=on_token)
+
+    def _generate(prompt_ids: list[int], settings: dict):
+        return engine.generate([_request(prompt_ids, settings)])[0]
 
     def _logprobs(completion) -> dict:
         tokens = [chat.decode([token]) for token in completion.token_ids]
@@ -125,13 +128,18 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
             tools = [tool.get("function", tool) for tool in body.get("tools") or [] if isinstance(tool, dict)]
             settings = sampling(body, DEFAULT_MAX_TOKENS)
             prompt_ids = chat.prompt(messages, tools)
-            completions = await run_in_threadpool(_generate, prompt_ids, settings)
+            _request(prompt_ids, settings)  # refused here, before a stream starts, if it cannot be served
         except BadRequest as exc:
             return _error(400, str(exc))
         except LookupError as exc:
             return _error(404, str(exc), "not_found_error")
         reply_id, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         want_logprobs = bool(body.get("logprobs"))
+        if body.get("stream"):
+            return StreamingResponse(_stream(reply_id, now, prompt_ids, settings, want_logprobs,
+                                             bool((body.get("stream_options") or {}).get("include_usage"))),
+                                     media_type="text/event-stream")
+        completions = await run_in_threadpool(_generate, prompt_ids, settings)
         choices = []
         for index, completion in enumerate(completions):
             choice = {"index": index, "message": {"role": "assistant", "content": chat.decode(completion.token_ids)},
@@ -139,27 +147,61 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
             if want_logprobs:
                 choice["logprobs"] = _logprobs(completion)
             choices.append(choice)
-        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": sum(len(c.token_ids) for c in completions),
-                 "total_tokens": len(prompt_ids) + sum(len(c.token_ids) for c in completions)}
-        if not body.get("stream"):
-            return JSONResponse({"id": reply_id, "object": "chat.completion", "created": now, "model": model_name,
-                                 "choices": choices, "usage": usage})
+        return JSONResponse({"id": reply_id, "object": "chat.completion", "created": now, "model": model_name,
+                             "choices": choices, "usage": _usage(prompt_ids, completions)})
 
-        def events():
-            head = {"id": reply_id, "object": "chat.completion.chunk", "created": now, "model": model_name}
-            for choice in choices:
-                delta = {"role": "assistant", "content": choice["message"]["content"]}
-                chunk = {**head, "choices": [{"index": choice["index"], "delta": delta, "finish_reason": None,
-                                              "logprobs": choice["logprobs"]}]}
-                yield f"data: {json.dumps(chunk)}\n\n"
-                chunk = {**head, "choices": [{"index": choice["index"], "delta": {},
-                                              "finish_reason": choice["finish_reason"], "logprobs": None}]}
-                yield f"data: {json.dumps(chunk)}\n\n"
-            if (body.get("stream_options") or {}).get("include_usage"):
-                yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
-            yield "data: [DONE]\n\n"
+    def _usage(prompt_ids, completions) -> dict:
+        generated = sum(len(c.token_ids) for c in completions)
+        return {"prompt_tokens": len(prompt_ids), "completion_tokens": generated,
+                "total_tokens": len(prompt_ids) + generated}
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+    async def _stream(reply_id, now, prompt_ids, settings, want_logprobs, include_usage):
+        """Server-sent chunks: each sample's new text as its tokens are sampled, then its finish reason."""
+        loop = asyncio.get_running_loop()
+        arrived: asyncio.Queue = asyncio.Queue()
+
+        def on_token(slot: int, token: int) -> None:  # the engine's thread
+            loop.call_soon_threadsafe(arrived.put_nowait, (slot, token))
+
+        done = loop.run_in_executor(None, lambda: engine.generate([_request(prompt_ids, settings, on_token)])[0])
+        head = {"id": reply_id, "object": "chat.completion.chunk", "created": now, "model": model_name}
+        tokens = [[] for _ in range(settings["n"])]
+        sent = [""] * settings["n"]
+
+        def chunk(slot: int, delta: dict, finish=None, logprobs=None) -> str:
+            return "data: " + json.dumps({**head, "choices": [{"index": slot, "delta": delta, "finish_reason": finish,
+                                                                "logprobs": logprobs}]}) + "\n\n"
+
+        def new_text(slot: int, text: str):
+            # Held back while it ends in a partly decoded character; sent once the character is whole.
+            if text.endswith("\ufffd") or not text.startswith(sent[slot]) or text == sent[slot]:
+                return None
+            delta, sent[slot] = text[len(sent[slot]):], text
+            return delta
+
+        for slot in range(settings["n"]):
+            yield chunk(slot, {"role": "assistant", "content": ""})
+        while True:
+            waiting = asyncio.ensure_future(arrived.get())
+            finished, _ = await asyncio.wait({waiting, done}, return_when=asyncio.FIRST_COMPLETED)
+            if waiting not in finished:
+                waiting.cancel()
+                break
+            slot, token = waiting.result()
+            tokens[slot].append(token)
+            delta = new_text(slot, chat.decode(tokens[slot]))
+            if delta:
+                yield chunk(slot, {"content": delta})
+        completions = await done
+        for slot, completion in enumerate(completions):
+            text = chat.decode(completion.token_ids)
+            rest = text[len(sent[slot]):] if text.startswith(sent[slot]) else ""
+            if rest:
+                yield chunk(slot, {"content": rest})
+            yield chunk(slot, {}, completion.finish_reason, _logprobs(completion) if want_logprobs else None)
+        if include_usage:
+            yield f"data: {json.dumps({**head, 'choices': [], 'usage': _usage(prompt_ids, completions)})}\n\n"
+        yield "data: [DONE]\n\n"
 
     async def completions(request: Request):
         try:

@@ -7,8 +7,7 @@ other with stream=True; time to first token is the wait for the first streamed c
 without batching does — one request at a time, `model.generate` on it alone; its clients' requests all arrive at
 the start and are served in turn, so a request's first token comes when its generation ends (it does not stream).
 Both write at most `new_tokens` at temperature 1 and stop at the end-of-turn token; tokens are counted up to the
-stop. Our stream also arrives whole (the engines hand back finished completions), so our time to first token is
-the answer's latency too.
+stop.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class GenerationRequest:
     # own side; the engines here read `prompt_ids`.
     messages: tuple[dict, ...] = ()
     tools: tuple[dict, ...] = ()
+    # Called with (sample index, token id) as each token is sampled, by the engines that batch continuously (the
+    # torch and transformers ones): what `serve` streams. Not part of the request's identity.
+    on_token: Callable | None = field(default=None, compare=False)
 
 
 @dataclass

@@ -28,6 +28,7 @@ class SamplingRequest:
     stops: tuple[int, ...]
     temperature: float = 1.0
     seed: int | None = None  # the request's own random stream: its samples do not depend on its neighbours
+    on_token: Callable | None = None  # on_token(slot, token id), as each token is sampled (a streamed answer)
 
 
 def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
@@ -61,7 +62,7 @@ SamplingStep = Callable
 def sampling_request(request) -> SamplingRequest:
     """An engines.GenerationRequest as the sampler takes it."""
     return SamplingRequest(request.prompt_ids, request.n, request.max_new_tokens, tuple(request.stop_ids),
-                           request.temperature, request.seed)
+                           request.temperature, request.seed, request.on_token)
 
 
 def prefill(step: SamplingStep, prompts: list[list[int]], device):
@@ -228,6 +229,8 @@ class ContinuousBatch:
             took_part.append((entry, slot))
             entry["tokens"][slot].append(sampled[position])
             entry["logprobs"][slot].append(logprobs[position])
+            if entry["request"].on_token is not None:
+                entry["request"].on_token(slot, sampled[position])
             if sampled[position] in row["stops"] or len(entry["tokens"][slot]) >= row["budget"]:
                 row["live"] = False
                 entry["left"] -= 1
