@@ -1,4 +1,5 @@
-"""Embedded training: a thread in the web process of the embedded studio that trains queued runs, one at a time.
+"""Embedded training: threads in the web process of the embedded studio that run queued runs, one at a time per
+lane: one trains, one evaluates (so a checkpoint's evaluation does not wait for the training run to end).
 
 There is no Celery broker in the embedded studio, so this thread does what the `gpu` workers and the watchdog
 do on services: it claims the oldest queued run, runs its attempt (apps/runs/attempt.py), and queues again runs
@@ -24,29 +25,35 @@ def start_embedded_training_if_enabled() -> None:
     if not settings.EMBEDDED_TRAINING or _started.is_set():
         return
     _started.set()
-    threading.Thread(target=_loop, name="embedded-training", daemon=True).start()
+    for lane in LANES:
+        threading.Thread(target=_loop, args=(lane,), name=f"embedded-{lane}", daemon=True).start()
 
 
-def _loop() -> None:
+def _loop(lane: str) -> None:
     from django.db import close_old_connections
 
     while True:
         try:
             close_old_connections()
-            train_next_queued()
+            train_next_queued(lane)
         except Exception:
-            log.exception("embedded training: a run failed")
+            log.exception("embedded %s: a run failed", lane)
         time.sleep(POLL_SECONDS)
 
 
-def train_next_queued() -> bool:
-    """Requeue lost runs, then claim and train the oldest queued one. Returns whether a run was attempted."""
+# An evaluation's config holds its suite (RunConfig.evaluation); a training run's does not.
+LANES = {"training": lambda runs: runs.exclude(config__evaluation__has_key="suite"),
+         "evaluation": lambda runs: runs.filter(config__evaluation__has_key="suite")}
+
+
+def train_next_queued(lane: str = "training") -> bool:
+    """Requeue lost runs, then claim and run the oldest queued one of the lane. Returns whether one was attempted."""
     from .attempt import run_attempt
     from .models import Run, RunStatus
     from .services import run_claim, runs_requeue_lost
 
     runs_requeue_lost(stale_after=settings.RUN_STALE_SECONDS)
-    for run in Run.objects.filter(status=RunStatus.QUEUED).order_by("created_at")[:5]:
+    for run in LANES[lane](Run.objects.filter(status=RunStatus.QUEUED)).order_by("created_at")[:5]:
         attempt = run_claim(run_id=run.pk, stale_after=settings.RUN_STALE_SECONDS)
         if attempt is not None:
             run_attempt(run_id=run.pk, attempt=attempt)

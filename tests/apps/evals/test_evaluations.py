@@ -9,8 +9,9 @@ from apps.evals.models import Evaluation
 from apps.evals.services import EvalError, evaluation_launch
 from apps.registry.services import version_publish
 from apps.runs.attempt import run_attempt
-from apps.runs.models import RunStatus
-from apps.runs.services import run_claim
+from apps.runs.embedded import LANES
+from apps.runs.models import Run, RunStatus
+from apps.runs.services import run_claim, run_create
 from apps.trajectories.models import Trajectory
 from tests.apps.evals.conftest import SUITE
 
@@ -78,6 +79,11 @@ def test_launching_needs_a_suite_and_one_thing_to_evaluate(project, registry, ow
     assert missing.status_code == 404 and "no run 'nope'" in missing.json()["detail"]
     queued = api.post(f"/projects/{project.slug}/evals", {"suite": "arith-suite", "model": "model/demo-tiny"})
     assert queued.status_code == 201 and queued.json()["batches"] == 1 and queued.json()["status"] == "queued"
+    # The embedded studio runs evaluations in a lane of their own, beside training.
+    training = run_create(project=project, bundle=registry["bundle"], steps=1, actor=owner)
+    waiting = Run.objects.filter(status=RunStatus.QUEUED)
+    assert [str(r.pk) for r in LANES["evaluation"](waiting)] == [queued.json()["run"]]
+    assert list(LANES["training"](waiting)) == [training]
     bad = api.post(f"/projects/{project.slug}/evals/endpoints/", {"slug": "x", "base_url": "ftp://x",
                                                                           "model": "m"})
     assert bad.status_code == 400 and "http(s) URL" in bad.json()["detail"]

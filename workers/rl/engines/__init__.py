@@ -89,13 +89,17 @@ class BatchingEngine:
 
     def generate(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
         """One list of `request.n` completions per request."""
+        return [future.result() for future in self.submit(requests)]
+
+    def submit(self, requests: list[GenerationRequest]) -> list[Future]:
+        """`generate` without waiting: a future per request (a server awaits them without a thread each)."""
         futures = [Future() for _ in requests]
         with self._wakeup:
             if self._closed:
                 raise RuntimeError(f"the {self.name} engine is closed")
             self._queue += list(zip(requests, futures, strict=True))
             self._wakeup.notify()
-        return [future.result() for future in futures]
+        return futures
 
     def load_weights(self, state: dict | None, version: int) -> None:
         """The trainer's new weights (names as in the trainer's model), used from the next batch on; None for an
