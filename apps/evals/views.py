@@ -9,7 +9,6 @@ from django.shortcuts import redirect, render
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page, project_for_user
-
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
 
 from . import results, selectors, statistics

@@ -38,6 +38,18 @@ def evaluation_engine(config: RunConfig, tasks):
     return model.engine, model.chat, model
 
 
+def checkpoint_model(checkpoint):
+    """The model of a run at one of its checkpoints (what `serve --checkpoint` serves); the caller closes it."""
+    config = RunConfig.from_dict({**checkpoint.run.config, "mode": "sync"})  # no weight copy: nothing trains
+    model = wiring.run_model(config, bundle_tasks(bundle=checkpoint.run.bundle, config=config))
+    try:
+        checkpoint_weights(model, Path(checkpoint.path), checkpoint.step)
+    except Exception:
+        model.close()
+        raise
+    return model
+
+
 def checkpoint_weights(model, path: Path, step: int) -> None:
     """The model's policy and engine at a run's checkpoint (its model.safetensors)."""
     if not (path / "model.safetensors").is_file():

@@ -65,3 +65,60 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
     assert moved.status_code == 302 and checkpoint_resolve(project=project, name="challenger").step == 1
     paired = results.compare(*evaluations)
     assert paired.by_domain[results.ALL].tasks == 8
+
+
+@pytest.mark.sandbox
+def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(project, registry, owner, tiny):
+    """`serve --checkpoint`'s model behind its app, evaluated as an endpoint through the official client, against
+    the checkpoint evaluated directly: greedy, the same answers and the same scores."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from apps.evals.services import endpoint_create, evaluation_launch
+    from apps.registry.services import version_publish
+    from apps.runs.evaluation import checkpoint_model
+    from apps.trajectories.models import Trajectory
+    from workers.rl.serving import build_app
+
+    run = run_create(project=project, bundle=registry["bundle"], steps=1, name="learner", actor=owner,
+                     overrides={**TRAINING, "eval_suite": "", "eval_suite_every": 0})
+    run_attempt(run_id=run.pk, attempt=run_claim(run_id=run.pk, stale_after=0))
+    greedy = version_publish(project=project, kind="bundle", slug="greedy-suite", author=owner, spec={
+        "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 10, "temperature": 0.0}}).version
+    checkpoint = checkpoint_resolve(project=project, name="learner@1")
+
+    def evaluate(**target):
+        evaluation = evaluation_launch(project=project, suite=greedy, actor=owner, **target)
+        run_attempt(run_id=evaluation.run_id, attempt=run_claim(run_id=evaluation.run_id, stale_after=0))
+        evaluation.refresh_from_db()
+        assert evaluation.run.status == RunStatus.COMPLETED
+        return evaluation
+
+    direct = evaluate(checkpoint=checkpoint)
+    model = checkpoint_model(checkpoint)
+    server = uvicorn.Server(uvicorn.Config(build_app(engine=model.engine, chat=model.chat, model_name="learner@1"),
+                                          host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        endpoint = endpoint_create(project=project, slug="served", base_url=f"http://127.0.0.1:{port}/v1",
+                                   model="learner@1", actor=owner)
+        remote = evaluate(endpoint=endpoint)
+    finally:
+        server.should_exit = True
+        thread.join(5)
+        model.close()
+
+    def answers(evaluation):
+        return {(t.task_key, t.sample): (t.turns[-1]["content"], t.reward)
+                for t in Trajectory.objects.filter(run=evaluation.run)}
+
+    assert answers(remote) == answers(direct) and len(answers(direct)) == 10
+    left, right = results.evaluation_rewards(direct), results.evaluation_rewards(remote)
+    assert left.by_domain == right.by_domain and right.infra_errors == 0
+    assert results.compare(direct, remote).by_domain[results.ALL].difference == 0

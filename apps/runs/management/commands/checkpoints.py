@@ -7,10 +7,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
-from apps.runs import wiring
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
 from apps.runs.models import Checkpoint, CheckpointAlias
-from apps.runs.pins import bundle_tasks
 from workers.rl.config import RunConfig
 
 
@@ -61,11 +59,10 @@ class Command(BaseCommand):
         if config.model.startswith("builtin:demo-tiny"):
             raise CommandError("the built-in demo model is the studio's own TinyLM, not a Hugging Face model: "
                                "it has no Hugging Face directory to export")
-        from apps.runs.evaluation import checkpoint_weights
+        from apps.runs.evaluation import checkpoint_model
 
-        model = wiring.run_model(config, bundle_tasks(bundle=checkpoint.run.bundle, config=config))
+        model = checkpoint_model(checkpoint)
         try:
-            checkpoint_weights(model, Path(checkpoint.path), checkpoint.step)
             model.policy.export(directory)
         finally:
             model.close()

@@ -5,8 +5,6 @@ torch or transformers engine with continuous batching on the CPU, or vLLM on a G
 
 Point an endpoint at it (`evaluate --endpoint`, or the judge layer's base URL) like at any other server."""
 
-from pathlib import Path
-
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
@@ -15,7 +13,7 @@ from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from apps.runs import wiring
 from apps.runs.checkpoints import CheckpointNotFound, checkpoint_resolve
-from apps.runs.evaluation import checkpoint_weights
+from apps.runs.evaluation import checkpoint_model
 from apps.runs.pins import bundle_tasks
 from apps.runs.services import _model_pinned
 from workers.rl.config import RunConfig
@@ -44,8 +42,7 @@ class Command(BaseCommand):
         try:
             if checkpoint:
                 found = checkpoint_resolve(project=scope, name=checkpoint)
-                config = RunConfig.from_dict({**found.run.config, "mode": "sync"})
-                suite = found.run.bundle
+                built = checkpoint_model(found)
                 label = name or f"{found.run.name}@{found.step}"
             else:
                 definition = version_resolve(project=scope, ref=parse_ref(model))
@@ -56,12 +53,10 @@ class Command(BaseCommand):
                          .order_by("definition__slug", "-number").first())
                 config = RunConfig.from_dict(RunConfig.resolve(_model_pinned(
                     {"model": definition.ref, "mode": "sync"}, project=scope, bundle=suite)))
+                built = wiring.run_model(config, bundle_tasks(bundle=suite, config=config))
                 label = name or definition.ref
-        except (CheckpointNotFound, VersionNotFound, ValueError) as exc:
+        except (CheckpointNotFound, VersionNotFound, ValueError, FileNotFoundError) as exc:
             raise CommandError(str(exc)) from None
-        built = wiring.run_model(config, bundle_tasks(bundle=suite, config=config))
-        if checkpoint:
-            checkpoint_weights(built, Path(found.path), found.step)
         self.stderr.write(f"serving {label} at http://{host}:{port}/v1")
         try:
             uvicorn.run(build_app(engine=built.engine, chat=built.chat, model_name=label), host=host, port=port,
