@@ -18,3 +18,10 @@ def tiny(project, owner, settings):
     settings.DEMO_PRETRAIN_SECONDS = 2  # the demo model, pretrained for two seconds on the suite's tasks
     return version_publish(project=project, kind="model", slug="demo-tiny",
                            spec={"source": {"type": "builtin", "name": "demo-tiny"}}, author=owner).version
+
+
+@pytest.fixture(autouse=True)
+def local_rollouts(settings):
+    """The training runs these tests run in their own process verify there too: on services (CI sets REDIS_URL)
+    they would send their tool calls and verifications to rollout and verify workers no test started."""
+    settings.REMOTE_ROLLOUTS = False
