@@ -52,7 +52,10 @@ def train_next_queued(lane: str = "training") -> bool:
     from .models import Run, RunStatus
     from .services import run_claim, runs_requeue_lost
 
-    runs_requeue_lost(stale_after=settings.RUN_STALE_SECONDS)
+    if lane == "training":
+        # One lane only: another lane's poll would requeue, as lost, a run this process is training whenever its
+        # heartbeat runs late (the CPU busy), taking its lease away mid-step.
+        runs_requeue_lost(stale_after=settings.RUN_STALE_SECONDS)
     for run in LANES[lane](Run.objects.filter(status=RunStatus.QUEUED)).order_by("created_at")[:5]:
         attempt = run_claim(run_id=run.pk, stale_after=settings.RUN_STALE_SECONDS)
         if attempt is not None:
