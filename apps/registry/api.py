@@ -9,6 +9,7 @@ from ninja import Query, Router, Status
 from apps.accounts.api_auth import caller_project
 from apps.accounts.models import Project, Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
+from workers.definitions.specs import SPEC_MODELS, SPEC_SCHEMA_VERSION
 
 from . import selectors, services
 from .api_schemas import (
@@ -39,6 +40,25 @@ router = Router(tags=["registry"])
 
 DEFINITION = "/projects/{project}/definitions/{kind}/{slug}"
 
+
+
+@router.get("/schemas", response={200: dict, **READ_ERRORS})
+def spec_schemas(request):
+    """The JSON Schema of every kind's spec at the current spec schema version: what an editor completes and
+    validates against, and what the API's publish checks (a few checks — a verifier's code, a reference's fields
+    — are made on publish beyond what JSON Schema can say)."""
+    return {"schema_version": SPEC_SCHEMA_VERSION, "kinds": {kind: spec_json_schema(kind) for kind in SPEC_MODELS}}
+
+
+@router.get("/schemas/{kind}", response={200: dict, **READ_ERRORS})
+def spec_schema(request, kind: KindName):
+    """The JSON Schema of one kind's spec."""
+    return spec_json_schema(kind)
+
+
+def spec_json_schema(kind: str) -> dict:
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"/api/v1/schemas/{kind}",
+            "x-schema-version": SPEC_SCHEMA_VERSION, **SPEC_MODELS[kind].model_json_schema(mode="validation")}
 
 
 def _version(project: Project, kind: str, slug: str, selector: str) -> Version:
