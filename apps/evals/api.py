@@ -13,14 +13,13 @@ from apps.accounts.api_auth import caller_project
 from apps.accounts.models import Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
 from apps.registry.errors import VersionNotFound
-from apps.registry.refs import Ref, parse_ref, split_slug_ref
+from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
 from apps.runs.models import Checkpoint, CheckpointAlias
 
 from . import results, selectors
-from .models import Endpoint
-from .services import EvalError, endpoint_create, evaluation_launch
+from .services import EvalError, endpoint_create, evaluation_launch, target_resolve
 from .suites import suite_key
 
 router = Router(tags=["evals"])
@@ -174,27 +173,18 @@ def list_evaluations(request, project: str):
 def launch_evaluation(request, project: str, payload: EvaluationIn):
     """Queue an evaluation of one model (a model definition, a checkpoint or an endpoint) on a suite (editors)."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
-    named = [name for name in ("model", "checkpoint", "endpoint") if getattr(payload, name)]
-    if len(named) != 1:
-        return _problem(400, "name exactly one of model, checkpoint or endpoint", "model")
+    named = next((name for name in ("model", "checkpoint", "endpoint") if getattr(payload, name)), "model")
     try:
         suite = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.suite)))
-        target: dict = {}
-        if payload.model:
-            target["model"] = version_resolve(project=scope, ref=parse_ref(payload.model))
-        elif payload.checkpoint:
-            target["checkpoint"] = checkpoint_resolve(project=scope, name=payload.checkpoint)
-        else:
-            target["endpoint"] = Endpoint.objects.filter(project=scope, slug=payload.endpoint).first()
-            if target["endpoint"] is None:
-                return _problem(404, f"no endpoint {payload.endpoint!r} in project {scope.slug}", "endpoint")
+        target = target_resolve(project=scope, model=payload.model, checkpoint=payload.checkpoint,
+                                endpoint=payload.endpoint)
         evaluation = evaluation_launch(project=scope, suite=suite, actor=request.auth, via="api", **target)
     except (VersionNotFound, CheckpointNotFound) as exc:
-        return _problem(404, str(exc), named[0])
-    except ValueError as exc:  # a malformed reference
-        return _problem(400, str(exc), named[0])
+        return _problem(404, str(exc), named)
     except EvalError as exc:
         return _problem(exc.status, str(exc), exc.field)
+    except ValueError as exc:  # a malformed reference
+        return _problem(400, str(exc), named)
     return Status(201, _evaluation(evaluation))
 
 

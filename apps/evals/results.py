@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from apps.runs.models import RunStatus
 from apps.trajectories.models import Trajectory
 from workers.rl.overlap import task_label
 
@@ -149,7 +148,3 @@ def task_diff(a: Evaluation, b: Evaluation) -> tuple[list[TaskChange], list[Task
     regressions = sorted((c for c in changes if c.change < 0), key=lambda c: c.change)
     improvements = sorted((c for c in changes if c.change > 0), key=lambda c: -c.change)
     return regressions, improvements
-
-
-def finished(evaluation: Evaluation) -> bool:
-    return evaluation.run.status == RunStatus.COMPLETED

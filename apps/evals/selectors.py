@@ -78,13 +78,13 @@ def checkpoint_rows(*, project: Project, limit: int = 500) -> list[dict]:
              "evaluations": evaluated.get(c.pk, [])} for c in checkpoints]
 
 
-def timeline(*, evaluations: list[Evaluation]) -> dict[str, list[tuple[int, statistics.Score]]]:
-    """Per training run, its evaluated checkpoints in step order, each with its overall score."""
+def timeline(*, board: results.Leaderboard) -> dict[str, list[tuple[int, statistics.Score]]]:
+    """Per training run, its evaluated checkpoints in step order, each with its overall score (read from the
+    leaderboard's rows: no second pass over the trajectories)."""
     lines: dict[str, list[tuple[int, statistics.Score]]] = {}
-    for evaluation in evaluations:
+    for row in board.rows:
+        evaluation = row.evaluation
         if evaluation.source_run_id is None or evaluation.checkpoint_step is None:
             continue
-        rewards = results.evaluation_rewards(evaluation)
-        lines.setdefault(evaluation.source_run.name, []).append(
-            (evaluation.checkpoint_step, statistics.score(rewards.domain(results.ALL))))
+        lines.setdefault(evaluation.source_run.name, []).append((evaluation.checkpoint_step, row.scores[results.ALL]))
     return {name: sorted(points, key=lambda p: p[0]) for name, points in lines.items()}

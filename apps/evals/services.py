@@ -7,7 +7,9 @@ from django.db import IntegrityError, transaction
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from apps.registry.models import Version
-from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep
+from apps.registry.refs import parse_ref
+from apps.registry.selectors import version_resolve
+from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoint_resolve
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import Checkpoint
 from apps.runs.pins import PinnedBundleError, bundle_tasks
@@ -49,6 +51,24 @@ def endpoint_create(*, project: Project, slug: str, base_url: str, model: str, a
         audit_record(project=project, actor=actor, action="eval.endpoint.create", target=f"endpoint/{slug}",
                      details={"base_url": endpoint.base_url, "model": model, "api_key_env": api_key_env}, via=via)
     return endpoint
+
+
+def target_resolve(*, project: Project, model: str | None = None, checkpoint: str | None = None,
+                   endpoint: str | None = None) -> dict:
+    """What to evaluate, named as the API and the command take it — `model/SLUG[@N]`, `RUN@STEP` or an alias, an
+    endpoint's slug — as `evaluation_launch`'s keyword. Raises VersionNotFound, CheckpointNotFound, ValueError (a
+    malformed reference) or EvalError (no such endpoint, or not exactly one named)."""
+    named = [name for name, value in (("model", model), ("checkpoint", checkpoint), ("endpoint", endpoint)) if value]
+    if len(named) != 1:
+        raise EvalError("name exactly one of model, checkpoint or endpoint", field="model")
+    if model:
+        return {"model": version_resolve(project=project, ref=parse_ref(model))}
+    if checkpoint:
+        return {"checkpoint": checkpoint_resolve(project=project, name=checkpoint)}
+    found = Endpoint.objects.filter(project=project, slug=endpoint).first()
+    if found is None:
+        raise EvalError(f"no endpoint {endpoint!r} in project {project.slug}", status=404, field="endpoint")
+    return {"endpoint": found}
 
 
 def evaluation_launch(*, project: Project, suite: Version, actor, model: Version | None = None,

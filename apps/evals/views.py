@@ -47,7 +47,7 @@ def suite_page(request, project, slug, number=None):
               selectors.evaluation_list(project=project).filter(suite__definition=suite.definition).exclude(key=key)]
     board = results.leaderboard(same)
     tasks = max((row.scores[results.ALL].tasks for row in board.rows), default=0)
-    lines = selectors.timeline(evaluations=same)
+    lines = selectors.timeline(board=board)
     table = [(row, [(domain, row.scores.get(domain), board.groups[domain].get(row.evaluation.pk),
                      row.clean.get(domain), row.overlapping.get(domain)) for domain in board.domains])
              for row in board.rows]

@@ -22,6 +22,18 @@ class CheckpointNotFound(LookupError):
     pass
 
 
+def run_find(*, project: Project, name: str) -> Run:
+    """A run of the project by its id, or by its name (the newest of that name)."""
+    runs = Run.objects.filter(project=project)
+    try:
+        run = runs.filter(pk=uuid.UUID(name)).first()
+    except ValueError:
+        run = runs.filter(name=name).order_by("-created_at").first()
+    if run is None:
+        raise CheckpointNotFound(f"no run {name!r} in project {project.slug}")
+    return run
+
+
 def checkpoint_resolve(*, project: Project, name: str) -> Checkpoint:
     """`RUN@STEP` (a run's name or id; STEP a number or `latest`) or an alias of the project."""
     if "@" not in name:
@@ -31,13 +43,7 @@ def checkpoint_resolve(*, project: Project, name: str) -> Checkpoint:
                                      "or an alias")
         return alias.checkpoint
     run_name, _, step = name.rpartition("@")
-    runs = Run.objects.filter(project=project)
-    try:
-        run = runs.filter(pk=uuid.UUID(run_name)).first()
-    except ValueError:
-        run = runs.filter(name=run_name).order_by("-created_at").first()
-    if run is None:
-        raise CheckpointNotFound(f"no run {run_name!r} in project {project.slug}")
+    run = run_find(project=project, name=run_name)
     saved = Checkpoint.objects.filter(run=run).select_related("run")
     found = saved.order_by("-step").first() if step == "latest" else \
         saved.filter(step=int(step)).first() if step.isdigit() else None

@@ -232,11 +232,8 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
                                       "token_logprobs": list(completion.logprobs), "top_logprobs": None,
                                       "text_offset": []}
             choices.append(choice)
-        generated = sum(len(c.token_ids) for c in completions)
         return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                             "model": model_name, "choices": choices,
-                             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": generated,
-                                       "total_tokens": len(prompt_ids) + generated}})
+                             "model": model_name, "choices": choices, "usage": _usage(prompt_ids, completions)})
 
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat_completions,
                                                                  methods=["POST"]),

@@ -41,7 +41,7 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
     assert evaluations[0].overlap["training"] == registry["bundle"].ref and len(evaluations[0].overlap["exact"]) == 8
     [row] = results.leaderboard(evaluations[:1]).rows
     assert row.clean[results.ALL].tasks == 0 and row.overlapping[results.ALL].tasks == 8
-    lines = selectors.timeline(evaluations=evaluations)
+    lines = selectors.timeline(board=results.leaderboard(evaluations))
     assert [step for step, _ in lines["learner"]] == [1, 2]
     assert all(score.tasks == 8 for _, score in lines["learner"])
 

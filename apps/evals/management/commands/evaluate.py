@@ -11,13 +11,13 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
 from apps.evals import results
-from apps.evals.models import Endpoint, Evaluation
-from apps.evals.services import EvalError, evaluation_launch
+from apps.evals.models import Evaluation
+from apps.evals.services import EvalError, evaluation_launch, target_resolve
 from apps.evals.suites import NotASuite, suite_key
 from apps.registry.errors import VersionNotFound
-from apps.registry.refs import Ref, parse_ref, split_slug_ref
+from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.checkpoints import CheckpointNotFound, checkpoint_resolve
+from apps.runs.checkpoints import CheckpointNotFound
 
 
 class Command(BaseCommand):
@@ -40,17 +40,8 @@ class Command(BaseCommand):
         try:
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(suite)))
             key, _ = suite_key(version)
-            target = {}
-            if model:
-                target["model"] = version_resolve(project=scope, ref=parse_ref(model))
-            elif checkpoint:
-                target["checkpoint"] = checkpoint_resolve(project=scope, name=checkpoint)
-            else:
-                found = Endpoint.objects.filter(project=scope, slug=endpoint).first()
-                if found is None:
-                    raise CommandError(f"no endpoint {endpoint!r} in project {scope.slug}")
-                target["endpoint"] = found
-        except (VersionNotFound, NotASuite, CheckpointNotFound, ValueError) as exc:
+            target = target_resolve(project=scope, model=model, checkpoint=checkpoint, endpoint=endpoint)
+        except (VersionNotFound, NotASuite, CheckpointNotFound, ValueError, EvalError) as exc:
             raise CommandError(str(exc)) from None
         done = Evaluation.objects.filter(project=scope, key=key, model_version=target.get("model"),
                                          checkpoint=target.get("checkpoint"), endpoint=target.get("endpoint"))

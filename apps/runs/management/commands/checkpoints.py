@@ -7,7 +7,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
-from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
+from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve, run_find
 from apps.runs.models import Checkpoint, CheckpointAlias
 from workers.rl.config import RunConfig
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
     def _list(self, scope, run):
         rows = Checkpoint.objects.filter(run__project=scope).select_related("run").order_by("run__created_at", "step")
         if run:
-            rows = rows.filter(run__name=run) if not run.count("-") == 4 else rows.filter(run_id=run)
+            rows = rows.filter(run=run_find(project=scope, name=run))
         aliases = {}
         for alias in CheckpointAlias.objects.filter(project=scope):
             aliases.setdefault(alias.checkpoint_id, []).append(alias.name)
