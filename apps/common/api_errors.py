@@ -17,7 +17,8 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from apps.accounts.models import SLUG_PATTERN
-from apps.registry.errors import FieldError, PublishConflict, SpecError, VersionNotFound
+from workers.definitions.specs import ALIAS_RE
+from apps.registry.errors import FieldError, PublishConflict, ReferenceNotFound, SpecError, VersionNotFound
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/"
@@ -41,6 +42,8 @@ WRITE_ERRORS = {frozenset({400, 401, 403, 404, 409, 413, 422}): ErrorOut}
 PATTERN_HINTS = {
     SLUG_PATTERN: "use 1-63 lowercase letters, digits and hyphens, starting with a letter or digit "
                   "(no '/', '.', spaces)",
+    f"^{ALIAS_RE}$": "an alias is lowercase letters, digits and hyphens, starting with a letter, at most 63 "
+                     "characters",
 }
 UNAUTHENTICATED = ("Authentication required: send the header 'Authorization: Bearer pts_...' with an API token, "
                    "or sign in to the studio in this browser.")
@@ -53,7 +56,7 @@ def register_exception_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(SpecError)
     def spec_invalid(request, exc: SpecError):
-        return answer(request, 422, str(exc), exc.errors)
+        return answer(request, 404 if isinstance(exc, ReferenceNotFound) else 422, str(exc), exc.errors)
 
     @api.exception_handler(ValidationError)
     def request_invalid(request, exc: ValidationError):

@@ -9,11 +9,12 @@ from ninja import Query, Router, Status
 from apps.accounts.api_auth import caller_project
 from apps.accounts.models import Project, Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
-from workers.definitions.specs import SPEC_MODELS, SPEC_SCHEMA_VERSION
+from workers.definitions.specs import KINDS, SPEC_MODELS, SPEC_SCHEMA_VERSION
 
 from . import selectors, services
 from .api_schemas import (
     MAX_NUMBER,
+    PUBLISH_BODIES,
     AliasMoveIn,
     AliasName,
     AliasOut,
@@ -26,13 +27,15 @@ from .api_schemas import (
     PublishedOut,
     PublishIn,
     Slug,
+    ValidateIn,
+    ValidationOut,
     VersionOut,
     VersionPage,
     VersionSelector,
     VersionSelectorQuery,
 )
 from .diff import spec_diff
-from .errors import FieldError, SpecError, VersionNotFound
+from .errors import FieldError, ReferenceNotFound, SpecError, VersionNotFound
 from .models import Version
 from .refs import Ref
 
@@ -65,6 +68,56 @@ def _version(project: Project, kind: str, slug: str, selector: str) -> Version:
     return selectors.version_resolve(project=project, ref=Ref(kind, slug, selector))
 
 
+# Registered before the `{kind}` paths: Django tries URL patterns in order, and the generic path (GET only) would
+# otherwise answer a POST to a kind's path with 405.
+def _instances(payload: PublishIn) -> list[dict] | None:
+    """A template's instances as sent; None (keep the previous version's) when left out, or for other kinds."""
+    instances = getattr(payload, "instances", None)
+    return None if instances is None else [item.model_dump() for item in instances]
+
+
+def _publish_operation(kind: str, body: type[PublishIn]):
+    def publish(request, project: str, slug: Slug, payload: body):
+        published = services.version_publish(
+            project=caller_project(request, project, min_role=Role.EDITOR),
+            kind=kind,
+            slug=slug,
+            spec=payload.spec,
+            author=request.auth,
+            message=payload.message,
+            description=payload.description,
+            instances=_instances(payload),
+            expected_head=payload.expected_head,
+            via="api",
+        )
+        return Status(201 if published.created else 200, {"created": published.created, "version": published.version})
+
+    # One operation per kind, so that each operation's body names its kind's spec schema (a client generated from
+    # the document gets typed specs, and a fuzzer sends specs of the right shape).
+    publish.__name__ = f"publish_{kind}_version"
+    publish.__doc__ = (f"Publish the next version of a {kind.replace('_', ' ')}. 201 when a version was created; "
+                       "200 (created: false) with the newest version when the spec and instances are identical to "
+                       "it, so re-running a publish script is harmless. A spec is checked as "
+                       "`POST .../validate` checks it; 422 lists every problem with its field path.")
+    return publish
+
+
+def _list_operation(kind: str):
+    def list_kind_versions(request, project: str, slug: Slug, limit: int = Query(50, ge=1, le=200),
+                           before: int | None = Query(None, ge=1, le=MAX_NUMBER)):
+        return list_versions(request, project, kind, slug, limit, before)
+
+    return list_kind_versions
+
+
+for _kind in KINDS:
+    _path = f"/projects/{{project}}/definitions/{_kind}/{{slug}}/versions"
+    router.post(_path, response={(200, 201): PublishedOut, **WRITE_ERRORS})(
+        _publish_operation(_kind, PUBLISH_BODIES[_kind]))
+    # This path also takes the GET that the `{kind}` path documents (the request reaches this path first).
+    router.get(_path, response={200: VersionPage, **READ_ERRORS}, include_in_schema=False)(_list_operation(_kind))
+
+
 @router.get("/projects/{project}/definitions", response={200: list[DefinitionOut], **READ_ERRORS})
 def list_definitions(request, project: str, kind: KindName | None = None):
     """Every definition in the project, optionally of one kind."""
@@ -92,23 +145,23 @@ def list_versions(request, project: str, kind: KindName, slug: Slug,
     return {"items": page[:limit], "next_before": page[limit - 1].number if len(page) > limit else None}
 
 
-@router.post(DEFINITION + "/versions", response={(200, 201): PublishedOut, **WRITE_ERRORS})
-def publish_version(request, project: str, kind: KindName, slug: Slug, payload: PublishIn):
-    """Publish the next version. 201 when a version was created; 200 (created: false) with the newest version
-    when the spec and instances are identical to it, so re-running a publish script is harmless."""
-    published = services.version_publish(
-        project=caller_project(request, project, min_role=Role.EDITOR),
-        kind=kind,
-        slug=slug,
-        spec=payload.spec,
-        author=request.auth,
-        message=payload.message,
-        description=payload.description,
-        instances=None if payload.instances is None else [item.model_dump() for item in payload.instances],
-        expected_head=payload.expected_head,
-        via="api",
-    )
-    return Status(201 if published.created else 200, {"created": published.created, "version": published.version})
+@router.post(DEFINITION + "/versions", response={422: dict}, include_in_schema=False)
+def publish_unknown_kind(request, project: str, kind: KindName, slug: Slug):
+    """Reached only by a kind no publish operation has (each kind's path comes first): answers 422 naming the
+    kinds, from the validation of `kind`, rather than 405."""
+    raise AssertionError(f"{kind} has its own publish operation")  # pragma: no cover - ninja refuses `kind` first
+
+
+@router.post(DEFINITION + "/validate", response={200: ValidationOut, **READ_ERRORS})
+def validate_version(request, project: str, kind: KindName, slug: Slug, payload: ValidateIn):
+    """Check a spec as publishing it as the next version of kind/slug would, without publishing: `valid`, every
+    problem with its field path (the ones a publish would answer with 422), and the spec as it would be stored."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    try:
+        normalised = services.spec_check(project=scope, kind=kind, slug=slug, spec=payload.spec)
+    except SpecError as exc:
+        return {"valid": False, "errors": exc.errors, "spec": None}
+    return {"valid": True, "errors": [], "spec": normalised}
 
 
 @router.get(DEFINITION + "/versions/{ref}", response={200: VersionOut, **READ_ERRORS})
@@ -150,8 +203,8 @@ def move_alias(request, project: str, kind: KindName, slug: Slug, name: AliasNam
     selectors.definition_get(project=scope, kind=kind, slug=slug)  # 404 for the path before 422 for the body
     try:
         version = _version(scope, kind, slug, str(payload.version))
-    except VersionNotFound as exc:
-        raise SpecError([FieldError("version", str(exc))]) from None
+    except VersionNotFound as exc:  # an unknown id in the body: 404, naming the field
+        raise ReferenceNotFound([FieldError("version", str(exc))]) from None
     return services.alias_move(version=version, name=name, actor=request.auth, via="api")
 
 

@@ -5,10 +5,11 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Field, Path, Query, Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, PlainValidator, create_model
+from pydantic_core import PydanticCustomError
 
 from apps.accounts.models import SLUG_PATTERN
-from workers.definitions.specs import KINDS
+from workers.definitions.specs import ALIAS_RE, KINDS, SPEC_MODELS
 
 from .models import Alias, Definition, InstanceSetMember, Version
 from .selectors import alias_list, version_list
@@ -22,7 +23,9 @@ SELECTOR_PATTERN = r"^([1-9][0-9]{0,8}|[a-z][a-z0-9-]{0,62})$"
 SELECTOR_HELP = "a version number, an alias such as prod, or latest"
 VersionSelector = Annotated[str, Path(pattern=SELECTOR_PATTERN, description=SELECTOR_HELP)]
 VersionSelectorQuery = Annotated[str, Query(pattern=SELECTOR_PATTERN, description=SELECTOR_HELP)]
-AliasName = Annotated[str, Path(max_length=63, description="lowercase letters, digits and hyphens, e.g. prod")]
+AliasName = Annotated[str, Path(pattern=rf"^{ALIAS_RE}$",
+                                description="lowercase letters, digits and hyphens starting with a letter, e.g. "
+                                            "prod; not latest")]
 
 
 class StrictSchema(Schema):
@@ -47,9 +50,34 @@ class PublishIn(StrictSchema):
         None, ge=0, le=MAX_NUMBER,
         description="the version your edit started from (0 for a new definition); 409 if another was published since",
     )
+
+
+class PublishTemplateIn(PublishIn):
     instances: list[InstanceIn] | None = Field(
-        None, description="task templates only: the full list of instances; omit to keep the previous version's",
+        None, description="the full list of instances; omit to keep the previous version's",
     )
+
+
+def _a_mapping(value):
+    if not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    return value
+
+
+# The publish body of each kind: `spec` is described by the kind's spec model, but only checked to be a mapping
+# here, so that the registry's own validation — the one the editor and `validate` use — reports its problems with
+# their field paths, exactly as for every other client.
+PUBLISH_BODIES: dict[str, type[PublishIn]] = {
+    kind: create_model(f"Publish{model.__name__.removesuffix('Spec')}In",
+                       __base__=PublishTemplateIn if kind == "task_template" else PublishIn,
+                       spec=(Annotated[dict, PlainValidator(_a_mapping, json_schema_input_type=model)], Field(description=f"the {kind.replace('_', ' ')} spec; its JSON "
+                                                                       f"Schema is also at /api/v1/schemas/{kind}")))
+    for kind, model in SPEC_MODELS.items()
+}
+
+
+class ValidateIn(StrictSchema):
+    spec: dict[str, Any]
 
 
 class AliasMoveIn(StrictSchema):
@@ -57,6 +85,11 @@ class AliasMoveIn(StrictSchema):
 
 
 # --- responses --------------------------------------------------------------------------------------------
+
+
+class FieldProblemOut(Schema):
+    field: str = Field(description="e.g. layers[0].checks[1].weight; empty for the spec as a whole")
+    problem: str
 
 
 class VersionSummaryOut(Schema):
@@ -102,6 +135,13 @@ class VersionOut(VersionSummaryOut):
 class PublishedOut(Schema):
     created: bool = Field(description="false when the spec was identical to the newest version, returned instead")
     version: VersionOut
+
+
+class ValidationOut(Schema):
+    valid: bool
+    errors: list[FieldProblemOut] = Field(description="every problem, each with its field path; empty when valid")
+    spec: dict[str, Any] | None = Field(description="the spec as a publish would store it (defaults filled in, "
+                                                    "references pinned); null when invalid")
 
 
 class VersionPage(Schema):

@@ -10,7 +10,7 @@ versions by itself. Delete an entry from `resolved` to move it to the newest ver
 
 from apps.accounts.models import Project
 
-from .errors import FieldError, SpecError, VersionNotFound
+from .errors import FieldError, ReferenceNotFound, SpecError, VersionNotFound
 from .models import Version
 from .refs import LATEST, Ref, parse_ref, split_slug_ref
 from .selectors import version_resolve
@@ -37,7 +37,7 @@ def check_references(*, project: Project, kind: str, spec: dict) -> None:
         except VersionNotFound as exc:
             errors.append(FieldError(field, str(exc)))
     if errors:
-        raise SpecError(errors)
+        raise ReferenceNotFound(errors)
 
 
 def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:

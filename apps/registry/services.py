@@ -63,24 +63,11 @@ def _model_weights_pinned(spec: dict) -> dict:
     return {**spec, "weights_sha256": found}
 
 
-def version_publish(
-    *,
-    project: Project,
-    kind: str,
-    slug: str,
-    spec: dict,
-    author,
-    message: str = "",
-    description: str | None = None,
-    instances: list[dict] | None = None,
-    expected_head: int | None = None,
-    via: str = "web",
-) -> Published:
-    """Publish `spec` as the next version of kind/slug, creating the definition on its first version.
+def spec_check(*, project: Project, kind: str, slug: str, spec: dict) -> dict:
+    """The spec as it would be stored as the next version of kind/slug, or SpecError naming every problem found.
 
-    instances: for task templates, the full list of {key, inputs, hidden}; None keeps the previous version's.
-    expected_head: the version number an edit started from; if another version was published since, the
-    publish is refused with PublishConflict rather than silently overwriting that work.
+    Everything a publish checks before it writes: the editor's inline validation and the API's validate call
+    use this, so they report exactly the errors a publish would.
     """
     if not re.fullmatch(SLUG_RE, slug or ""):
         raise SpecError([FieldError("slug", f"{slug!r}: use 1-63 lowercase letters, digits and hyphens, starting "
@@ -105,6 +92,29 @@ def version_publish(
         normalised = _model_weights_pinned(normalised)
     else:
         check_references(project=project, kind=kind, spec=normalised)
+    return normalised
+
+
+def version_publish(
+    *,
+    project: Project,
+    kind: str,
+    slug: str,
+    spec: dict,
+    author,
+    message: str = "",
+    description: str | None = None,
+    instances: list[dict] | None = None,
+    expected_head: int | None = None,
+    via: str = "web",
+) -> Published:
+    """Publish `spec` as the next version of kind/slug, creating the definition on its first version.
+
+    instances: for task templates, the full list of {key, inputs, hidden}; None keeps the previous version's.
+    expected_head: the version number an edit started from; if another version was published since, the
+    publish is refused with PublishConflict rather than silently overwriting that work.
+    """
+    normalised = spec_check(project=project, kind=kind, slug=slug, spec=spec)
     if instances is not None and kind != "task_template":
         raise SpecError([FieldError("instances", f"only task templates have task instances, not a {kind}")])
 

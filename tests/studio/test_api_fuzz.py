@@ -83,8 +83,10 @@ def real_path_parameters(operation, world) -> st.SearchStrategy[dict]:
     run_ids, item_ids = world["runs"], world["items"]
     names = {parameter.name for parameter in operation.path_parameters}
     path = operation.path
-    if "/definitions/task_template/{slug}" in path:
-        kinds_slugs = st.just(("task_template", "add-two"))
+    kind_in_path = next((kind for kind, _ in DEFINITIONS if f"/definitions/{kind}/" in path), None)
+    if kind_in_path:  # a kind's own operation (its publish, a template's instances)
+        kinds_slugs = st.sampled_from([pair for pair in DEFINITIONS if pair[0] == kind_in_path] or
+                                      [(kind_in_path, "nope")])
     elif "/bundles/{slug}" in path:
         kinds_slugs = st.just(("bundle", "arith-bundle"))
     else:
@@ -170,6 +172,10 @@ def with_real_values(operation, case, data) -> None:
         body["bundle"] = data.draw(st.sampled_from(["arith-bundle", "arith-bundle@1", "arith-bundle@latest"]))
         body["config"] = data.draw(config_overrides())
     elif label.endswith("/versions") and case.method == "POST" and body is not None:
+        kind = next((kind for kind in SPECIMENS if f"/definitions/{kind}/" in label), None)
+        if kind:
+            body["spec"] = data.draw(spec_variants(kind))
+    elif label.endswith("/validate") and body is not None:
         kind = case.path_parameters.get("kind")
         if kind in SPECIMENS:
             body["spec"] = data.draw(spec_variants(kind))
