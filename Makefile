@@ -11,7 +11,7 @@ DEMO_BUNDLE := $(if $(filter smollm,$(MODEL)),demo-smollm,demo)
 DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
 SMOLLM2_VERSION := 0.1.2
 
-.PHONY: setup system-packages secret-key demo test lint clean
+.PHONY: setup system-packages secret-key demo test lint clean editor
 
 setup: system-packages $(VENV)/.installed
 
@@ -71,3 +71,8 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
+
+# The spec editor (CodeMirror 6 and our schema completion, static/src/spec-editor) is committed built, as
+# static/vendor/spec-editor.js: nothing else needs Node. Rebuild it after changing its source or versions.
+editor:
+	cd static/src/spec-editor && npm ci --no-audit --no-fund && npm run build

@@ -68,10 +68,13 @@ def _a_mapping(value):
 # here, so that the registry's own validation — the one the editor and `validate` use — reports its problems with
 # their field paths, exactly as for every other client.
 PUBLISH_BODIES: dict[str, type[PublishIn]] = {
-    kind: create_model(f"Publish{model.__name__.removesuffix('Spec')}In",
-                       __base__=PublishTemplateIn if kind == "task_template" else PublishIn,
-                       spec=(Annotated[dict, PlainValidator(_a_mapping, json_schema_input_type=model)], Field(description=f"the {kind.replace('_', ' ')} spec; its JSON "
-                                                                       f"Schema is also at /api/v1/schemas/{kind}")))
+    kind: create_model(
+        f"Publish{model.__name__.removesuffix('Spec')}In",
+        __base__=PublishTemplateIn if kind == "task_template" else PublishIn,
+        spec=(Annotated[dict, PlainValidator(_a_mapping, json_schema_input_type=model)],
+              Field(description=f"the {kind.replace('_', ' ')} spec; its JSON Schema is also at "
+                                f"/api/v1/schemas/{kind}")),
+    )
     for kind, model in SPEC_MODELS.items()
 }
 

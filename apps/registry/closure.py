@@ -8,6 +8,8 @@ the lock already pins keeps its pinned version, so re-publishing or importing a 
 versions by itself. Delete an entry from `resolved` to move it to the newest version.
 """
 
+from django.db.models import F, Max
+
 from apps.accounts.models import Project
 
 from .errors import FieldError, ReferenceNotFound, SpecError, VersionNotFound
@@ -130,3 +132,23 @@ def _closure(*, project: Project, version: Version, path: tuple[str, ...], locks
     for _, ref in spec_references(version.definition.kind, version.spec):
         child = version_resolve(project=project, ref=_locked(ref, locks))
         yield from _closure(project=project, version=child, path=path + (child.ref,), locks=locks)
+
+
+def dependents(*, project: Project, kind: str, slug: str) -> dict[str, list[str]]:
+    """What else publishing a new version of kind/slug changes, read from the newest version of every definition
+    in the project: `floating` names the ones that refer to it without a number (slug, @latest, an alias) and
+    so take the new version from then on (the next bundle that resolves them, the next run on such a bundle);
+    `pinned` names the bundles whose lock pins a version of it, which keep that version until re-resolved."""
+    floating, pinned = [], []
+    heads = (Version.objects.filter(definition__project=project)
+             .annotate(head=Max("definition__versions__number")).filter(number=F("head"))
+             .select_related("definition").order_by("definition__kind", "definition__slug"))
+    for version in heads:
+        spec = version.spec
+        for field, ref in spec_references(version.definition.kind, spec):
+            if (ref.kind, ref.slug) == (kind, slug) and ref.number is None:
+                floating.append(f"{version.ref} ({field}: {ref.selector or 'latest'})")
+        for member in spec.get("resolved", []) if version.definition.kind == "bundle" else []:
+            if member["ref"].split("@")[0] == f"{kind}/{slug}":
+                pinned.append(f"{version.ref} (pins {member['ref']})")
+    return {"floating": floating, "pinned": pinned}

@@ -65,7 +65,9 @@ _Dumper.add_representer(str, _str_representer)
 
 
 class YamlError(ValueError):
-    pass
+    def __init__(self, message: str, line: int | None = None):
+        super().__init__(message)
+        self.line = line  # 1-based, where the parser stopped; None when it cannot say
 
 
 def load_yaml(text: str):
@@ -76,7 +78,8 @@ def load_yaml(text: str):
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise YamlError(f"malformed YAML: {where}{getattr(exc, 'problem', None) or exc}") from None
+        raise YamlError(f"malformed YAML: {where}{getattr(exc, 'problem', None) or exc}",
+                        line=mark.line + 1 if mark else None) from None
     except RecursionError:
         raise YamlError(f"the YAML is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # a value the loader cannot build: an integer of more than 4,300 digits
@@ -97,6 +100,35 @@ def load_yaml(text: str):
     if problem:
         raise YamlError(problem)
     return value
+
+
+_FIELD_PART = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
+
+
+def field_lines(text: str, fields: list[str]) -> list[int | None]:
+    """The 1-based line of each field path (`layers[0].checks[1].weight`, as FieldError names them) in the YAML
+    text: where its key is written, or where the nearest written parent is for a missing field; None when the
+    text does not parse. The editor puts each error at its line with this."""
+    try:
+        root = yaml.compose(text, Loader=_Loader)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return [None] * len(fields)
+    lines = []
+    for path in fields:
+        node, line = root, (root.start_mark.line + 1 if root is not None else 1)
+        for index, key in _FIELD_PART.findall(path):
+            if isinstance(node, yaml.SequenceNode) and index and int(index) < len(node.value):
+                node = node.value[int(index)]
+                line = node.start_mark.line + 1
+            elif isinstance(node, yaml.MappingNode) and key:
+                found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
+                if found is None:
+                    break
+                line, node = found[0].start_mark.line + 1, found[1]
+            else:
+                break
+        lines.append(line)
+    return lines
 
 
 def dump_yaml(data) -> str:

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("p/<slug:project>/registry/", views.definition_list, name="definition_list"),
     path("p/<slug:project>/registry/new/", views.definition_create, name="definition_create"),
+    path("p/<slug:project>/registry/validate/", views.spec_validate, name="spec_validate"),
     path(definition, views.definition_detail, name="definition_detail"),
     path(definition + "@<int:number>/", views.version_detail, name="version_detail"),
     path(definition + "diff/", views.version_diff, name="version_diff"),

@@ -2,7 +2,7 @@
 page needs), then calls one selector or service; the templates do the rest."""
 
 from django.contrib import messages
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -11,13 +11,15 @@ from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page, project_list_for_user
 
 from . import selectors
+from .closure import dependents
 from .diff import spec_diff
 from .errors import PublishConflict, SpecError, VersionNotFound
-from .files import dump_yaml
+from .files import YamlError, dump_yaml, field_lines, load_yaml
 from .forms import AliasMoveForm, DefinitionCreateForm, VersionEditForm, VersionPairForm
 from .models import Kind
-from .refs import Ref
-from .services import alias_move, version_publish
+from .refs import Ref, parse_ref
+from .services import alias_move, spec_check, version_publish
+from .skeletons import SKELETONS
 from .text_diff import side_by_side
 
 INSTANCES_PER_PAGE = 50
@@ -35,6 +37,15 @@ def _version(project, kind, slug, number):
         return selectors.version_resolve(project=project, ref=Ref(kind, slug, str(number)))
     except VersionNotFound as exc:
         raise Http404(str(exc)) from None
+
+
+def _spec_editor(form, project, **attrs) -> None:
+    """Make the form's spec field the schema-aware editor (static/src/spec-editor, templates/registry/
+    _spec_editor.html): its schema comes from the API, its inline errors from spec_validate."""
+    form.fields["spec"].widget.attrs.update({
+        "data-spec-editor": "", "data-schema-url": reverse("api-v1:spec_schema", kwargs={"kind": "KIND"}),
+        "data-validate-url": reverse("registry:spec_validate", kwargs={"project": project.slug}),
+        "data-status-id": "spec-status", **{f"data-{name.replace('_', '-')}": value for name, value in attrs.items()}})
 
 
 def _is_htmx(request) -> bool:
@@ -121,10 +132,14 @@ def version_edit(request, project, kind, slug):
     context = {"project": project, "can_edit": can_edit, "definition": definition, "head": head}
     if request.method != "POST":
         context["form"] = VersionEditForm(initial={"spec": dump_yaml(head.spec), "expected_head": head.number})
+        _spec_editor(context["form"], project, kind=kind, slug=slug)
         return render(request, "registry/version_edit.html", context)
     form = context["form"] = VersionEditForm(request.POST)
+    _spec_editor(form, project, kind=kind, slug=slug)
     if not form.is_valid():
         return render(request, "registry/version_edit.html", context, status=400)
+    if request.POST.get("action") != "publish":
+        return _publish_review(request, context, project, definition, head, form.cleaned_data["spec"])
     try:
         published = version_publish(project=project, kind=kind, slug=slug, spec=form.cleaned_data["spec"],
                                     author=request.user, message=form.cleaned_data["message"],
@@ -142,10 +157,48 @@ def version_edit(request, project, kind, slug):
     return redirect(_version_url(project, published.version))
 
 
+def _publish_review(request, context, project, definition, head, spec):
+    """The step between editing and publishing: what the new version changes against the head, field by field
+    and line by line, and what else it changes (definitions that refer to it without a number); or the spec's
+    problems, at their lines, before anything is published."""
+    kind, slug = definition.kind, definition.slug
+    try:
+        stored = spec_check(project=project, kind=kind, slug=slug, spec=spec)
+    except SpecError as exc:
+        context["spec_errors"] = exc.errors
+        return render(request, "registry/version_edit.html", context, status=400)
+    context.update(review=True, changes=spec_diff(head.spec, stored), old=head,
+                   rows=side_by_side(dump_yaml(head.spec), dump_yaml(stored)),
+                   effects=dependents(project=project, kind=kind, slug=slug))
+    return render(request, "registry/version_edit.html", context)
+
+
+def _start_from(project, choice: str) -> tuple[str, str] | None:
+    """(kind, spec text) for the "start from" menu: `skeleton:KIND`, or `KIND/SLUG@N` to copy a version."""
+    if choice.startswith("skeleton:") and choice.removeprefix("skeleton:") in SKELETONS:
+        kind = choice.removeprefix("skeleton:")
+        return kind, SKELETONS[kind]
+    try:
+        version = selectors.version_resolve(project=project, ref=parse_ref(choice))
+    except VersionNotFound:
+        return None
+    spec = dict(version.spec)
+    spec.pop("resolved", None)  # a copied bundle resolves its own members on publish
+    return version.definition.kind, dump_yaml(spec)
+
+
 def definition_create(request, project):
     project, can_edit = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
-    form = DefinitionCreateForm(request.POST if request.method == "POST" else None)
-    context = {"project": project, "can_edit": can_edit, "form": form}
+    initial = {}
+    if request.method != "POST" and (start := _start_from(project, request.GET.get("from", ""))):
+        initial = {"kind": start[0], "spec": start[1]}
+    form = DefinitionCreateForm(request.POST if request.method == "POST" else None,
+                                initial={**initial, "kind": request.GET.get("kind") or initial.get("kind")})
+    _spec_editor(form, project, kind_field="id_kind", slug_field="id_slug")
+    context = {"project": project, "can_edit": can_edit, "form": form, "skeletons": list(SKELETONS),
+               "copyable": selectors.definition_list(project=project).exclude(head_number=None)
+                                    .order_by("kind", "slug"),
+               "start_from": request.GET.get("from", "")}
     if not form.is_valid():
         return render(request, "registry/definition_create.html", context, status=400 if form.is_bound else 200)
     data = form.cleaned_data
@@ -163,6 +216,32 @@ def definition_create(request, project):
         return render(request, "registry/definition_create.html", context, status=409)
     messages.success(request, f"Published {published.version.ref}.")
     return redirect(_version_url(project, published.version))
+
+
+@require_POST
+def spec_validate(request, project):
+    """The editor's inline validation: the YAML as typed, checked as publishing it as kind/slug would check it
+    (the API's `validate` gives the same errors), each error with the line of the field it concerns."""
+    project, _ = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
+    kind, slug, text = request.POST.get("kind", ""), request.POST.get("slug", ""), request.POST.get("spec", "")
+    if kind not in Kind.values:
+        return JsonResponse({"errors": [{"field": "kind", "problem": f"choose one of {', '.join(Kind.values)}",
+                                         "line": None}]})
+    try:
+        spec = load_yaml(text)
+    except YamlError as exc:
+        return JsonResponse({"errors": [{"field": "", "problem": str(exc), "line": exc.line}]})
+    if not isinstance(spec, dict):
+        return JsonResponse({"errors": [{"field": "", "problem": "the spec must be a YAML mapping of fields "
+                                                                 "(field: value, one per line)", "line": 1}]})
+    try:
+        # A slug not chosen yet is checked as a placeholder; the slug field has its own check on publish.
+        spec_check(project=project, kind=kind, slug=slug or "new", spec=spec)
+    except SpecError as exc:
+        lines = field_lines(text, [e.field for e in exc.errors])
+        return JsonResponse({"errors": [{"field": e.field, "problem": e.problem, "line": line}
+                                        for e, line in zip(exc.errors, lines, strict=True)]})
+    return JsonResponse({"errors": []})
 
 
 @require_POST

@@ -101,9 +101,11 @@ class ToolSpec(Spec):
 
 
 class Limits(Spec):
-    max_turns: int = Field(default=1, ge=1, le=1000)
-    max_tokens: int = Field(default=1024, ge=1, le=10_000_000)
-    max_seconds: float = Field(default=60, gt=0, le=86_400)
+    max_turns: int = Field(default=1, ge=1, le=1000, description="model turns before the episode ends (1: one "
+                                                                  "answer, no tool results seen)")
+    max_tokens: int = Field(default=1024, ge=1, le=10_000_000, description="tokens the model may generate per turn")
+    max_seconds: float = Field(default=60, gt=0, le=86_400, description="wall-clock budget of one rollout, tool "
+                                                                         "calls included")
 
 
 class ExampleMessage(Spec):
@@ -114,17 +116,19 @@ class ExampleMessage(Spec):
 class TaskTemplateSpec(GrownSpec):
     ADDED_LATER = ("examples",)
 
-    system_prompt: str = ""
+    system_prompt: str = Field(default="", description="shown before everything else; literal text")
     # A worked exchange shown before every instance's prompt, as earlier turns of the conversation (few-shot as
     # multi-turn, lm-evaluation-harness' fewshot_as_multiturn): a small model copies a tool call it has seen
     # made far more often than one it is told to make. Literal text, not a format string.
     examples: list[ExampleMessage] = Field(default_factory=list, description="earlier turns shown before the prompt: "
                                            "user first, assistant last, tool results after an assistant turn")
     prompt_template: str = Field(min_length=1, description="Python format string over the instance inputs")
-    tools: list[ToolSpec] = Field(default_factory=list)
-    sandbox_image: Ref
-    verifier: Ref
-    limits: Limits = Field(default_factory=Limits)
+    tools: list[ToolSpec] = Field(default_factory=list, description="the tools the model may call (JSON Schema "
+                                                                    "parameters); they run in the sandbox image")
+    sandbox_image: Ref = Field(description="the sandbox image tool calls and checks run in: slug, slug@N or "
+                                           "slug@alias")
+    verifier: Ref = Field(description="the verifier that scores an answer: slug, slug@N or slug@alias")
+    limits: Limits = Field(default_factory=Limits, description="turns, tokens and seconds a rollout may use")
 
     @field_validator("prompt_template")
     @classmethod
@@ -249,7 +253,7 @@ class SandboxImageSpec(Spec):
 
 
 class Check(Spec):
-    name: str = Field(default="", max_length=100)
+    name: str = Field(default="", max_length=100, description="shown in verdicts; defaults to the check's type")
     weight: Weight = Field(default=1.0, description="0 means log only")
 
 
@@ -413,10 +417,13 @@ class Escalation(Spec):
 
 
 class VerifierLayer(Spec):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,40}$")
-    kind: Literal["exact", "environment", "judge"]
-    checks: list[CheckSpec] = Field(min_length=1)
-    escalate: Escalation | None = None
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,40}$", description="names the layer in verdicts")
+    kind: Literal["exact", "environment", "judge"] = Field(
+        description="exact: checks of the answer itself; environment: of what the sandbox produced; judge: an "
+                    "LLM's verdict. Layers run in this order, cheapest first")
+    checks: list[CheckSpec] = Field(min_length=1, description="the layer's score is their weighted mean")
+    escalate: Escalation | None = Field(default=None, description="scores inside [uncertain_low, uncertain_high) "
+                                                                  "go on to the next layer instead of deciding")
     continue_on_pass: bool = Field(
         default=False, description="a pass here goes on to the next layer instead of deciding (a failure still "
                                    "decides): cheap checks filter, later layers scrutinise what got through")
@@ -434,8 +441,10 @@ class VerifierLayer(Spec):
 
 
 class VerifierSpec(Spec):
-    layers: list[VerifierLayer] = Field(min_length=1)
-    pass_threshold: Fraction = 1.0
+    """Scores a response to a task: layers run cheapest first, and the first one that decides gives the reward."""
+
+    layers: list[VerifierLayer] = Field(min_length=1, description="exact layers first, then environment, then judge")
+    pass_threshold: Fraction = Field(default=1.0, description="a reward at or above this counts as a pass")
 
     @model_validator(mode="after")
     def escalation_has_somewhere_to_go(self):

@@ -31,7 +31,8 @@ def test_edit_form_starts_from_the_newest_version(login, editor, project, regist
 def test_edit_publishes_a_child_of_the_head(login, editor, project, registry):
     spec = {**registry["verifier"].spec, "pass_threshold": 0.5}
     response = login(editor).post(_url("version_edit", project),
-                                  {"spec": dump_yaml(spec), "message": "accept half marks", "expected_head": 1})
+                                  {"spec": dump_yaml(spec), "message": "accept half marks", "expected_head": 1,
+                                   "action": "publish"})
     version = Version.objects.get(definition__slug="numeric", number=2)
     assert response.status_code == 302
     assert response["Location"] == reverse("registry:version_detail", kwargs={
@@ -40,6 +41,18 @@ def test_edit_publishes_a_child_of_the_head(login, editor, project, registry):
     assert version.parent == registry["verifier"]
     assert version.author == editor
     assert version.spec["pass_threshold"] == 0.5
+
+
+def test_an_edit_is_reviewed_against_the_head_before_it_publishes(login, editor, project, registry):
+    spec = {**registry["verifier"].spec, "pass_threshold": 0.5}
+    page = login(editor).post(_url("version_edit", project),
+                              {"spec": dump_yaml(spec), "message": "accept half marks", "expected_head": 1})
+    assert page.status_code == 200
+    assert Version.objects.filter(definition__slug="numeric").count() == 1  # nothing published yet
+    assert [str(change) for change in page.context["changes"]] == ["~ pass_threshold: 1.0 -> 0.5"]
+    # The template refers to the verifier by slug alone: it takes the new version from now on.
+    assert page.context["effects"]["floating"] == ["task_template/add-two@1 (verifier: latest)"]
+    assert b'value="publish"' in page.content and b"task_template/add-two@1 (verifier: latest)" in page.content
 
 
 def test_a_bad_spec_names_the_field_keeps_the_text_and_publishes_nothing(login, editor, project, registry):
@@ -80,7 +93,7 @@ def test_a_stale_edit_is_refused_and_points_to_the_diff(login, editor, owner, pr
                     spec={**registry["verifier"].spec, "pass_threshold": 0.9})
     page = login(editor).post(_url("version_edit", project), {
         "spec": dump_yaml({**registry["verifier"].spec, "pass_threshold": 0.5}), "message": "mine",
-        "expected_head": 1})
+        "expected_head": 1, "action": "publish"})
     assert page.status_code == 409
     assert b"is at @2 now" in page.content
     assert (_url("version_diff", project) + "?a=1&amp;b=2").encode() in page.content
@@ -90,7 +103,7 @@ def test_a_stale_edit_is_refused_and_points_to_the_diff(login, editor, owner, pr
 
 def test_an_identical_spec_says_nothing_changed(login, editor, project, registry):
     page = login(editor).post(_url("version_edit", project), {
-        "spec": dump_yaml(registry["verifier"].spec), "message": "no-op", "expected_head": 1})
+        "spec": dump_yaml(registry["verifier"].spec), "message": "no-op", "expected_head": 1, "action": "publish"})
     assert page.status_code == 200
     assert b"Nothing changed" in page.content
     assert Version.objects.filter(definition__slug="numeric").count() == 1
