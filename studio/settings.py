@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "apps.trajectories",
     "apps.review",
     "apps.evals",
+    "apps.authoring",
     "apps.operations",
     "apps.demo",
 ]

@@ -12,5 +12,6 @@ urlpatterns = [
     path("", include("apps.review.urls")),
     path("", include("apps.evals.urls")),
     path("", include("apps.explorer.urls")),
+    path("", include("apps.authoring.urls")),
     path("", include("apps.registry.urls")),
 ]

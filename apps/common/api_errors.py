@@ -17,8 +17,8 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from apps.accounts.models import SLUG_PATTERN
-from workers.definitions.specs import ALIAS_RE
 from apps.registry.errors import FieldError, PublishConflict, ReferenceNotFound, SpecError, VersionNotFound
+from workers.definitions.specs import ALIAS_RE
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/"

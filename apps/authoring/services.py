@@ -1,0 +1,98 @@
+"""The playgrounds: one task through the real machinery, from a page, without a run.
+
+A verifier is tried on a response typed in (or taken from an archived trajectory) against one task instance; a
+task template is shown as the model will see it, and its instance's reference is rolled out and verified as the
+reference check does for one task. Both use the sandbox pool and the judge a run uses (apps/runs/wiring.py): a
+hostile response or reference is contained exactly as in a rollout, and a judge that is not configured says so.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from apps.registry.models import Version
+from apps.registry.refs import Ref, split_slug_ref
+from apps.registry.selectors import version_resolve
+from apps.runs import wiring
+from apps.runs.pins import task_item
+from workers.rl.config import RunConfig
+from workers.rl.reference import check_references, reference_answers
+from workers.rl.types import Task, TaskTemplate
+from workers.sandbox import SandboxImage
+from workers.verifiers import Sample, verify
+
+JUDGE_CHECKS = {"score_model", "label_model"}
+
+
+@dataclass(frozen=True)
+class Tried:
+    """A verdict from the playground, with what the page says about it."""
+
+    verifier: Version
+    verdict: dict  # workers.verifiers.Verdict.to_json()
+    artifacts: dict[str, int]  # name -> bytes
+    wall_ms: float
+    notes: list[str]
+
+
+def judge_note(verifier_spec: dict) -> str | None:
+    """Why judge checks of this verifier cannot give a reward here, or None when they can (or there are none)."""
+    uses_judge = any(check["type"] in JUDGE_CHECKS for layer in verifier_spec["layers"] for check in layer["checks"])
+    if uses_judge and not settings.JUDGE_BASE_URL:
+        return ("The judge is not configured (set JUDGE_BASE_URL to an OpenAI-compatible endpoint): its checks "
+                "report infra_error here, as they would in a run, and give no reward.")
+    return None
+
+
+def template_task(template: Version, key: str) -> Task:
+    """The engine's Task for one instance of a template version, with the image and verifier it names."""
+    project = template.definition.project
+    image = version_resolve(project=project, ref=Ref("sandbox_image", *split_slug_ref(template.spec["sandbox_image"])))
+    verifier = version_resolve(project=project, ref=Ref("verifier", *split_slug_ref(template.spec["verifier"])))
+    engine_template = TaskTemplate.from_spec(
+        key=template.ref, domain="playground", spec=template.spec,
+        image=SandboxImage.from_spec(image.ref, image.spec), verifier_key=verifier.ref, verifier_spec=verifier.spec)
+    return Task(seq=0, template=engine_template, item=task_item(template=template, key=key))
+
+
+def response_verify(*, verifiers: list[Version], template: Version, key: str, response: str) -> list[Tried]:
+    """`response` to the instance `key` of `template`, verified by each verifier version (one pool for all)."""
+    task = template_task(template, key)
+    pool = wiring.sandbox_pool()
+    try:
+        context = wiring.verification_context(pool=pool, image=task.template.image)
+        tried = []
+        for verifier in verifiers:
+            started = time.monotonic()
+            verdict = verify(verifier.spec, Sample(response=response), task.item, context)
+            tried.append(Tried(verifier=verifier, verdict=verdict.to_json(),
+                               artifacts={name: len(blob) for name, blob in verdict.artifacts.items()},
+                               wall_ms=(time.monotonic() - started) * 1000,
+                               notes=[note for note in [judge_note(verifier.spec)] if note]))
+        return tried
+    finally:
+        pool.close()
+
+
+def reference_try(*, template: Version, key: str) -> dict | None:
+    """The instance's reference rolled out (its tool calls run in the sandbox) and verified, as the reference
+    check does: the trajectory's turns and verdict, or None when the instance has no reference."""
+    task = template_task(template, key)
+    answers = reference_answers(task)
+    if answers is None:
+        return None
+    pool = wiring.sandbox_pool()
+    try:
+        tool_runner, verifier = wiring.local_runners(pool, RunConfig())
+        trajectory, = check_references(str(uuid.uuid4()), [(task, answers)], tool_runner=tool_runner,
+                                       verifier=verifier, prices=wiring.prices(), concurrency=1)
+    finally:
+        pool.close()
+    return {"turns": [{"role": t.role, "content": t.content} for t in trajectory.turns],
+            "status": str(trajectory.status), "status_reason": trajectory.status_reason,
+            "verdict": trajectory.verdict or None,
+            "notes": [note for note in [judge_note(task.template.verifier_spec)] if note]}

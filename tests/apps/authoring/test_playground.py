@@ -1,0 +1,80 @@
+"""The playgrounds: a verifier version tried on a typed response against a real task instance (pass, fail, two
+versions side by side), a task template rendered as the model sees it with its reference run through the real
+sandbox and verifier, and a verifier's usage."""
+
+import pytest
+from django.urls import reverse
+
+from apps.registry.services import version_publish
+from tests.support.specimens import VERIFIER_SPEC
+
+pytestmark = pytest.mark.django_db
+
+
+def _url(name, project, slug):
+    return reverse(f"authoring:{name}", kwargs={"project": project.slug, "slug": slug})
+
+
+def _verify(client, project, response, **extra):
+    return client.post(_url("verifier_playground", project, "numeric"),
+                       {"version": 1, "template": "add-two", "key": "add-00003", "response": response, **extra})
+
+
+def test_a_right_answer_passes_and_a_wrong_one_fails_with_each_check(login, member, project, registry):
+    client = login(member("editor"))
+    right = _verify(client, project, "3 + 3 = 6")  # add-00003: a=3, b=3
+    assert right.status_code == 200
+    tried, = right.context["tried"]
+    assert (tried.verdict["status"], tried.verdict["reward"]) == ("pass", 1.0)
+    assert tried.verdict["layers_run"] == ["exact"] and "exact decided" in tried.verdict["stopped_because"]
+    assert tried.verdict["components"][0]["type"] == "numeric" and tried.verdict["latency_ms"] >= 0
+    wrong, = _verify(client, project, "7").context["tried"]
+    assert wrong.verdict["status"] == "fail" and wrong.verdict["reward"] == 0.0
+    assert "7" in wrong.verdict["components"][0]["evidence"]
+
+
+def test_two_versions_side_by_side(login, member, owner, project, registry):
+    looser = {**VERIFIER_SPEC, "layers": [{**VERIFIER_SPEC["layers"][0], "escalate": None, "checks": [
+        {"type": "numeric", "reference": "{answer}", "abs_tolerance": 2}]}]}
+    version_publish(project=project, kind="verifier", slug="numeric", spec=looser, author=owner, message="looser")
+    page = _verify(login(member("editor")), project, "7", compare=2)
+    strict, loose = page.context["tried"]
+    assert (strict.verifier.number, strict.verdict["status"]) == (1, "fail")
+    assert (loose.verifier.number, loose.verdict["status"]) == (2, "pass")  # 7 is within 2 of 6
+    assert page.content.count(b'class="tried-one"') == 2
+
+
+def test_a_verifier_with_a_judge_says_when_the_judge_is_not_configured(login, member, project, registry, settings):
+    settings.JUDGE_BASE_URL = ""
+    page = _verify(login(member("editor")), project, "6")
+    assert b"The judge is not configured" in page.content
+
+
+def test_trying_needs_an_editor_and_an_unknown_instance_is_named(login, member, project, registry):
+    assert _verify(login(member("viewer")), project, "6").status_code == 403
+    page = _verify(login(member("editor")), project, "6", key="no-such-task")
+    assert page.status_code == 400 and b"has no task instance" in page.content
+
+
+def test_an_archived_answer_can_be_loaded(login, member, project, registry):
+    page = login(member("editor")).get(_url("verifier_playground", project, "numeric") + "?trajectory=not-a-uuid")
+    assert page.status_code == 200 and b"No trajectory not-a-uuid" in page.content
+
+
+def test_usage_names_the_bundles_that_pin_it(login, member, project, registry):
+    page = login(member("viewer")).get(_url("verifier_playground", project, "numeric"))
+    assert page.context["usage"]["bundles"] == ["bundle/arith-bundle@1 pins verifier/numeric@1"]
+    assert page.context["usage"]["trajectories"] == 0 and page.context["usage"]["pass_rate"] is None
+
+
+@pytest.mark.sandbox
+def test_the_template_playground_renders_the_prompt_and_runs_the_reference(login, member, project, registry):
+    client = login(member("editor"))
+    url = _url("template_playground", project, "add-two")
+    page = client.get(url + "?key=add-00004")
+    assert [m["content"] for m in page.context["prompt_messages"]] == ["What is 4 + 4?"]
+    assert page.context["limits"] == {"max_turns": 1, "max_tokens": 16, "max_seconds": 10}
+    ran = client.post(url + "?key=add-00004", {"key": "add-00004"})
+    reference = ran.context["reference"]
+    assert reference["status"] == "ok" and reference["verdict"]["status"] == "pass"
+    assert [t["role"] for t in reference["turns"]] == ["user", "assistant"]

@@ -1,0 +1,75 @@
+"""Authoring in the browser, on Debian's Chromium: a new verifier written in the schema-aware editor from its
+skeleton (a field completed, an error shown at its line and fixed there, then published), and tried in the
+verifier playground on a task of the project (a pass and a fail)."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.registry.models import Version
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_new_verifier_from_the_skeleton_with_completion_and_an_inline_fix(page_as, live_url, project, member,
+                                                                            registry):
+    page = page_as(member("editor"))
+    page.goto(f"{live_url}/p/{project.slug}/registry/new/")
+    page.select_option("#start-from", "skeleton:verifier")
+    page.click("text=Fill in")
+    expect(page.locator("#id_kind")).to_have_value("verifier")
+    page.fill("#id_slug", "within-one")
+    status = page.locator("#spec-status")
+    expect(status).to_have_text("No problems: this spec publishes.")
+
+    # A new field of the numeric check, completed from the schema: the check's own fields are offered (its type
+    # narrows the union), not those of other check types.
+    page.locator(".cm-line", has_text="reference:").click()
+    page.keyboard.press("End")
+    page.keyboard.press("Enter")
+    page.keyboard.type("rel_tol")
+    options = page.locator(".cm-tooltip-autocomplete li")
+    expect(options.first).to_contain_text("rel_tolerance")
+    assert not any("rubric" in text for text in options.all_text_contents())
+    page.keyboard.press("Enter")
+    page.keyboard.type("-1")
+
+    # The error is at the line it concerns, with the publish's own words, and publishing is refused meanwhile.
+    expect(status).to_contain_text("1 problem(s)")
+    marker_line = page.locator(".cm-lint-marker-error")
+    expect(marker_line).to_have_count(1)
+    marker, line = marker_line.bounding_box(), page.locator(".cm-line", has_text="rel_tolerance").bounding_box()
+    assert abs(marker["y"] + marker["height"] / 2 - (line["y"] + line["height"] / 2)) < line["height"] / 2
+    expect(page.locator(".cm-lintRange-error")).to_have_count(1)  # the line itself is underlined
+
+    # Fixed inline: the number replaced; the problem goes away.
+    page.keyboard.press("Backspace")
+    page.keyboard.press("Backspace")
+    page.keyboard.type("0.01")
+    expect(status).to_have_text("No problems: this spec publishes.")
+    expect(marker_line).to_have_count(0)
+    # The field's documentation on hover, from the schema.
+    page.locator(".cm-line span", has_text="pass_threshold").first.hover()
+    expect(page.locator(".cm-tooltip-hover")).to_contain_text("a reward at or above this counts as a pass")
+    page.click("button:has-text('Publish @1')")
+    expect(page).to_have_url(re.compile(r"/registry/verifier/within-one/@1/$"))
+    spec = Version.objects.get(definition__slug="within-one").spec
+    assert spec["layers"][0]["checks"][0]["rel_tolerance"] == 0.01
+
+
+def test_a_verifier_tried_in_the_playground_passes_and_fails(page_as, live_url, project, member, registry):
+    page = page_as(member("editor"))
+    page.goto(f"{live_url}/p/{project.slug}/registry/verifier/numeric/")
+    page.click("text=Try it in the playground")
+    expect(page.locator("#id_template")).to_have_value("add-two")
+    page.fill("#id_key", "add-00009")  # 9 + 2
+    page.fill("#id_response", "The sum is 11.")
+    page.click("button:has-text('Verify')")
+    verdict = page.locator(".verdict")
+    expect(verdict).to_have_attribute("data-status", "pass")
+    expect(verdict).to_contain_text("exact decided")
+    page.fill("#id_response", "The sum is 12.")
+    page.click("button:has-text('Verify')")
+    expect(page.locator(".verdict")).to_have_attribute("data-status", "fail")
+    expect(page.locator(".verdict table.checks")).to_contain_text("numeric")
