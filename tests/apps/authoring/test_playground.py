@@ -78,3 +78,21 @@ def test_the_template_playground_renders_the_prompt_and_runs_the_reference(login
     reference = ran.context["reference"]
     assert reference["status"] == "ok" and reference["verdict"]["status"] == "pass"
     assert [t["role"] for t in reference["turns"]] == ["user", "assistant"]
+
+
+@pytest.mark.sandbox
+def test_a_hostile_grader_tried_in_the_playground_is_contained(login, member, owner, project, registry, tmp_path):
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("the host's")
+    # Model-generated grading code that tries to read a file of the host and to reach the network: in the sandbox
+    # neither is there, so it cannot award itself the pass.
+    source = ("def grade(sample, item):\n"
+              "    import socket\n"
+              f"    try:\n        open({str(secret)!r}).read()\n        return 1.0\n"
+              "    except OSError:\n        pass\n"
+              "    try:\n        socket.create_connection(('1.1.1.1', 53), timeout=2)\n        return 1.0\n"
+              "    except OSError:\n        return 0.0\n")
+    version_publish(project=project, kind="verifier", slug="numeric", author=owner, message="hostile", spec={
+        "layers": [{"name": "exact", "kind": "exact", "checks": [{"type": "python_grader", "source": source}]}]})
+    tried, = _verify(login(member("editor")), project, "6", version=2).context["tried"]
+    assert tried.verdict["reward"] == 0.0 and tried.verdict["status"] == "fail"
