@@ -234,7 +234,17 @@ class ResourceLimits(Spec):
     network: bool = False
 
 
+def _base_layer_first(schema: dict) -> None:
+    """Say in the JSON Schema what `starts_with_one_base` checks: the base layer first, and only there."""
+    layers = schema["properties"]["layers"]
+    base, *others = layers["items"]["oneOf"]
+    layers["prefixItems"] = [base]
+    layers["items"] = {"oneOf": others}
+
+
 class SandboxImageSpec(Spec):
+    model_config = ConfigDict(json_schema_extra=_base_layer_first)
+
     layers: list[Layer] = Field(min_length=1)
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     warm_pool_size: int = Field(default=2, ge=0, le=256)
@@ -540,10 +550,20 @@ class ModelSpec(Spec):
 RUBRIC_LABEL_RE = r"^[a-z0-9][a-z0-9_-]{0,39}$"
 
 
+# What `labels_fit_the_type` checks, in the JSON Schema: labels for labels and ordinal questions, none otherwise.
+_LABELS_FIT_THE_TYPE = {
+    "if": {"properties": {"type": {"enum": ["labels", "ordinal"]}}},
+    "then": {"properties": {"labels": {"minItems": 2, "uniqueItems": True}}, "required": ["labels"]},
+    "else": {"properties": {"labels": {"maxItems": 0}}},
+}
+
+
 class RubricQuestion(Spec):
     """One question a reviewer answers. pass_fail: true or false; labels: one of `labels` (nominal);
     ordinal: one of `labels`, ordered from worst to best (agreement weighs near misses less); text: free text,
     never part of agreement."""
+
+    model_config = ConfigDict(json_schema_extra=_LABELS_FIT_THE_TYPE)
 
     key: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", description="names the answer in labels and exports")
     type: Literal["pass_fail", "labels", "ordinal", "text"]

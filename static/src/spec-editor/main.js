@@ -117,9 +117,11 @@ function walk(root, path, lastMapping) {
   let schema = root;
   for (const step of path) {
     if (step.item) {
-      const lists = branches(schema, root).filter((s) => s.items);
+      const lists = branches(schema, root).filter((s) => s.items || s.prefixItems);
       if (!lists.length) return null;
-      schema = lists[0].items;
+      // Which item the cursor is in is not known here: a list with prefixItems offers all of its item shapes.
+      const list = lists[0];
+      schema = list.prefixItems ? {oneOf: [...list.prefixItems, list.items].filter(Boolean)} : list.items;
     } else {
       const owner = objects(schema, root, step.mapping).find((s) => s.properties[step.key]);
       if (!owner) return null;
