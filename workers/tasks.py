@@ -97,3 +97,11 @@ def verify_trajectory(template: dict, trajectory: dict, item: dict) -> dict:
     verdict = local_verifier().verify(TaskTemplate.from_json(template), Trajectory.from_json(trajectory),
                                       Item(**item))
     return verdict_to_wire(verdict)
+
+
+@shared_task(name="workers.tasks.read_task_upload", acks_late=True)
+def read_task_upload(upload_id: str, key: str) -> None:
+    """Read a large task file uploaded in the browser (apps/registry/upload_jobs.py), on the `studio` queue."""
+    from apps.registry.upload_jobs import job_run
+
+    job_run(upload_id, key)

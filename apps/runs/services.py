@@ -56,10 +56,26 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
     """A queued run pinned to `bundle` (an exact bundle version) and the resolved config. `pinned` holds settings
     only the studio sets (an evaluation's plan, the model of the checkpoint it evaluates): callers pass them
     from what they resolved themselves, never from a request."""
-    if bundle.definition.kind != "bundle" or bundle.definition.project_id != project.pk:
-        raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
     if not isinstance(steps, int) or steps < 1:
         raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
+    config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides, pinned=pinned)
+    with transaction.atomic():
+        run = Run.objects.create(
+            project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}",
+            bundle=bundle, config=config, config_hash=hashed,
+            steps_total=steps, created_by=actor if getattr(actor, "is_authenticated", False) else None)
+        _event(run, EventKind.CREATED, f"created: {steps} steps on {bundle.ref}", details={"config": overrides or {}})
+        audit_record(project=project, actor=actor, action="run.create", target=f"run/{run.id}",
+                     details={"bundle": bundle.ref, "steps": steps, "config_hash": run.config_hash}, via=via)
+    return run
+
+
+def run_config_resolve(*, project: Project, bundle: Version, overrides: dict | None = None,
+                       pinned: dict | None = None) -> tuple[dict, str]:
+    """The config a run on `bundle` with `overrides` stores, and its config hash, or RunError: what run_create
+    stores, so a page can show both before anything is queued (the run form's review step)."""
+    if bundle.definition.kind != "bundle" or bundle.definition.project_id != project.pk:
+        raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
     studio_set = sorted(set(overrides or {}) & set(SET_BY_THE_STUDIO))
     if studio_set:
         raise RunError(f"config: {', '.join(studio_set)}: set by the studio from the model definition; "
@@ -72,15 +88,7 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
     problem = wiring.model_problem(config["model"])
     if problem:
         raise RunError(f"config: {problem}")
-    with transaction.atomic():
-        run = Run.objects.create(
-            project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}",
-            bundle=bundle, config=config, config_hash=config_hash(bundle_hash=bundle.content_hash, config=config),
-            steps_total=steps, created_by=actor if getattr(actor, "is_authenticated", False) else None)
-        _event(run, EventKind.CREATED, f"created: {steps} steps on {bundle.ref}", details={"config": overrides or {}})
-        audit_record(project=project, actor=actor, action="run.create", target=f"run/{run.id}",
-                     details={"bundle": bundle.ref, "steps": steps, "config_hash": run.config_hash}, via=via)
-    return run
+    return config, config_hash(bundle_hash=bundle.content_hash, config=config)
 
 
 def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:

@@ -1,4 +1,5 @@
-"""Run pages: the list (and a form to start a run), one run live, compare runs; the history JSON the pages load.
+"""Run pages: the list, the form that starts a run (launch.py), one run live, compare runs; the history JSON
+the pages load.
 
 Each view finds the project for the user first (404 for non-members), then one selector or service.
 """
@@ -7,74 +8,77 @@ from __future__ import annotations
 
 import json
 
-from django import forms
 from django.contrib import messages
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page
 from apps.registry.diff import spec_diff
-from apps.registry.models import Version
 
-from . import figures, selectors
+from . import figures, launch, selectors
 from .dispatch import run_enqueue
-from .services import RunError, run_create, run_request
+from .services import RunError, run_config_resolve, run_create, run_request
 
 COMPARE_LIMIT = 8
 
 
-class RunStartForm(forms.Form):
-    bundle = forms.ModelChoiceField(queryset=Version.objects.none(), empty_label=None)
-    steps = forms.IntegerField(min_value=1, max_value=1_000_000, initial=100)
-    name = forms.CharField(max_length=200, required=False)
-    config = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3, "class": "code"}),
-                             help_text='Overrides of the run config as JSON, e.g. {"group_size": 4}.')
-
-    def __init__(self, *args, project, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["bundle"].queryset = (Version.objects.filter(definition__project=project,
-                                                                 definition__kind="bundle")
-                                          .select_related("definition").order_by("definition__slug", "-number"))
-        self.fields["bundle"].label_from_instance = lambda v: v.ref
-
-    def clean_config(self):
-        text = self.cleaned_data["config"].strip()
-        if not text:
-            return {}
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError("write an object of field names and values, e.g. {\"seed\": 1}")
-        return value
-
-
+@require_safe
 def run_list(request, project):
     project, can_edit = project_for_page(user=request.user, slug=project)
-    form = RunStartForm(project=project)
-    status = 200
-    if request.method == "POST":
-        project, can_edit = project_for_page(user=request.user, slug=project.slug, min_role=Role.EDITOR)
-        form = RunStartForm(request.POST, project=project)
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                run = run_create(project=project, bundle=data["bundle"], steps=data["steps"], name=data["name"],
-                                 overrides=data["config"], actor=request.user, via="web")
-            except RunError as exc:
-                form.add_error(None, str(exc))
-            else:
-                run_enqueue(run)
-                messages.success(request, f"Run {run.name} is queued.")
-                return redirect("runs:run_detail", project=project.slug, run_id=run.pk)
-        status = 400
-    context = {"project": project, "can_edit": can_edit, "form": form,
+    context = {"project": project, "can_edit": can_edit,
                "runs": selectors.run_list(project=project, status=request.GET.get("status") or None,
                                           with_reward=True)[:200]}
-    return render(request, "runs/run_list.html", context, status=status)
+    return render(request, "runs/run_list.html", context)
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def run_new(request, project):
+    """The run form (launch.RunForm), then its review — the resolved config, its hash and the first step's cost,
+    nothing queued — then "Queue run". POST action: review (the form's button), queue (the review's button:
+    queued only while the config still resolves to the hash the review showed), edit (back to the form).
+    GET ?from_run=<id> starts from an earlier run's settings."""
+    project, can_edit = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
+    data = request.POST if request.method == "POST" else None
+    source = (data or request.GET).get("from_run", "")
+    earlier = next(iter(selectors.runs_get(project=project, run_ids=[source])), None) if source else None
+    form = launch.RunForm(data, project=project, earlier=earlier)
+    context = {"project": project, "can_edit": can_edit, "form": form, "earlier": earlier,
+               "earlier_choices": [r for r in selectors.run_list(project=project)[:100]
+                                   if not (r.config or {}).get("evaluation")]}
+    if source and earlier is None:
+        context["missing_run"] = source
+    action = request.POST.get("action", "review")
+    if data is None or action == "edit":
+        return render(request, "runs/run_new.html", context)
+    if not form.is_valid():
+        return render(request, "runs/run_new.html", context, status=400)
+    bundle, overrides = form.cleaned_data["bundle"], form.overrides()
+    try:
+        config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides)
+    except RunError as exc:
+        form.add_config_error(str(exc))
+        return render(request, "runs/run_new.html", context, status=400)
+    if action == "queue" and form.cleaned_data["reviewed"] == hashed:
+        try:
+            run = run_create(project=project, bundle=bundle, steps=form.cleaned_data["steps"],
+                             name=form.cleaned_data["name"], overrides=overrides, actor=request.user, via="web")
+        except RunError as exc:
+            form.add_config_error(str(exc))
+            return render(request, "runs/run_new.html", context, status=400)
+        run_enqueue(run)
+        messages.success(request, f"Run {run.name} is queued.")
+        return redirect("runs:run_detail", project=project.slug, run_id=run.pk)
+    context.update(review=True, config_hash=hashed, overrides=overrides,
+                   overrides_json=json.dumps(overrides, indent=2, sort_keys=True),
+                   resolved=[(title, [(name, launch.show(config[name]),
+                                       launch.origin(name, config[name], overrides=overrides, bundle=bundle))
+                                      for name in names])
+                             for title, names in launch.grouped(config)],
+                   estimate=launch.first_step_estimate(bundle=bundle, config=config),
+                   stale=action == "queue")  # asked to queue what no review showed (or no longer resolves so)
+    return render(request, "runs/run_new.html", context, status=409 if action == "queue" else 200)
 
 
 def run_detail(request, project, run_id):

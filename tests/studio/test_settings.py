@@ -161,6 +161,11 @@ def pages(project, registry, studio_run):
         reverse("api_tokens"),
         reverse("audit_log", kwargs={"project": project.slug}),
         reverse("trajectories:trajectory_detail", kwargs={"project": project.slug, "trajectory_id": trajectory.pk}),
+        reverse("registry:version_edit", kwargs=verifier),
+        reverse("registry:task_upload", kwargs={**verifier, "kind": "task_template", "slug": "add-two"}),
+        reverse("runs:run_new", kwargs={"project": project.slug}),
+        reverse("authoring:verifier_playground", kwargs={"project": project.slug, "slug": "numeric"}),
+        reverse("authoring:template_playground", kwargs={"project": project.slug, "slug": "add-two"}),
     ]
     return urls
 

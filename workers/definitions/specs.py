@@ -103,7 +103,8 @@ class ToolSpec(Spec):
 class Limits(Spec):
     max_turns: int = Field(default=1, ge=1, le=1000, description="model turns before the episode ends (1: one "
                                                                   "answer, no tool results seen)")
-    max_tokens: int = Field(default=1024, ge=1, le=10_000_000, description="tokens the model may generate per turn")
+    max_tokens: int = Field(default=1024, ge=1, le=10_000_000, description="tokens the model may sample over the whole "
+                                                                          "rollout, all turns together")
     max_seconds: float = Field(default=60, gt=0, le=86_400, description="wall-clock budget of one rollout, tool "
                                                                          "calls included")
 

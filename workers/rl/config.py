@@ -6,8 +6,11 @@ even after the defaults here change, and the config hash names exactly what ran.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -91,24 +94,36 @@ class RunConfig:
     device: str = "auto"
     """cpu, cuda, cuda:1 ... or auto (cuda when available)."""
     temperature: float = 1.0
+    """Sampling temperature of the rollouts (above 0; 1: the policy's own distribution)."""
     learning_rate: float = 3e-4
+    """AdamW's learning rate (above 0)."""
     lr_schedule: Literal["constant", "linear"] = "constant"
+    """After the warmup: constant, or linear (decays to 0 at the run's last step)."""
     warmup_steps: int = 0
+    """Steps over which the learning rate rises linearly to learning_rate (0: none)."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global norm before each update."""
     micro_batch_size: int = 64
     """Sequences per forward/backward; a step's batch is accumulated over as many as it needs."""
     clip_low: float = 0.2
+    """The policy ratio is clipped below at 1 - clip_low (PPO-style; below 1)."""
     clip_high: float = 0.28
+    """The policy ratio is clipped above at 1 + clip_high: higher than clip_low, as in DAPO, so unlikely but
+    good tokens can still gain probability."""
     normalize_std: bool = True
+    """Divide each group's advantages by the group's reward std (off: Dr. GRPO, mean-centred only)."""
     kl_coef: float = 0.0
     """Weight of the k3 KL penalty to the initial policy (0: no reference model is kept)."""
     lora_rank: int = 0
     """LoRA rank through peft for Hugging Face models (0: train every weight)."""
     lora_alpha: int = 16
+    """LoRA scaling (alpha / rank multiplies the adapter's update); used with lora_rank above 0."""
     checkpoint_every: int = 10
     """Steps between checkpoints (the last step always checkpoints)."""
     keep_checkpoints: int = 3
+    """The newest checkpoints kept on disk; older ones are removed."""
     eval_tasks_per_domain: int = 64
     """Tasks per domain in the evaluation at the start and the end of the run (one sample each; 0: none). The
     summary's reward lift comes from it: training rewards are biased by the curriculum's choice of tasks."""
@@ -121,6 +136,7 @@ class RunConfig:
     with eval_suite_every N, every one at a multiple of N steps; each evaluation is queued as its checkpoint is
     saved (apps/evals)."""
     eval_suite_every: int = 0
+    """With eval_suite: evaluate every checkpoint at a multiple of this many steps too (0: the last one only)."""
     evaluation: dict = field(default_factory=dict)
     """Set by the studio for an evaluation (apps/evals), which trains nothing: the suite's decoding settings
     (samples_per_task, temperature, tasks_per_template, seed), its comparability key, and what answers — the
@@ -206,6 +222,24 @@ class RunConfig:
             problems.append(f"evaluation: unknown settings {', '.join(unknown)}")
         if problems:
             raise ConfigError("; ".join(problems))
+
+
+@functools.cache
+def field_help() -> dict[str, str]:
+    """Each RunConfig field's documentation — the string under it in the class body (an attribute docstring) —
+    with its lines joined: one text for a reader of this file and for the studio's run form (apps/runs/launch.py).
+    Read from this module's source; without the source (byte code only) there is no help, nothing fails."""
+    try:
+        tree = ast.parse(inspect.getsource(RunConfig))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    docs, body = {}, tree.body[0].body
+    for statement, following in zip(body, body[1:], strict=False):
+        if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)):
+            docs[statement.target.id] = " ".join(inspect.cleandoc(following.value.value).split())
+    return docs
 
 
 def config_hash(*, bundle_hash: str, config: dict) -> str:

@@ -18,4 +18,11 @@ def registry_pages(project, registry):
         ("get", reverse("registry:version_edit", kwargs=verifier)),
         ("post", reverse("registry:version_edit", kwargs=verifier)),
         ("post", reverse("registry:alias_set", kwargs=verifier)),
+        ("post", reverse("registry:spec_validate", kwargs={"project": project.slug})),
+        ("get", reverse("registry:task_upload", kwargs={**verifier, "kind": "task_template", "slug": "add-two"})),
+        ("post", reverse("registry:task_upload", kwargs={**verifier, "kind": "task_template", "slug": "add-two"})),
+        ("get", reverse("authoring:verifier_playground", kwargs={"project": project.slug, "slug": "numeric"})),
+        ("post", reverse("authoring:verifier_playground", kwargs={"project": project.slug, "slug": "numeric"})),
+        ("get", reverse("authoring:template_playground", kwargs={"project": project.slug, "slug": "add-two"})),
+        ("post", reverse("authoring:template_playground", kwargs={"project": project.slug, "slug": "add-two"})),
     ]

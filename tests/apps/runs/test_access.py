@@ -21,7 +21,8 @@ def urls(project, studio_run):
     solid = Trajectory.objects.filter(run=run, domain="3d-modelling").first()
     return [
         ("get", reverse("runs:run_list", kwargs={"project": slug})),
-        ("post", reverse("runs:run_list", kwargs={"project": slug})),
+        ("get", reverse("runs:run_new", kwargs={"project": slug})),
+        ("post", reverse("runs:run_new", kwargs={"project": slug})),
         ("get", reverse("runs:run_detail", kwargs={"project": slug, "run_id": run.pk})),
         ("get", reverse("runs:run_history", kwargs={"project": slug, "run_id": run.pk})),
         ("post", reverse("runs:run_control", kwargs={"project": slug, "run_id": run.pk})),

@@ -30,12 +30,20 @@ def test_history_is_downsampled_on_the_server_and_fetched_after_a_step(client, o
 def test_start_a_run_from_the_list_and_compare_two_runs(client, owner, project, registry, studio_run):
     run, _ = studio_run
     client.force_login(owner)
-    url = reverse("runs:run_list", kwargs={"project": project.slug})
-    response = client.post(url, {"bundle": registry["bundle"].pk, "steps": 5, "name": "from-the-page",
-                                 "config": '{"group_size": 4}'})
+    listing = client.get(reverse("runs:run_list", kwargs={"project": project.slug}))
+    url = reverse("runs:run_new", kwargs={"project": project.slug})
+    assert f'href="{url}"'.encode() in listing.content  # "Start a run…": the form has a page of its own
+    form = client.get(url).context["form"]
+    values = {name: form.initial.get(name, field.initial) for name, field in form.fields.items() if not field.disabled}
+    data = {name: form.fields[name].prepare_value(value) for name, value in values.items()
+            if value is not None and value is not False}  # an unticked checkbox is not sent
+    data = {**data, "bundle": registry["bundle"].pk, "steps": 5, "name": "from-the-page", "group_size": 4}
+    review = client.post(url, {**data, "action": "review"})
+    assert review.status_code == 200 and not Run.objects.filter(name="from-the-page").exists()
+    response = client.post(url, {**data, "reviewed": review.context["config_hash"], "action": "queue"})
     started = Run.objects.get(name="from-the-page")
     assert response.status_code == 302 and started.status == "queued" and started.config["group_size"] == 4
-    assert client.post(url, {"bundle": registry["bundle"].pk, "steps": 5, "config": "[1]"}).status_code == 400
+    assert client.post(url, {**data, "domain_weights": "[1]", "action": "review"}).status_code == 400
     other = run_synthetic_create(project=project, bundle=registry["bundle"], steps=10, name="second", actor=owner)
     run_synthetic_steps(run=other, steps=3)
     page = client.get(reverse("runs:run_compare", kwargs={"project": project.slug}),

@@ -1,0 +1,260 @@
+"""The run form (/p/<project>/runs/new/): RunConfig's fields as form fields — grouped, each with its default, its
+bounds and its help — and what the review step shows before anything is queued: the resolved config, its hash
+(both from services.run_config_resolve, the code run_create stores them with) and an upper bound of the first
+step's cost.
+
+Every form field comes from the dataclass (workers/rl/config.py): its type picks the widget, BOUNDS the min and
+max, field_help() the help text, SET_BY_THE_STUDIO the fields shown but never editable. A new RunConfig field
+appears here without an edit; only its group has to be named below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+
+from django import forms
+
+from apps.registry.models import Version
+from apps.registry.refs import parse_ref
+from workers.definitions.specs import Limits
+from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
+
+# The dataclass lists its fields in the order they were added, and workers/ knows nothing of pages; a person
+# starting a run decides them in these groups: which model, how tasks are drawn and sampled, how GRPO updates,
+# how the pipeline overlaps its stages, what bounds a rollout, how the run is evaluated. The grouping is a
+# page's concern, so it lives here, once, for the form and the review alike. A field named in no group is shown
+# under "Other" (never hidden), and tests/apps/runs/test_run_form.py fails until it is given a group.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Model", ("model", "model_version", "model_sha256", "chat_template", "engine", "device", "lora_rank",
+               "lora_alpha")),
+    ("Sampling", ("seed", "temperature", "curriculum", "dynamic_sampling", "oversampling", "domain_weights",
+                  "domain_quotas")),
+    ("GRPO", ("groups_per_step", "group_size", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay",
+              "max_grad_norm", "micro_batch_size", "clip_low", "clip_high", "normalize_std", "kl_coef")),
+    ("Pipeline", ("mode", "max_staleness", "rollout_concurrency", "verify_concurrency", "checkpoint_every",
+                  "keep_checkpoints")),
+    ("Limits", ("context_length", "max_tool_output_chars")),
+    ("Evaluation", ("eval_tasks_per_domain", "eval_suite", "eval_suite_every", "reference_per_template",
+                    "evaluation")),
+)
+OTHER = "Other"
+DEFAULTS = dataclasses.asdict(RunConfig())
+CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+RUN_FIELDS = ("bundle", "steps", "name", "from_run", "reviewed")  # the form's own fields, beside the config's
+MULTILINE = ("chat_template",)
+
+
+def grouped(names) -> list[tuple[str, list[str]]]:
+    """`names` (config fields) in GROUPS' groups and order; the ones no group names under OTHER, at the end."""
+    names = list(names)
+    groups = [(title, [n for n in members if n in names]) for title, members in GROUPS]
+    named = {n for _, members in GROUPS for n in members}
+    groups.append((OTHER, [n for n in names if n not in named]))
+    return [(title, members) for title, members in groups if members]
+
+
+def show(value) -> str:
+    """A config value as the form and the review write it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    if value == "":
+        return "(empty)"
+    return str(value)
+
+
+def _number(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+class ObjectField(forms.JSONField):
+    """A JSON object (domain slug -> number); empty is {}."""
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError('write a JSON object, e.g. {"arithmetic": 2}')
+        return value
+
+
+def config_field(name: str, hint) -> forms.Field:
+    """The form field for RunConfig field `name` of type `hint`."""
+    default = DEFAULTS[name]
+    low, high = BOUNDS.get(name, (None, None))
+    if name in SET_BY_THE_STUDIO:
+        return forms.CharField(required=False, disabled=True)
+    if typing.get_origin(hint) is typing.Literal:
+        return forms.ChoiceField(choices=[(v, v) for v in typing.get_args(hint)])
+    if isinstance(default, bool):
+        return forms.BooleanField(required=False)
+    if isinstance(default, int):
+        return forms.IntegerField(min_value=low, max_value=high)
+    if isinstance(default, float):
+        return forms.FloatField(min_value=low, max_value=high)
+    if isinstance(default, dict):
+        return ObjectField(required=False, widget=forms.TextInput(attrs={"class": "code"}))
+    if name in MULTILINE:
+        return forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3, "class": "code"}))
+    return forms.CharField(required=False, max_length=1000)
+
+
+@dataclass(frozen=True)
+class ConfigInput:
+    """One config field on the page: the bound field and what the page says about it."""
+
+    field: forms.BoundField
+    name: str
+    help: str
+    default: str
+    bounds: str
+    studio: bool
+
+
+class RunForm(forms.Form):
+    """A bundle, steps, a name and every RunConfig field. Started fresh, each config field starts at its default;
+    started from an earlier run (`earlier`), at that run's value. The overrides are the fields whose value is not
+    the default: on a fresh form exactly the ones the user changed, from an earlier run its settings and the
+    user's changes."""
+
+    bundle = forms.ModelChoiceField(queryset=Version.objects.none(), empty_label=None)
+    steps = forms.IntegerField(min_value=1, max_value=1_000_000, initial=100)
+    name = forms.CharField(max_length=200, required=False, help_text="Empty: the bundle's slug and the time.")
+    from_run = forms.UUIDField(required=False, widget=forms.HiddenInput)
+    reviewed = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
+
+    def __init__(self, *args, project, earlier=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        bundles = self.fields["bundle"]
+        bundles.queryset = (Version.objects.filter(definition__project=project, definition__kind="bundle")
+                            .select_related("definition").order_by("definition__slug", "-number"))
+        bundles.label_from_instance = _bundle_label
+        hints = typing.get_type_hints(RunConfig)
+        start = _start_values(earlier)
+        for name in CONFIG_FIELDS:
+            self.fields[name] = config_field(name, hints[name])
+            self.fields[name].label = name
+            self.initial.setdefault(name, start[name])
+        if earlier is not None:
+            self.initial.setdefault("bundle", earlier.bundle_id)
+            self.initial.setdefault("steps", earlier.steps_total)
+            self.initial.setdefault("from_run", earlier.pk)
+
+    def run_fields(self) -> list[forms.BoundField]:
+        return [self["bundle"], self["steps"], self["name"]]
+
+    def groups(self) -> list[tuple[str, list[ConfigInput]]]:
+        docs = field_help()
+        return [(title, [ConfigInput(
+            field=self[name], name=name, help=docs.get(name, ""), default=show(DEFAULTS[name]),
+            bounds=" to ".join(_number(x) for x in BOUNDS[name]) if name in BOUNDS else "",
+            studio=name in SET_BY_THE_STUDIO) for name in names]) for title, names in grouped(CONFIG_FIELDS)]
+
+    def overrides(self) -> dict:
+        """The editable config fields whose value is not RunConfig's default (call after is_valid)."""
+        return {name: self.cleaned_data[name] for name in CONFIG_FIELDS
+                if name not in SET_BY_THE_STUDIO and self.cleaned_data[name] != DEFAULTS[name]}
+
+    def add_config_error(self, message: str) -> None:
+        """A refusal from run_config_resolve or run_create: each `field: problem` part (ConfigError names the
+        field of each) at its field, the rest at the top."""
+        if not message.startswith("config: "):
+            self.add_error(None, message)
+            return
+        found: list[list] = []  # [field or None, problem]; a part naming no field continues the one before
+        for part in message.removeprefix("config: ").split("; "):
+            name, sep, problem = part.partition(": ")
+            if sep and name in CONFIG_FIELDS:
+                found.append([name, problem])
+            elif found:
+                found[-1][1] += f"; {part}"
+            else:  # wiring.model_problem's words name no field, but are about the model
+                about_model = part.startswith("model ") or "built-in model" in part
+                found.append(["model" if about_model else None, part])
+        for name, problem in found:
+            if name is None or name in SET_BY_THE_STUDIO:
+                self.add_error(None, f"config: {problem if name is None else f'{name}: {problem}'}")
+            else:
+                self.add_error(name, problem)
+
+
+assert not set(RUN_FIELDS) & set(CONFIG_FIELDS), "a RunConfig field shares its name with the run form's own"
+
+
+def _bundle_label(version: Version) -> str:
+    settings = (version.spec or {}).get("run_config") or {}
+    if not settings:
+        return version.ref
+    return f"{version.ref} (sets {', '.join(f'{k}={show(v)}' for k, v in sorted(settings.items()))})"
+
+
+def _start_values(earlier) -> dict:
+    """Each config field's starting value: the default, or the earlier run's (its model as the exact model
+    definition version it pinned, so the new run pins the same one again)."""
+    values = dict(DEFAULTS)
+    if earlier is None:
+        return values
+    config = earlier.config or {}
+    values.update({k: v for k, v in config.items() if k in values})
+    if config.get("model_version"):
+        values["model"] = config["model_version"]
+    return values
+
+
+# --- the review: what the first step may cost ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """An upper bound of the first trainer step's sampling, from the resolved config and the pinned task
+    templates' limits. Each rollout stops at its template's max_tokens sampled tokens (over all its turns) and
+    max_turns model turns; most stop far sooner. Prompt tokens are not counted."""
+
+    groups: int  # the most task groups the step consumes (oversampling × groups_per_step with dynamic sampling)
+    dynamic_sampling: bool
+    group_size: int
+    rollouts: int
+    max_tokens: int  # the largest max_tokens among the bundle's templates
+    max_turns: int
+    tokens: int  # rollouts × max_tokens
+    model_turns: int  # rollouts × max_turns
+    templates: list[tuple[str, int, int]]  # (template version, max_tokens, max_turns)
+    domains: int
+    eval_samples: int  # the evaluation before the first step: eval_tasks_per_domain per domain, one sample each
+    eval_tokens: int
+
+
+def first_step_estimate(*, bundle: Version, config: dict) -> StepEstimate:
+    refs = [parse_ref(entry["ref"]) for entry in (bundle.spec or {}).get("resolved", [])]
+    pinned = {(ref.kind, ref.slug): ref.number for ref in refs}
+    versions = [v for v in Version.objects.filter(
+        definition__project_id=bundle.definition.project_id, definition__kind="task_template",
+        definition__slug__in=[ref.slug for ref in refs if ref.kind == "task_template"]).select_related("definition")
+        if pinned.get(("task_template", v.definition.slug)) == v.number]
+    limits = Limits()
+    templates = sorted((v.ref, int(v.spec.get("limits", {}).get("max_tokens", limits.max_tokens)),
+                        int(v.spec.get("limits", {}).get("max_turns", limits.max_turns))) for v in versions)
+    max_tokens = max((t[1] for t in templates), default=0)
+    max_turns = max((t[2] for t in templates), default=0)
+    groups = config["groups_per_step"] * (config["oversampling"] if config["dynamic_sampling"] else 1)
+    rollouts = groups * config["group_size"]
+    domains = sum(1 for ref in refs if ref.kind == "domain")
+    eval_samples = config["eval_tasks_per_domain"] * domains
+    return StepEstimate(groups=groups, dynamic_sampling=config["dynamic_sampling"], group_size=config["group_size"],
+                        rollouts=rollouts, max_tokens=max_tokens, max_turns=max_turns, tokens=rollouts * max_tokens,
+                        model_turns=rollouts * max_turns, templates=templates, domains=domains,
+                        eval_samples=eval_samples, eval_tokens=eval_samples * max_tokens)
+
+
+def origin(name: str, value, *, overrides: dict, bundle: Version) -> str:
+    """Where a resolved value came from, for the review: the form, the bundle's run_config, the studio (a model
+    definition's pins) or the default."""
+    if name in overrides:
+        return "changed"
+    if name in ((bundle.spec or {}).get("run_config") or {}):
+        return "bundle"
+    return "default" if value == DEFAULTS.get(name) else "studio"

@@ -1,0 +1,183 @@
+"""The run form (/p/<project>/runs/new/, apps/runs/launch.py): RunConfig's fields grouped with their defaults,
+bounds and help; a review that shows the resolved config and its hash before anything is queued, the hash then
+being the created run's; refusals at their field; a start from an earlier run."""
+
+import dataclasses
+import re
+from html.parser import HTMLParser
+
+import pytest
+from django import forms
+from django.urls import reverse
+
+from apps.registry.services import version_publish
+from apps.runs import launch, views
+from apps.runs.models import Run, RunEvent
+from apps.runs.services import run_create
+from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
+
+
+class _Inputs(HTMLParser):
+    """name -> value of the inputs inside the element carrying `marker` (what a browser would submit)."""
+
+    def __init__(self, marker: str):
+        super().__init__()
+        self.marker, self.depth, self.values = marker, 0, {}
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "form" and self.marker in attrs:
+            self.depth = 1
+        elif self.depth and tag == "input" and "disabled" not in attrs and attrs.get("name"):
+            self.values[attrs["name"]] = attrs.get("value", "")
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self.depth = 0
+
+
+def submitted(response, marker: str) -> dict:
+    parser = _Inputs(marker)
+    parser.feed(response.content.decode())
+    return parser.values
+
+
+def filled(form, **changes) -> dict:
+    """What the untouched form posts, with `changes` (False unticks a checkbox)."""
+    data = {}
+    for name, field in form.fields.items():
+        value = form.initial.get(name, field.initial)
+        if field.disabled or value is None:
+            continue
+        if isinstance(field, forms.BooleanField):
+            if value:
+                data[name] = "on"
+            continue
+        data[name] = field.prepare_value(value)
+    for name, value in changes.items():
+        if value is False:
+            data.pop(name, None)
+        else:
+            data[name] = value
+    return data
+
+
+@pytest.fixture
+def enqueued(monkeypatch):
+    calls = []
+    monkeypatch.setattr(views, "run_enqueue", calls.append)
+    return calls
+
+
+@pytest.fixture
+def url(project):
+    return reverse("runs:run_new", kwargs={"project": project.slug})
+
+
+def test_review_shows_the_resolved_config_and_the_hash_the_queued_run_then_has(login, owner, registry, url,
+                                                                                enqueued):
+    client = login(owner)
+    page = client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert re.search(r"<script(?![^>]*\bsrc=)", html) is None  # no inline script: the CSP allows none
+    assert [title for title, _ in page.context["form"].groups()] == [title for title, _ in launch.GROUPS]
+    assert re.search(r'name="group_size" value="8" min="1" max="1024"', html)  # default and bounds
+    assert "Samples per task (the GRPO group)." in html  # help from the field's docstring
+    assert re.search(r'name="model_sha256"[^>]*disabled', html)  # set by the studio: shown, not editable
+
+    data = filled(page.context["form"], bundle=registry["bundle"].pk, steps=7, name="from-the-form",
+                  group_size=4, action="review")
+    review = client.post(url, data)
+    assert review.status_code == 200 and review.context["review"]
+    shown = re.search(r"<code data-config-hash>([0-9a-f]{64})</code>", review.content.decode()).group(1)
+    assert review.context["overrides"] == {"group_size": 4}  # only what was changed
+    rows = {name: (value, origin) for _, group in review.context["resolved"] for name, value, origin in group}
+    assert rows["group_size"] == ("4", "changed") and rows["groups_per_step"] == ("8", "default")
+    assert set(rows) == {f.name for f in dataclasses.fields(RunConfig)}
+    estimate = review.context["estimate"]
+    # 8 groups × oversampling 4 (dynamic sampling) × 4 samples × 16 tokens (add-two's max_tokens), said as a bound
+    assert (estimate.groups, estimate.rollouts, estimate.tokens) == (32, 128, 2048)
+    assert "An upper bound, not a forecast" in review.content.decode()
+    assert not Run.objects.exists() and enqueued == []  # reviewed, nothing queued
+
+    confirm = submitted(review, "data-queue-form")  # the review's hidden form, as the browser sends it
+    assert confirm["reviewed"] == shown
+    queued = client.post(url, {**confirm, "action": "queue"})
+    run = Run.objects.get()
+    assert queued.status_code == 302 and queued["Location"].endswith(f"/runs/{run.pk}/")
+    assert run.config_hash == shown and run.config["group_size"] == 4 and run.steps_total == 7
+    assert run.name == "from-the-form" and run.status == "queued" and enqueued == [run]
+    assert RunEvent.objects.get(run=run, kind="created").details == {"config": {"group_size": 4}}
+
+
+def test_a_value_out_of_bounds_is_refused_at_its_field_and_nothing_is_queued(login, owner, registry, url,
+                                                                              enqueued):
+    client = login(owner)
+    form = client.get(url).context["form"]
+    base = filled(form, bundle=registry["bundle"].pk)
+    for action in ("review", "queue"):
+        page = client.post(url, {**base, "group_size": BOUNDS["group_size"][1] + 1, "action": action})
+        assert page.status_code == 400 and "less than or equal to 1024" in page.context["form"].errors["group_size"][0]
+    # Within the input's bounds, refused by RunConfig.check: still at its field.
+    page = client.post(url, {**base, "group_size": 1, "action": "review"})
+    assert page.status_code == 400 and "GRPO compares samples" in page.context["form"].errors["group_size"][0]
+    page = client.post(url, {**base, "device": "cuda;rm -rf", "action": "review"})
+    assert "is not auto, cpu, cuda or cuda:N" in page.context["form"].errors["device"][0]
+    page = client.post(url, {**base, "model": "builtin:gpt-5", "action": "review"})
+    assert "unknown built-in model" in page.context["form"].errors["model"][0]
+    page = client.post(url, {**base, "domain_weights": "[1]", "action": "review"})
+    assert "JSON object" in page.context["form"].errors["domain_weights"][0]
+    page = client.post(url, {**base, "domain_weights": '{"arithmetic": 5000}', "action": "review"})
+    assert "weights must be numbers from 0 to 1000" in page.context["form"].errors["domain_weights"][0]
+    # Queueing what no review showed (no hash, or another one) shows the review instead.
+    stale = client.post(url, {**base, "group_size": 4, "reviewed": "0" * 64, "action": "queue"})
+    assert stale.status_code == 409 and stale.context["review"] and b"data-stale" in stale.content
+    assert not Run.objects.exists() and enqueued == []
+
+
+def test_the_bundles_run_config_shows_in_the_review_and_unchanged_fields_do_not_override_it(
+        login, owner, project, registry, url, enqueued):
+    bundle = version_publish(project=project, kind="bundle", slug="warm", author=owner,
+                             spec={"members": ["domain/arithmetic@latest"], "run_config": {"temperature": 0.5}}).version
+    client = login(owner)
+    page = client.get(url)
+    assert "warm@1 (sets temperature=0.5)" in page.content.decode()
+    review = client.post(url, filled(page.context["form"], bundle=bundle.pk, seed=3, action="review"))
+    rows = {name: (value, origin) for _, group in review.context["resolved"] for name, value, origin in group}
+    assert rows["temperature"] == ("0.5", "bundle") and rows["seed"] == ("3", "changed")
+    assert review.context["overrides"] == {"seed": 3}
+
+
+def test_a_start_from_an_earlier_run_is_prefilled_with_its_config(login, owner, project, registry, url, enqueued):
+    earlier = run_create(project=project, bundle=registry["bundle"], steps=12, name="earlier", actor=owner,
+                         overrides={"group_size": 4, "temperature": 0.7, "dynamic_sampling": False})
+    client = login(owner)
+    page = client.get(url, {"from_run": str(earlier.pk)})
+    form = page.context["form"]
+    assert form.initial["group_size"] == 4 and form.initial["bundle"] == registry["bundle"].pk
+    assert form.initial["steps"] == 12 and b"data-earlier" in page.content
+    assert re.search(rf'<option value="{earlier.pk}" selected>', page.content.decode())
+    # Unchanged, it resolves to the earlier run's config exactly: the same hash.
+    review = client.post(url, {**filled(form), "action": "review"})
+    assert review.context["config_hash"] == earlier.config_hash
+    assert review.context["overrides"] == {"group_size": 4, "temperature": 0.7, "dynamic_sampling": False}
+    assert client.get(url, {"from_run": "not-a-run"}).status_code == 200  # a bad id: the defaults, and says so
+
+
+def test_only_editors_open_the_form(client, member, outsider, url):
+    for user, status in ((member("viewer"), 403), (outsider, 404), (member("editor"), 200)):
+        client.force_login(user)
+        assert client.get(url).status_code == status, user
+        assert client.post(url, {"action": "queue"}).status_code in (status, 400), user
+    assert not Run.objects.exists()
+
+
+def test_every_config_field_has_a_group_and_help_and_the_studios_are_not_editable():
+    names = [f.name for f in dataclasses.fields(RunConfig)]
+    grouped = [name for _, members in launch.grouped(names) for name in members]
+    assert launch.OTHER not in dict(launch.grouped(names)), "give the new RunConfig field a group in GROUPS"
+    assert sorted(grouped) == sorted(names) and len(grouped) == len(set(grouped))
+    assert not [name for name in names if not field_help().get(name)], "document the field under it"
+    for name in SET_BY_THE_STUDIO:
+        assert launch.config_field(name, str).disabled
