@@ -9,10 +9,11 @@ from ninja import Query, Router, Status
 from apps.accounts.api_auth import caller_project
 from apps.accounts.models import Project, Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS
-from workers.definitions.specs import KINDS, SPEC_MODELS, SPEC_SCHEMA_VERSION
+from workers.definitions.specs import KINDS, SPEC_SCHEMA_VERSION
 
 from . import selectors, services
 from .api_schemas import (
+    DOCUMENTED_SPECS,
     MAX_NUMBER,
     PUBLISH_BODIES,
     AliasMoveIn,
@@ -50,7 +51,7 @@ def spec_schemas(request):
     """The JSON Schema of every kind's spec at the current spec schema version: what an editor completes and
     validates against, and what the API's publish checks (a few checks — a verifier's code, a reference's fields
     — are made on publish beyond what JSON Schema can say)."""
-    return {"schema_version": SPEC_SCHEMA_VERSION, "kinds": {kind: spec_json_schema(kind) for kind in SPEC_MODELS}}
+    return {"schema_version": SPEC_SCHEMA_VERSION, "kinds": {kind: spec_json_schema(kind) for kind in KINDS}}
 
 
 @router.get("/schemas/{kind}", response={200: dict, **READ_ERRORS})
@@ -61,7 +62,7 @@ def spec_schema(request, kind: KindName):
 
 def spec_json_schema(kind: str) -> dict:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"/api/v1/schemas/{kind}",
-            "x-schema-version": SPEC_SCHEMA_VERSION, **SPEC_MODELS[kind].model_json_schema(mode="validation")}
+            "x-schema-version": SPEC_SCHEMA_VERSION, **DOCUMENTED_SPECS[kind].model_json_schema(mode="validation")}
 
 
 def _version(project: Project, kind: str, slug: str, selector: str) -> Version:

@@ -9,7 +9,8 @@ from pydantic import ConfigDict, PlainValidator, create_model
 from pydantic_core import PydanticCustomError
 
 from apps.accounts.models import SLUG_PATTERN
-from workers.definitions.specs import ALIAS_RE, KINDS, SPEC_MODELS
+from workers.definitions.specs import ALIAS_RE, KINDS, SPEC_MODELS, BundleSpec
+from workers.rl.config import run_config_schema
 
 from .models import Alias, Definition, InstanceSetMember, Version
 from .selectors import alias_list, version_list
@@ -64,18 +65,33 @@ def _a_mapping(value):
     return value
 
 
+def _run_config_documented(schema: dict) -> None:
+    schema["properties"]["run_config"] = run_config_schema()
+
+
+class DocumentedBundleSpec(BundleSpec):
+    """A bundle spec whose JSON Schema also describes run_config field by field (the spec model keeps it a free
+    mapping: the definitions kernel does not know the trainer's config, and RunConfig.resolve checks it)."""
+
+    model_config = ConfigDict(title="BundleSpec", json_schema_extra=_run_config_documented)
+
+
+# Each kind's spec model as the API and the editor describe it.
+DOCUMENTED_SPECS = {**SPEC_MODELS, "bundle": DocumentedBundleSpec}
+
+
 # The publish body of each kind: `spec` is described by the kind's spec model, but only checked to be a mapping
 # here, so that the registry's own validation — the one the editor and `validate` use — reports its problems with
 # their field paths, exactly as for every other client.
 PUBLISH_BODIES: dict[str, type[PublishIn]] = {
     kind: create_model(
-        f"Publish{model.__name__.removesuffix('Spec')}In",
+        f"Publish{kind.title().replace('_', '')}In",
         __base__=PublishTemplateIn if kind == "task_template" else PublishIn,
         spec=(Annotated[dict, PlainValidator(_a_mapping, json_schema_input_type=model)],
               Field(description=f"the {kind.replace('_', ' ')} spec; its JSON Schema is also at "
                                 f"/api/v1/schemas/{kind}")),
     )
-    for kind, model in SPEC_MODELS.items()
+    for kind, model in DOCUMENTED_SPECS.items()
 }
 
 

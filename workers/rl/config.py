@@ -245,3 +245,28 @@ def field_help() -> dict[str, str]:
 def config_hash(*, bundle_hash: str, config: dict) -> str:
     payload = json.dumps({"bundle": bundle_hash, "config": config}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def run_config_schema() -> dict:
+    """The JSON Schema of a bundle's `run_config` (RunConfig fields a run on the bundle starts from): each field's
+    type and default from the dataclass, its bounds from BOUNDS and `check`, its documentation from field_help.
+    The fields the studio sets are left out, as publishing refuses them. An editor completes and documents
+    run_config with it; RunConfig.resolve remains the check."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(RunConfig).json_schema()
+    help_texts = field_help()
+    properties = {}
+    for name, field_schema in schema["properties"].items():
+        if name in SET_BY_THE_STUDIO:
+            continue
+        field_schema = {key: value for key, value in field_schema.items() if key != "title"}
+        if name in BOUNDS:
+            field_schema["minimum"], field_schema["maximum"] = BOUNDS[name]
+        if name == "group_size":
+            field_schema["minimum"] = 2  # GRPO compares samples (check)
+        if help_texts.get(name):
+            field_schema["description"] = help_texts[name]
+        properties[name] = field_schema
+    return {"type": "object", "additionalProperties": False, "properties": properties,
+            "description": "RunConfig fields a run on this bundle starts from; a run's own settings override them"}
