@@ -202,7 +202,8 @@ class PythonPackagesLayer(Spec):
 class FilesLayer(Spec):
     type: Literal["files"]
     files: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]+$")], str] = Field(
-        min_length=1, description="relative path inside the sandbox -> content"
+        min_length=1, description="relative path inside the sandbox -> content",
+        json_schema_extra={"propertyNames": {"pattern": r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_./-]+$"}},
     )
 
     @field_validator("files")

@@ -263,8 +263,18 @@ def run_config_schema() -> dict:
         field_schema = {key: value for key, value in field_schema.items() if key != "title"}
         if name in BOUNDS:
             field_schema["minimum"], field_schema["maximum"] = BOUNDS[name]
-        if name == "group_size":
-            field_schema["minimum"] = 2  # GRPO compares samples (check)
+        # What `check` says beyond BOUNDS, where JSON Schema can say it.
+        field_schema.update({
+            "group_size": {"minimum": 2},
+            "clip_low": {"exclusiveMaximum": 1},
+            "temperature": {"exclusiveMinimum": 0},
+            "learning_rate": {"exclusiveMinimum": 0},
+            "device": {"pattern": DEVICE.pattern},
+            "context_length": {"anyOf": [{"const": 0}, {"minimum": 16, "maximum": 10_000_000}]},
+            "model": {"maxLength": 500},
+            "domain_weights": {"additionalProperties": {"type": "number", "minimum": 0, "maximum": 1000}},
+            "domain_quotas": {"additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+        }.get(name, {}))
         if help_texts.get(name):
             field_schema["description"] = help_texts[name]
         properties[name] = field_schema
