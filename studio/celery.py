@@ -17,3 +17,45 @@ def _prepare_data_dir(**_):
     from studio.data_dir import prepare_data_dir
 
     prepare_data_dir()
+
+
+# Metrics of a worker (apps/operations/metrics.py): its tasks' latency, the engine's own (workers/telemetry.py)
+# and the sandbox pools of its host, served on STUDIO_METRICS_PORT when set. With a prefork pool the tasks run in
+# child processes: set PROMETHEUS_MULTIPROC_DIR (an empty directory) for prometheus-client to gather them.
+_task_started: dict[str, float] = {}
+
+
+@signals.worker_init.connect
+def _serve_metrics(**_):
+    port = os.environ.get("STUDIO_METRICS_PORT")
+    if not port:
+        return
+    from prometheus_client import REGISTRY, CollectorRegistry, multiprocess, start_http_server
+
+    from apps.operations.metrics import SandboxPools
+
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    registry.register(SandboxPools())
+    start_http_server(int(port), addr=os.environ.get("STUDIO_METRICS_ADDR", "0.0.0.0"), registry=registry)
+
+
+@signals.task_prerun.connect
+def _task_started_at(task_id=None, **_):
+    import time
+
+    _task_started[task_id] = time.monotonic()
+
+
+@signals.task_postrun.connect
+def _task_finished(task_id=None, task=None, state=None, **_):
+    import time
+
+    started = _task_started.pop(task_id, None)
+    if started is not None:
+        from apps.operations.metrics import CELERY_TASK_SECONDS
+
+        CELERY_TASK_SECONDS.labels(task.name if task else "unknown", state or "unknown").observe(
+            time.monotonic() - started)

@@ -72,7 +72,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Outermost: whatever answers an /api/ request with an error, the client reads JSON.
+    # Outermost: every request's latency, whatever answers it (apps/operations/metrics.py).
+    "apps.operations.metrics.RequestMetrics",
+    # Then: whatever answers an /api/ request with an error, the client reads JSON.
     "apps.common.api_errors.JsonErrorsUnderApi",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -204,12 +206,23 @@ WHITENOISE_USE_FINDERS = True  # no CDN is ever used
 # bulk files).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("STUDIO_MAX_REQUEST_BYTES", 4 * 1024 * 1024))
 
+# STUDIO_LOG_FORMAT=json: one JSON object a line (python-json-logger) with the run, attempt and trajectory ids of
+# what the line is about (workers/telemetry.py log_context), for a log pipeline; text otherwise.
+LOG_FORMAT = os.environ.get("STUDIO_LOG_FORMAT", "text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "workers.telemetry.LogContextFilter"}},
+    "formatters": {"json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                            "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+                            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context"],
+                             **({"formatter": "json"} if LOG_FORMAT == "json" else {})}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+
+# /metrics requires `Authorization: Bearer <this>` when set (apps/operations/metrics.py).
+METRICS_TOKEN = os.environ.get("STUDIO_METRICS_TOKEN", "")
 
 # Sandboxes: the backend that runs model-written code (process: bubblewrap, the embedded default; docker).
 SANDBOX_BACKEND = os.environ.get("STUDIO_SANDBOX_BACKEND", "process")

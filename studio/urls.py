@@ -1,9 +1,14 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from apps.operations import metrics
+
 from .api import api
 
 urlpatterns = [
+    path("metrics", metrics.metrics, name="metrics"),
+    path("healthz", metrics.healthz, name="healthz"),
+    path("readyz", metrics.readyz, name="readyz"),
     path("accounts/", include("apps.accounts.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),

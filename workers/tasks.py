@@ -24,6 +24,7 @@ from workers.rl.grading import LocalVerifier
 from workers.rl.tools import PolicyToolError, SandboxToolRunner
 from workers.rl.types import TaskTemplate, Trajectory
 from workers.sandbox import SandboxImage
+from workers.telemetry import log_context
 from workers.verifiers import Item
 
 _pool = None
@@ -94,8 +95,9 @@ def execute_tool_call(image: dict, name: str, arguments: dict, max_output_chars:
 
 @shared_task(name="workers.tasks.verify_trajectory", acks_late=True)
 def verify_trajectory(template: dict, trajectory: dict, item: dict) -> dict:
-    verdict = local_verifier().verify(TaskTemplate.from_json(template), Trajectory.from_json(trajectory),
-                                      Item(**item))
+    with log_context(run=trajectory.get("run_id"), trajectory=trajectory.get("id")):
+        verdict = local_verifier().verify(TaskTemplate.from_json(template), Trajectory.from_json(trajectory),
+                                          Item(**item))
     return verdict_to_wire(verdict)
 
 

@@ -2,7 +2,8 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 
 # The API authenticates its own requests (tokens or session) and answers 401 in JSON; static files are public.
-OPEN_PREFIXES = ("/accounts/login/", "/static/", "/api/")
+# /metrics, /healthz and /readyz are for scrapers and orchestrators (apps/operations/metrics.py).
+OPEN_PREFIXES = ("/accounts/login/", "/static/", "/api/", "/metrics", "/healthz", "/readyz")
 
 
 class LoginRequiredEverywhere:

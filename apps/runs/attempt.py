@@ -18,6 +18,7 @@ from django.db import InterfaceError, OperationalError, connection
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.session import build_pipeline
 from workers.rl.tracking import LeaseLost
+from workers.telemetry import log_context
 
 from . import services, wiring
 from .models import Run, RunStatus
@@ -98,6 +99,11 @@ class DatabaseTracker:
 
 def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) -> dict | None:
     """Runs the attempt to its end; returns the summary, or None if the run was taken over meanwhile."""
+    with log_context(run=run_id, attempt=attempt):  # every log line of the attempt names it
+        return _run_attempt(run_id=run_id, attempt=attempt, progress=progress, pretrain_progress=pretrain_progress)
+
+
+def _run_attempt(*, run_id, attempt: int, progress, pretrain_progress) -> dict | None:
     run = Run.objects.select_related("bundle__definition__project", "project").get(pk=run_id)
     config = RunConfig.from_dict(run.config)
     if config.model == REFERENCE_MODEL:  # a reference check whose first attempt was lost: it is checked again

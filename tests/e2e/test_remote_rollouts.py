@@ -13,6 +13,7 @@ import pytest
 
 from apps.runs import wiring
 from tests.support.processes import wait_for
+from tests.support.servers import free_port
 from workers.definitions import validate_spec
 from workers.remote import RemoteToolRunner, RemoteVerifier
 from workers.rl.grading import LocalVerifier
@@ -42,7 +43,9 @@ def redis_app():
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("remote-worker")
-    env = {**os.environ, "STUDIO_DATA_DIR": str(tmp_path / "data")}
+    metrics_port = free_port()
+    env = {**os.environ, "STUDIO_DATA_DIR": str(tmp_path / "data"), "STUDIO_METRICS_PORT": str(metrics_port),
+           "STUDIO_METRICS_ADDR": "127.0.0.1"}
     env.pop("DATABASE_URL", None)  # the rollout and verify tasks touch no database
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
@@ -52,6 +55,7 @@ def worker(tmp_path_factory):
     app = wiring.celery_app()
     try:
         wait_for(lambda: app.control.ping(timeout=0.5), seconds=60, what="the worker to answer", logs=tmp_path)
+        app.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         yield app
     finally:
         os.killpg(process.pid, signal.SIGTERM)  # a warm shutdown; past 15 s, no more waiting
@@ -87,6 +91,23 @@ def test_a_remote_verification_gives_the_local_verdict(worker):
         assert verdict.reward == reward == local.reward
         assert [(c.layer, c.name, c.value, c.status) for c in verdict.components] == \
                [(c.layer, c.name, c.value, c.status) for c in local.components]
+
+
+def test_the_worker_serves_its_metrics(worker):
+    """The verify worker's own /metrics (STUDIO_METRICS_PORT): the verdicts it gave, per deciding layer, and the
+    time its tasks took."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    item = Item(key="add-2-3", inputs={"a": 2, "b": 3}, hidden={"answer": 5})
+    RemoteVerifier(worker, timeout=60).verify(TEMPLATE, _answered("5"), item)
+    text = urllib.request.urlopen(worker.metrics_url, timeout=10).read().decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("studio_verdicts_total", (("deciding_layer_kind", "exact"), ("status", "pass")))] >= 1
+    assert samples[("studio_celery_task_duration_seconds_count",
+                    (("state", "SUCCESS"), ("task", "workers.tasks.verify_trajectory")))] >= 1
 
 
 @pytest.mark.sandbox

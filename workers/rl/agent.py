@@ -16,6 +16,8 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from workers.telemetry import log_context
+
 from .engines import GenerationRequest
 from .idle import PhaseBoard
 from .tools import PolicyToolError, parse_tool_calls
@@ -215,6 +217,12 @@ def _take_completion(sample: _Sample, completion, turn: int, chat, call_started:
 
 
 def _run_tools(sample: _Sample, chat, tool_runner, board: PhaseBoard, max_context: int | None) -> None:
+    # A sample's tool calls run in a thread of their own: what they log names the trajectory.
+    with log_context(run=sample.trajectory.run_id, trajectory=sample.trajectory.id):
+        _run_sample_tools(sample, chat, tool_runner, board, max_context)
+
+
+def _run_sample_tools(sample: _Sample, chat, tool_runner, board: PhaseBoard, max_context: int | None) -> None:
     task, started, tools = sample.task, sample.started, list(sample.task.template.tools)
     trajectory = sample.trajectory
     calls = trajectory.turns[-1].tool_calls

@@ -16,11 +16,19 @@ Rules, in order of the spec's layers:
 
 import time
 
+from workers.telemetry import verdict_observed
+
 from .checks import check_function
 from .types import ERROR, FAIL, INFRA_ERROR, PARTIAL, PASS, Component, Outcome, Verdict
 
 
 def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
+    verdict = _verify(spec, sample, item, context, retries)
+    verdict_observed(spec, verdict)
+    return verdict
+
+
+def _verify(spec: dict, sample, item, context, retries: int) -> Verdict:
     started = time.monotonic()
     verdict = Verdict(reward=None, status=INFRA_ERROR)
     layers = spec["layers"]
