@@ -69,7 +69,9 @@ def verifier_playground(request, project, slug):
                                                                              *split_slug_ref(data["template"])))
                 context["tried"] = services.response_verify(verifiers=chosen, template=template, key=data["key"],
                                                             response=data["response"])
-                context["template_version"] = template
+                task = services.template_task(template, data["key"])
+                context.update(template_version=template, task_messages=task.template.messages(task.item),
+                               task_hidden=task.item.hidden)
                 status = 200
             except VersionNotFound as exc:
                 form.add_error(None, str(exc))

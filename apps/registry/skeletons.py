@@ -4,13 +4,14 @@ checks it); references name what `make demo` seeds, so in the demo a skeleton al
 
 SKELETONS = {
     "verifier": """\
-# Layers run cheapest first (exact, then environment, then judge); the first layer that decides gives the reward.
+# Layers run cheapest first: exact, environment, judge.
+# The first layer that decides gives the reward.
 layers:
   - name: answer
     kind: exact
     checks:
-      - type: numeric            # Ctrl-Space lists the other check types and their fields
-        reference: "{answer}"    # a format string over the task instance's hidden fields
+      - type: numeric            # Ctrl-Space: other types, fields
+        reference: "{answer}"    # over the instance's hidden fields
         abs_tolerance: 0
 pass_threshold: 1.0
 """,

@@ -36,6 +36,7 @@ from django.conf import settings
 
 from workers.rl.types import TaskTemplate
 from workers.verifiers import Item
+from workers.verifiers.answers import references_unfilled
 
 from .task_files import ColumnMapping, read_tasks
 
@@ -172,22 +173,28 @@ def render(template: TaskTemplate, instance: dict) -> list[dict]:
     return template.messages(item, examples=False)
 
 
-def render_problem(template: TaskTemplate, instance: dict) -> str | None:
-    """Why the prompt template cannot render this instance, or None."""
+def render_problem(template: TaskTemplate, instance: dict, verifier_spec: dict | None = None) -> str | None:
+    """Why the prompt template cannot render this instance, or its verifier cannot read what it needs from the
+    instance's hidden fields (a reference it fills in), or None."""
     try:
         render(template, instance)
     except KeyError as exc:
         return f"no input {exc.args[0]!r}, which the prompt template uses"
     except (ValueError, TypeError, IndexError, AttributeError) as exc:
         return f"the prompt template cannot render it: {exc}"
+    if verifier_spec:
+        item = Item(key=instance["key"], inputs=instance["inputs"], hidden=instance.get("hidden", {}))
+        problem = references_unfilled(verifier_spec, item)
+        if problem:
+            return f"the verifier cannot grade it: {problem}"
     return None
 
 
 # --- jobs -------------------------------------------------------------------------------------------------------
 
-def job_key(*, fmt: str, mapping: ColumnMapping | None, head: int) -> str:
-    identity = json.dumps({"format": fmt, "mapping": mapping.to_json() if mapping else None, "head": head},
-                          sort_keys=True)
+def job_key(*, fmt: str, mapping: ColumnMapping | None, head: int, verifier: str = "") -> str:
+    identity = json.dumps({"format": fmt, "mapping": mapping.to_json() if mapping else None, "head": head,
+                           "verifier": verifier}, sort_keys=True)
     return hashlib.sha256(identity.encode()).hexdigest()[:20]
 
 
@@ -214,17 +221,20 @@ def job_stalled(upload: Upload, key: str, state: dict | None) -> bool:
     return not here and _stale(state)
 
 
-def job_ensure(upload: Upload, *, fmt: str, mapping: ColumnMapping | None, head: int, spec: dict) -> tuple[str, dict]:
+def job_ensure(upload: Upload, *, fmt: str, mapping: ColumnMapping | None, head: int, spec: dict,
+               verifier: tuple[str, dict] | None = None) -> tuple[str, dict]:
     """The job reading `upload` this way: (key, state). Runs it now for a small file; starts it in a background
-    thread for a large one (state: running), unless it is done or running already."""
-    key = job_key(fmt=fmt, mapping=mapping, head=head)
+    thread for a large one (state: running), unless it is done or running already. `verifier`: (ref, spec) of
+    the verifier the template names, whose references every row's hidden fields must fill."""
+    key = job_key(fmt=fmt, mapping=mapping, head=head, verifier=verifier[0] if verifier else "")
     state = job_state(upload, key)
     if state is not None and not job_stalled(upload, key, state):
         return key, state
     directory = upload.job_dir(key)
     directory.mkdir(parents=True, exist_ok=True)
     _write_json(directory / "params.json", {"format": fmt, "mapping": mapping.to_json() if mapping else None,
-                                            "head": head, "spec": spec})
+                                            "head": head, "spec": spec,
+                                            "verifier_spec": verifier[1] if verifier else None})
     size = upload.meta.get("size", 0)
     _write_json(directory / "state.json", {"state": "running", "rows": 0, "done": 0, "total": size,
                                            "updated": time.time()})
@@ -269,7 +279,8 @@ def job_run(upload_id: str, key: str) -> None:
                                      "updated": time.time()})
 
         found = read_tasks(upload.source, params["format"], mapping=mapping, name=upload.meta.get("name"),
-                           check=lambda instance: render_problem(template, instance), progress=progress)
+                           check=lambda instance: render_problem(template, instance, params.get("verifier_spec")),
+                           progress=progress)
         if found.ok:
             partial = directory / ".instances.jsonl.partial"
             with open(partial, "w", encoding="utf-8") as handle:

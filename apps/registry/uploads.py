@@ -30,6 +30,7 @@ from apps.accounts.selectors import project_for_page
 
 from . import selectors
 from .errors import PublishConflict, SpecError, VersionNotFound
+from .refs import Ref, split_slug_ref
 from .services import version_publish
 from .task_files import COLUMNS, FILE_TYPES, FORMAT_INPUTS, FORMATS, columns_of
 from .upload_forms import ColumnMappingForm, FormatForm, TaskUploadForm, UploadPublishForm
@@ -200,7 +201,8 @@ def task_upload_preview(request, project, kind, slug, upload):
                 f"The prompt template uses {', '.join('{' + n + '}' for n in missing)}, which the {fmt} format does "
                 f"not give (it gives {{prompt}}): choose the columns format to say which column each input is.")
             return render(request, "registry/task_upload_preview.html", context)
-    key, state = job_ensure(upload, fmt=fmt, mapping=mapping, head=head.number, spec=head.spec)
+    key, state = job_ensure(upload, fmt=fmt, mapping=mapping, head=head.number, spec=head.spec,
+                            verifier=_verifier_of(project, head))
     context.update(job=key, state=state)
     if state["state"] == "done" and state["count"] and not state["errors"]:
         context["publish_form"] = UploadPublishForm(initial={
@@ -274,3 +276,13 @@ def _by_key(error, instances) -> str:
     if match and int(match[1]) < len(instances):
         return f"task {instances[int(match[1])]['key']!r}{match[2]}: {error.problem}"
     return str(error)
+
+
+def _verifier_of(project, template) -> tuple[str, dict] | None:
+    """(ref, spec) of the verifier version a template version names, whose references the rows must fill."""
+    try:
+        version = selectors.version_resolve(project=project, ref=Ref("verifier",
+                                                                     *split_slug_ref(template.spec["verifier"])))
+    except VersionNotFound:
+        return None
+    return version.ref, version.spec

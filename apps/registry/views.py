@@ -48,6 +48,14 @@ def _spec_editor(form, project, **attrs) -> None:
         "data-status-id": "spec-status", **{f"data-{name.replace('_', '-')}": value for name, value in attrs.items()}})
 
 
+def _definition_slugs(project) -> dict[str, list[str]]:
+    """The project's definitions by kind, for the editor's completion of references (verifier: SLUG ...)."""
+    slugs: dict[str, list[str]] = {}
+    for kind, slug in selectors.definition_list(project=project).order_by("kind", "slug").values_list("kind", "slug"):
+        slugs.setdefault(kind, []).append(slug)
+    return slugs
+
+
 def _is_htmx(request) -> bool:
     return request.headers.get("HX-Request") == "true"
 
@@ -129,7 +137,8 @@ def version_edit(request, project, kind, slug):
     project, can_edit = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
     definition = _definition(project, kind, slug)
     head = selectors.version_head(definition=definition)
-    context = {"project": project, "can_edit": can_edit, "definition": definition, "head": head}
+    context = {"project": project, "can_edit": can_edit, "definition": definition, "head": head,
+               "spec_definitions": _definition_slugs(project)}
     if request.method != "POST":
         context["form"] = VersionEditForm(initial={"spec": dump_yaml(head.spec), "expected_head": head.number})
         _spec_editor(context["form"], project, kind=kind, slug=slug)
@@ -196,8 +205,9 @@ def definition_create(request, project):
                                 initial={**initial, "kind": request.GET.get("kind") or initial.get("kind")})
     _spec_editor(form, project, kind_field="id_kind", slug_field="id_slug")
     context = {"project": project, "can_edit": can_edit, "form": form, "skeletons": list(SKELETONS),
-               "copyable": selectors.definition_list(project=project).exclude(head_number=None)
-                                    .order_by("kind", "slug"),
+               "spec_definitions": _definition_slugs(project),
+               "copyable": [f"{d.kind}/{d.slug}@{d.head_number}" for d in selectors.definition_list(
+                   project=project).exclude(head_number=None).order_by("kind", "slug")],
                "start_from": request.GET.get("from", "")}
     if not form.is_valid():
         return render(request, "registry/definition_create.html", context, status=400 if form.is_bound else 200)

@@ -186,11 +186,15 @@ class RunForm(forms.Form):
 assert not set(RUN_FIELDS) & set(CONFIG_FIELDS), "a RunConfig field shares its name with the run form's own"
 
 
+BUNDLE_LABEL_CHARS = 90  # a long run_config must not widen the page: the review shows all of it
+
+
 def _bundle_label(version: Version) -> str:
     settings = (version.spec or {}).get("run_config") or {}
     if not settings:
         return version.ref
-    return f"{version.ref} (sets {', '.join(f'{k}={show(v)}' for k, v in sorted(settings.items()))})"
+    label = f"{version.ref} (sets {', '.join(f'{k}={show(v)}' for k, v in sorted(settings.items()))})"
+    return label if len(label) <= BUNDLE_LABEL_CHARS else label[:BUNDLE_LABEL_CHARS - 2] + "…)"
 
 
 def _start_values(earlier) -> dict:

@@ -44,6 +44,8 @@ def run_new(request, project):
     source = (data or request.GET).get("from_run", "")
     earlier = next(iter(selectors.runs_get(project=project, run_ids=[source])), None) if source else None
     form = launch.RunForm(data, project=project, earlier=earlier)
+    if data is None and request.GET.get("bundle", "").isdigit():  # "Start a run on this bundle" from its page
+        form.initial["bundle"] = int(request.GET["bundle"])
     context = {"project": project, "can_edit": can_edit, "form": form, "earlier": earlier,
                "earlier_choices": [r for r in selectors.run_list(project=project)[:100]
                                    if not (r.config or {}).get("evaluation")]}

@@ -32,16 +32,20 @@ def test_a_new_verifier_from_the_skeleton_with_completion_and_an_inline_fix(page
     options = page.locator(".cm-tooltip-autocomplete li")
     expect(options.first).to_contain_text("rel_tolerance")
     assert not any("rubric" in text for text in options.all_text_contents())
+    page.wait_for_timeout(150)  # CodeMirror ignores Enter for 75 ms after a list opens (its interactionDelay)
     page.keyboard.press("Enter")
     page.keyboard.type("-1")
 
     # The error is at the line it concerns, with the publish's own words, and publishing is refused meanwhile.
+    expect(status).to_contain_text("rel_tolerance: Input should be greater than or equal to 0")
     expect(status).to_contain_text("1 problem(s)")
     marker_line = page.locator(".cm-lint-marker-error")
     expect(marker_line).to_have_count(1)
-    marker, line = marker_line.bounding_box(), page.locator(".cm-line", has_text="rel_tolerance").bounding_box()
-    assert abs(marker["y"] + marker["height"] / 2 - (line["y"] + line["height"] / 2)) < line["height"] / 2
-    expect(page.locator(".cm-lintRange-error")).to_have_count(1)  # the line itself is underlined
+    text = page.evaluate("document.querySelector('textarea[data-spec-editor]').value").split("\n")
+    number = int(re.search(r"line (\d+): layers\[0\]\.checks\[0\]\.rel_tolerance: Input should be greater than "
+                           r"or equal to 0", status.inner_text())[1])
+    assert text[number - 1].strip() == "rel_tolerance: -1"  # the problem is named at the line it concerns
+    expect(page.locator(".cm-lintRange-error")).to_have_text("rel_tolerance: -1")  # which is underlined
 
     # Fixed inline: the number replaced; the problem goes away.
     page.keyboard.press("Backspace")
@@ -73,3 +77,20 @@ def test_a_verifier_tried_in_the_playground_passes_and_fails(page_as, live_url, 
     page.click("button:has-text('Verify')")
     expect(page.locator(".verdict")).to_have_attribute("data-status", "fail")
     expect(page.locator(".verdict table.checks")).to_contain_text("numeric")
+
+
+def test_references_complete_from_the_projects_definitions(page_as, live_url, project, member, registry):
+    page = page_as(member("editor"))
+    page.goto(f"{live_url}/p/{project.slug}/registry/new/?from=skeleton:task_template")
+    page.locator(".cm-line", has_text="verifier:").click()
+    page.keyboard.press("End")
+    page.keyboard.press("Shift+Home")
+    page.keyboard.type("verifier: num")
+    page.keyboard.press("Control+Space")
+    expect(page.locator(".cm-tooltip-autocomplete li").first).to_contain_text("numeric")
+    page.wait_for_timeout(150)  # CodeMirror ignores Enter for 75 ms after a list opens (its interactionDelay)
+    page.keyboard.press("Enter")
+    spec = page.locator("textarea[data-spec-editor]")  # the form's field, kept in step with the editor
+    expect(spec).to_have_value(re.compile(r"^verifier: numeric$", re.M))
+    # The skeleton names the demo's image, which this project lacks: said at its line, in words.
+    expect(page.locator("#spec-status")).to_contain_text("sandbox_image: No sandbox_image named 'python-3-11'")

@@ -41,6 +41,20 @@ def reference_text(spec: dict, item: Item) -> str:
         raise ReferenceMissing(f"reference {template!r} cannot be filled from item {item.key!r}: {exc}")
 
 
+def references_unfilled(verifier_spec: dict, item: Item) -> str | None:
+    """Why the verifier's checks cannot fill their `reference` from this item's hidden fields, or None: a task
+    that lacks what its verifier reads can never be graded (checked when tasks are uploaded)."""
+    for layer in verifier_spec.get("layers", []):
+        for check in layer["checks"]:
+            if "reference" not in check or (check["type"] == "score_model" and not check.get("pairwise")):
+                continue
+            try:
+                reference_text(check, item)
+            except ReferenceMissing as exc:
+                return f"{layer['name']}/{check.get('name') or check['type']}: {exc}"
+    return None
+
+
 def json_payload(response: str) -> tuple[Any, str]:
     """(value, problem): the JSON a response carries, or None and why not.
 

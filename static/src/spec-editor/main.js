@@ -154,6 +154,15 @@ function schemaLoader(urlFor) {
     .then((r) => (r.ok ? r.json() : null)).catch(() => null));
 }
 
+// Fields whose value names another definition, and that definition's kind.
+const REFERENCE_FIELDS = {verifier: "verifier", sandbox_image: "sandbox_image", template: "task_template"};
+
+// The project's definitions by kind, as the page lists them (<script type="application/json" id="spec-definitions">).
+function definitions() {
+  const element = document.getElementById("spec-definitions");
+  try { return element ? JSON.parse(element.textContent) : {}; } catch (error) { return {}; }
+}
+
 function completionSource(currentSchema) {
   return async (context) => {
     const root = await currentSchema();
@@ -164,6 +173,17 @@ function completionSource(currentSchema) {
     const lines = doc.toString().split("\n");
     const keyTyping = /^(\s*)(- +)?([A-Za-z_][\w-]*)?$/.exec(before);
     const valueTyping = /^(\s*)(- +)?([A-Za-z_][\w-]*):\s+(\S*)$/.exec(before);
+    const memberTyping = /^(\s*)- +([\w/@.-]*)$/.exec(before);
+    if (memberTyping) {
+      const path = pathTo(lines, line.number - 1, memberTyping[1].length + 2);  // [..., {key}, {item}]
+      const owner = path && path.length > 1 ? path[path.length - 2] : null;
+      if (owner && owner.key === "members") {  // a bundle's members: kind/slug@latest
+        const all = definitions();
+        const options = Object.entries(all).filter(([kind]) => kind === "domain" || kind === "bundle")
+          .flatMap(([kind, slugs]) => slugs.map((slug) => ({label: `${kind}/${slug}@latest`, type: "variable"})));
+        if (options.length) return {from: context.pos - memberTyping[2].length, options, validFor: /^[\w/@.-]*$/};
+      }
+    }
     if (keyTyping) {
       const keyIndent = keyTyping[1].length + (keyTyping[2] ? keyTyping[2].length : 0);
       const path = pathTo(lines, line.number - 1, keyIndent);
@@ -186,6 +206,14 @@ function completionSource(currentSchema) {
       }
       const from = context.pos - (keyTyping[3] || "").length;
       return options.length ? {from, options, validFor: /^[\w-]*$/} : null;
+    }
+    if (valueTyping && REFERENCE_FIELDS[valueTyping[3]]) {
+      // A reference to another definition: the project's definitions of that kind (from the page).
+      const slugs = definitions()[REFERENCE_FIELDS[valueTyping[3]]] || [];
+      if (slugs.length) {
+        return {from: context.pos - valueTyping[4].length, validFor: /^[\w@.-]*$/,
+                options: slugs.map((slug) => ({label: slug, type: "variable", detail: REFERENCE_FIELDS[valueTyping[3]]}))};
+      }
     }
     if (valueTyping) {
       const keyIndent = valueTyping[1].length + (valueTyping[2] ? valueTyping[2].length : 0);
@@ -264,6 +292,15 @@ function validator(textarea, kindOf, slugOf) {
       status.textContent = answer.errors.length ? `${answer.errors.length} problem(s): publishing is refused until ` +
         "they are fixed." : "No problems: this spec publishes.";
       status.dataset.problems = String(answer.errors.length);
+      if (answer.errors.length) {  // each problem in words, not only as a marker in the margin
+        const list = document.createElement("ul");
+        for (const e of answer.errors.slice(0, 8)) {
+          const item = document.createElement("li");
+          item.textContent = `${e.line ? `line ${e.line}: ` : ""}${e.field ? `${e.field}: ` : ""}${e.problem}`;
+          list.append(item);
+        }
+        status.append(list);
+      }
     }
     const doc = view.state.doc;
     return answer.errors.map((e) => {

@@ -163,6 +163,12 @@ def test_columns_are_mapped_on_the_preview_page(login, owner, project, registry)
     query = {"format": "columns", "map": "1", "key": "id", "input-a": "x", "input-b": "y", "hidden": "expected",
              "as-1": "number", "as-2": "number", "as-3": "number"}
     text = client.get(response["Location"].split("?")[0], query).content.decode()
+    # The verifier (numeric, reference "{answer}") could grade none of them: every row is refused, by its line.
+    assert "data-publish" not in text and "line 2: the verifier cannot grade it" in text
+    assert "names hidden field &#x27;answer&#x27;" in text
+    csv_text = "id,x,y,answer\n" + "".join(f"t{i},{i},{i + 1},{2 * i + 1}\n" for i in range(5))
+    response = upload(client, project, csv_text.encode(), "sums.csv", fmt="columns", slug="add-two")
+    text = client.get(response["Location"].split("?")[0], {**query, "hidden": "answer"}).content.decode()
     assert "What is 0 + 1?" in text and "Publish @2 with these 5 tasks" in text
     assert "in place of the 20 of @1" in text
 
