@@ -181,3 +181,14 @@ def test_every_config_field_has_a_group_and_help_and_the_studios_are_not_editabl
     assert not [name for name in names if not field_help().get(name)], "document the field under it"
     for name in SET_BY_THE_STUDIO:
         assert launch.config_field(name, str).disabled
+
+
+def test_a_bundles_page_starts_a_run_on_it(login, member, project, registry):
+    client = login(member("editor"))
+    bundle = registry["bundle"]
+    page = client.get(reverse("registry:definition_detail", kwargs={"project": project.slug, "kind": "bundle",
+                                                                    "slug": bundle.definition.slug}))
+    link = reverse("runs:run_new", kwargs={"project": project.slug}) + f"?bundle={bundle.pk}"
+    assert link.encode() in page.content
+    form = client.get(link).context["form"]
+    assert form.initial["bundle"] == bundle.pk
