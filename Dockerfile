@@ -4,6 +4,8 @@ FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DEBUG=false STUDIO_DATA_DIR=/var/lib/studio \
     STUDIO_STATIC_ROOT=/app/staticfiles
 WORKDIR /app
+# bubblewrap: the process sandbox backend that runs model-written code in the rollout and verify workers.
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY studio studio
 COPY apps apps

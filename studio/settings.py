@@ -8,6 +8,9 @@ DATABASE_URL  defaults to a SQLite file under STUDIO_DATA_DIR; set postgres://..
 REDIS_URL     optional; when set, Channels and Celery use Redis and the studio runs on services (workers on
               queues, possibly on other machines). Without it (and without CELERY_BROKER_URL) the studio is
               EMBEDDED: one process, in-process tasks and channel layer.
+STUDIO_STORAGE_URL  where blobs live (checkpoints, artifacts, converted models): STUDIO_DATA_DIR by default; an
+              S3-compatible bucket, s3://bucket/prefix, when several hosts share the work (its endpoint and
+              credentials: the AWS SDK's variables, AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
 DEBUG         off unless asked for (DEBUG=1): debug pages show settings and tracebacks.
 SECRET_KEY    required, except with DEBUG on; `make demo` keeps a random one in STUDIO_DATA_DIR/secret_key,
               which is read when SECRET_KEY is not set.
@@ -257,6 +260,11 @@ EMBEDDED_TRAINING = EMBEDDED and env_flag("STUDIO_EMBEDDED_TRAINING", False)
 # Where a run may load a Hugging Face model from (its `model` setting is a directory inside one of these);
 # colon-separated. Nothing outside them is read as a model, whoever queues the run.
 MODEL_DIRS = [Path(p) for p in os.environ.get("STUDIO_MODEL_DIRS", str(DATA_DIR / "models")).split(":") if p]
+# Where blobs live (workers/storage): checkpoints, trajectory artifacts, converted models. Empty: DATA_DIR itself, the
+# embedded default. s3://bucket/prefix: an S3-compatible bucket that every host (web, workers) reads and writes, so
+# a run resumes on any worker and a page shows a render another host wrote; each host keeps what it downloaded
+# under DATA_DIR/cache. Built into a Storage by apps/runs/wiring.py.
+STORAGE_URL = os.environ.get("STUDIO_STORAGE_URL", "")
 # Seconds of CPU pretraining for the built-in demo base model (cached per bundle under DATA_DIR/models).
 DEMO_PRETRAIN_SECONDS = float(os.environ.get("STUDIO_DEMO_PRETRAIN_SECONDS", 75))
 # Where `make demo` serves; the demo's seed prints its login address from it.

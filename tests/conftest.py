@@ -57,6 +57,20 @@ def data_dir(settings, tmp_path, monkeypatch):
     return settings.DATA_DIR
 
 
+@pytest.fixture
+def object_store(settings, monkeypatch):
+    """A bucket of this test's own on the S3-compatible test server (mark the test `s3`; tests/support/
+    object_store.py): settings.STORAGE_URL points the studio's blob storage there, and the AWS SDK's variables,
+    which any process the test starts inherits, point at the server. Returns the storage URL."""
+    from tests.support.object_store import new_bucket, s3_environment
+
+    require("s3")
+    for name, value in s3_environment().items():
+        monkeypatch.setenv(name, value)
+    settings.STORAGE_URL = f"s3://{new_bucket()}/studio"
+    return settings.STORAGE_URL
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     # Tests create many users; the production hasher is deliberately slow.

@@ -114,7 +114,7 @@ class EndpointIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     slug: str = Field(pattern=SLUG)
-    base_url: str = Field(max_length=500, description="e.g. https://api.example.com/v1")
+    base_url: str = Field(max_length=500, pattern=r"^https?://[^\s/]+", description="e.g. https://api.example.com/v1")
     model: str = Field(min_length=1, max_length=200, description="the model name the server knows")
     api_key_env: str = Field("", max_length=100, description="the environment variable the workers read the "
                                                              "API key from; never the key itself")

@@ -105,9 +105,13 @@ def _publish_operation(kind: str, body: type[PublishIn]):
 
 def _list_operation(kind: str):
     def list_kind_versions(request, project: str, slug: Slug, limit: int = Query(50, ge=1, le=200),
-                           before: int | None = Query(None, ge=1, le=MAX_NUMBER)):
+                           before: int | None = Query(None, ge=1, le=MAX_NUMBER,
+                                                      description="list versions older than this")):
         return list_versions(request, project, kind, slug, limit, before)
 
+    list_kind_versions.__name__ = f"list_{kind}_versions"
+    list_kind_versions.__doc__ = f"The {kind.replace('_', ' ')}'s versions newest first, without their specs, a page " \
+                                 "at a time."
     return list_kind_versions
 
 
@@ -115,8 +119,9 @@ for _kind in KINDS:
     _path = f"/projects/{{project}}/definitions/{_kind}/{{slug}}/versions"
     router.post(_path, response={(200, 201): PublishedOut, **WRITE_ERRORS})(
         _publish_operation(_kind, PUBLISH_BODIES[_kind]))
-    # This path also takes the GET that the `{kind}` path documents (the request reaches this path first).
-    router.get(_path, response={200: VersionPage, **READ_ERRORS}, include_in_schema=False)(_list_operation(_kind))
+    # The path's GET: a request for a kind's versions reaches this path before the `{kind}` one, so it is here
+    # that the listing is documented (an OPTIONS answer's Allow then matches the document).
+    router.get(_path, response={200: VersionPage, **READ_ERRORS})(_list_operation(_kind))
 
 
 @router.get("/projects/{project}/definitions", response={200: list[DefinitionOut], **READ_ERRORS})
@@ -133,7 +138,7 @@ def get_definition(request, project: str, kind: KindName, slug: Slug):
     return selectors.definition_list(project=scope, kind=kind).get(pk=definition.pk)  # with the counts
 
 
-@router.get(DEFINITION + "/versions", response={200: VersionPage, **READ_ERRORS})
+@router.get(DEFINITION + "/versions", response={200: VersionPage, **READ_ERRORS}, include_in_schema=False)
 def list_versions(request, project: str, kind: KindName, slug: Slug,
                   limit: int = Query(50, ge=1, le=200),
                   before: int | None = Query(None, ge=1, le=MAX_NUMBER, description="list versions older than this")):
@@ -153,7 +158,7 @@ def publish_unknown_kind(request, project: str, kind: KindName, slug: Slug):
     raise AssertionError(f"{kind} has its own publish operation")  # pragma: no cover - ninja refuses `kind` first
 
 
-@router.post(DEFINITION + "/validate", response={200: ValidationOut, **READ_ERRORS})
+@router.post(DEFINITION + "/validate", response={200: ValidationOut, **WRITE_ERRORS})
 def validate_version(request, project: str, kind: KindName, slug: Slug, payload: ValidateIn):
     """Check a spec as publishing it as the next version of kind/slug would, without publishing: `valid`, every
     problem with its field path (the ones a publish would answer with 422), and the spec as it would be stored."""

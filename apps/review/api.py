@@ -209,16 +209,18 @@ def list_queues(request, project: str):
 
 @router.post(QUEUES, response={201: QueueOut, **WRITE_ERRORS})
 def create_queue(request, project: str, payload: QueueIn):
-    """Draw a queue of trajectories for review (editors). 400 names the field that is wrong."""
+    """Draw a queue of trajectories for review (editors). 400 names the field that is wrong; 404 a rubric or
+    reviewer that does not exist in the project."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     try:
         rubric = version_resolve(project=scope, ref=Ref("rubric", *split_slug_ref(payload.rubric)))
     except VersionNotFound as exc:
-        return Status(400, {"detail": str(exc), "errors": [{"field": "rubric", "problem": str(exc)}]})
+        return Status(404, {"detail": str(exc), "errors": [{"field": "rubric", "problem": str(exc)}]})
     members = {m.user.username: m.user for m in Membership.objects.filter(project=scope).select_related("user")}
     unknown = [name for name in payload.reviewers + payload.adjudicators if name not in members]
     if unknown:
-        return Status(400, {"detail": f"not members of {scope.slug}: {', '.join(unknown)}", "errors": []})
+        return Status(404, {"detail": f"not members of {scope.slug}: {', '.join(unknown)}",
+                            "errors": [{"field": "reviewers", "problem": f"no member {name!r}"} for name in unknown]})
     try:
         queue = queue_create(project=scope, slug=payload.slug, rubric=rubric, actor=request.auth,
                              filters=payload.filters, sampling=payload.sampling, overlap=payload.overlap,

@@ -137,13 +137,13 @@ def run_events(request, project: str, run_id: UUID,
 def steer_run(request, project: str, run_id: UUID,
               action: Annotated[Literal["pause", "resume", "cancel"], Path(description="pause, resume or cancel")]):
     """Pause (the worker checkpoints at the end of its step), resume (queued again) or cancel a run (editors).
-    400 when the run's state does not allow it."""
+    409 when the run's state does not allow it (a cancelled run cannot be paused)."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     run = selectors.run_get(project=scope, run_id=run_id)
     try:
         run = run_request(run=run, action=action, actor=request.auth, via="api")
-    except RunError as exc:
-        return _bad_request(exc)
+    except RunError as exc:  # the request conflicts with the run's state
+        return Status(409, {"detail": str(exc), "errors": []})
     if action == "resume":
         run_enqueue(run)
     return run

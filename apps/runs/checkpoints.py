@@ -1,20 +1,21 @@
 """The checkpoint registry: every checkpoint a run saved, found by `RUN@STEP` or by an alias, and aliases moved
-with an audit row. An aliased checkpoint, or one queued for an evaluation, is kept: its files are copied out of
-the run's checkpoint directory (where the run's own retention, keep_checkpoints, removes older ones) into
-`checkpoints/kept/`, and its row outlives that retention (services.run_checkpoint_record leaves kept rows)."""
+with an audit row.
+
+Retention: a run keeps its newest `keep_checkpoints` (workers/rl/checkpoint.py removes older ones as it saves)
+and every aliased one. An aliased checkpoint, or one queued for an evaluation, is kept: its files are copied out of
+the run's checkpoint directory into `checkpoints/kept/` of the blob storage (published whole, as the run's own), and
+its row outlives the run's retention (services.run_checkpoint_record leaves kept rows)."""
 
 from __future__ import annotations
 
-import shutil
 import uuid
-from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 
+from . import wiring
 from .models import Checkpoint, CheckpointAlias, Run
 
 
@@ -55,20 +56,21 @@ def checkpoint_resolve(*, project: Project, name: str) -> Checkpoint:
 
 def checkpoint_keep(checkpoint: Checkpoint) -> Checkpoint:
     """Copy the checkpoint's files out of the run's directory, where the run's retention would remove them, into
-    `checkpoints/kept/` (whole or not at all), and mark it kept."""
+    `checkpoints/kept/` of the blob storage (published whole or not at all), and mark it kept."""
     if checkpoint.kept:
         return checkpoint
-    kept = Path(settings.DATA_DIR) / "checkpoints" / "kept" / str(checkpoint.run_id) / f"step-{checkpoint.step:08d}"
-    if not kept.is_dir():
-        if not Path(checkpoint.path).is_dir():
+    storage = wiring.blob_storage()
+    key = f"checkpoints/kept/{checkpoint.run_id}/step-{checkpoint.step:08d}"
+    if not storage.published(key):
+        try:
+            files = wiring.stored_directory(checkpoint.path)
+        except FileNotFoundError:
             raise CheckpointNotFound(f"the files of {checkpoint.run.name}@{checkpoint.step} are gone "
-                                     f"({checkpoint.path}): the run's retention removed them")
-        partial = kept.with_name(kept.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(checkpoint.path, partial)
-        partial.rename(kept)
-    Checkpoint.objects.filter(pk=checkpoint.pk).update(path=str(kept), kept=True)
-    checkpoint.path, checkpoint.kept = str(kept), True
+                                     f"({checkpoint.path}): the run's retention removed them") from None
+        storage.publish(key, files, step=checkpoint.step, run=str(checkpoint.run_id))
+    kept = storage.url_of(key)
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(path=kept, kept=True)
+    checkpoint.path, checkpoint.kept = kept, True
     return checkpoint
 
 

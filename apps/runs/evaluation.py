@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
@@ -34,7 +33,7 @@ def evaluation_engine(config: RunConfig, tasks):
         return engine, MessagesChat(), None
     model = wiring.run_model(config, tasks)
     if plan.get("checkpoint"):
-        checkpoint_weights(model, Path(plan["checkpoint"]), plan.get("checkpoint_step", 0))
+        checkpoint_weights(model, plan["checkpoint"], plan.get("checkpoint_step", 0))
     return model.engine, model.chat, model
 
 
@@ -43,17 +42,19 @@ def checkpoint_model(checkpoint):
     config = RunConfig.from_dict({**checkpoint.run.config, "mode": "sync"})  # no weight copy: nothing trains
     model = wiring.run_model(config, bundle_tasks(bundle=checkpoint.run.bundle, config=config))
     try:
-        checkpoint_weights(model, Path(checkpoint.path), checkpoint.step)
+        checkpoint_weights(model, checkpoint.path, checkpoint.step)
     except Exception:
         model.close()
         raise
     return model
 
 
-def checkpoint_weights(model, path: Path, step: int) -> None:
-    """The model's policy and engine at a run's checkpoint (its model.safetensors)."""
+def checkpoint_weights(model, location: str, step: int) -> None:
+    """The model's policy and engine at a run's checkpoint (its model.safetensors), wherever the checkpoint row
+    says it is: a local directory, or the object store (read through this host's cache)."""
+    path = wiring.stored_directory(location)
     if not (path / "model.safetensors").is_file():
-        raise FileNotFoundError(f"checkpoint {path} has no model.safetensors: it was removed or never written")
+        raise FileNotFoundError(f"checkpoint {location} has no model.safetensors: it was removed or never written")
     model.policy.restore(path / "model.safetensors")
     model.engine.load_weights(None if model.engine.shares_weights else model.policy.inference_state(), step)
 

@@ -68,7 +68,8 @@ class Run(models.Model):
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     step = models.PositiveIntegerField()
-    path = models.CharField(max_length=500)  # a directory under STUDIO_DATA_DIR/checkpoints
+    # Where its files are: a local directory, or its folder's URL in the object store (STUDIO_STORAGE_URL)
+    path = models.CharField(max_length=500)
     bytes = models.BigIntegerField(default=0)
     # Copied out of the run's checkpoint directory (aliased, or queued for an evaluation): the run's retention
     # (keep_checkpoints) removes neither its files nor its row (apps/runs/checkpoints.py).

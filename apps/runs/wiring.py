@@ -2,13 +2,14 @@
 
 The engine (workers/) reads no settings; whatever it needs from them — a sandbox pool on the configured
 backend, the judge client with its cache and prices, what compute costs, the runners that execute tool calls
-and verifications here or on other workers, the directories it writes to — is built here, and every other part
+and verifications here or on other workers, the storage its blobs go to — is built here, and every other part
 of the studio (run attempts, the reference check, the Celery tasks, the operator commands, the benchmarks) asks
 for it here.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from django.conf import settings
@@ -30,6 +31,7 @@ from workers.rl.types import Model
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.backends import backend_named
 from workers.sandbox.interface import SandboxBackend
+from workers.storage import Storage
 from workers.verifiers import Context
 
 
@@ -95,8 +97,26 @@ def celery_app():
     return app
 
 
-def checkpoint_dir(run_id) -> Path:
-    return Path(settings.DATA_DIR) / "checkpoints" / str(run_id)
+def blob_storage() -> Storage:
+    """Where blobs live (checkpoints, artifacts, converted models): settings.STORAGE_URL, an S3-compatible bucket
+    every host shares, or by default the data directory. What this host downloads is cached under
+    DATA_DIR/cache."""
+    return Storage(settings.STORAGE_URL or settings.DATA_DIR, cache=Path(settings.DATA_DIR) / "cache")
+
+
+def checkpoint_dir(run_id) -> Storage:
+    """A run's checkpoints (workers/rl/checkpoint.py): `checkpoints/<run id>/` in the blob storage."""
+    return blob_storage().child(f"checkpoints/{run_id}")
+
+
+def stored_directory(location: str) -> Path:
+    """A local directory holding the published directory at `location` (a local path, or an object store's URL
+    as a checkpoint row records it): the directory itself, or this host's cached download of it.
+    FileNotFoundError if it is gone."""
+    if "://" not in location:
+        return Storage(location).fetch()
+    digest = hashlib.sha256(location.encode()).hexdigest()[:16]
+    return Storage(location, cache=Path(settings.DATA_DIR) / "cache" / "by-location" / digest).fetch()
 
 
 def models_dir() -> Path:
@@ -104,9 +124,17 @@ def models_dir() -> Path:
     return Path(settings.DATA_DIR) / "models"
 
 
+def shared_models() -> Storage | None:
+    """Where a host publishes the base models it built and the others fetch them (instead of building their
+    own): `models/` in the blob storage when that is an object store; None when it is the data directory, which
+    already holds models_dir()."""
+    storage = blob_storage()
+    return None if storage.local else storage.child("models")
+
+
 def packaged_model(model: str) -> Path:
     """The converted directory of a packaged model (workers/rl/packaged.py), converting it if needed."""
-    return converted(PACKAGED_MODELS[model], models_dir())
+    return converted(PACKAGED_MODELS[model], models_dir(), shared=shared_models())
 
 
 def model_directory(model: str) -> Path | None:
@@ -151,7 +179,7 @@ def run_model(config: RunConfig, tasks: TaskSet, *, progress=None) -> Model:
     from workers.rl import policies  # torch: only where a model is built, not in rollout and verify workers
 
     return policies.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
-                       progress=progress)
+                                progress=progress, shared=shared_models())
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:
@@ -159,4 +187,4 @@ def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:
     from workers.rl import policies
 
     return policies.demo_base_model(tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
-                                    progress=progress)
+                                    progress=progress, shared=shared_models())

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from workers.rl.types import Trajectory as EngineTrajectory
 
-from .artifacts import artifact_key, artifact_put
+from .artifacts import artifact_key, artifacts_put
 from .models import Trajectory
 
 UPDATED_FIELDS = [f.name for f in Trajectory._meta.concrete_fields if f.name not in ("id", "project", "run", "seq",
@@ -17,12 +17,10 @@ def _timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds or 0, tz=UTC)
 
 
-def trajectory_row(*, run, attempt: int, trajectory: EngineTrajectory) -> Trajectory:
-    """An archive row from the engine's trajectory; its artifacts are written to the artifact store."""
+def trajectory_row(*, run, attempt: int, trajectory: EngineTrajectory, stored: list[dict]) -> Trajectory:
+    """An archive row from the engine's trajectory; `stored`: its artifacts' entries, already in the store."""
     data = trajectory.to_json()
     verdict = data.get("verdict") or {}
-    stored = [artifact_put(key=artifact_key(run_id=run.pk, trajectory_id=data["id"], name=name), content=content)
-              for name, content in trajectory.artifacts.items()]
     turns = data.get("turns", [])
     return Trajectory(
         id=data["id"], project_id=run.project_id, run=run, seq=data["seq"], sample=data["sample"], attempt=attempt,
@@ -45,6 +43,11 @@ def trajectories_record(*, run, attempt: int, trajectories: list[EngineTrajector
     """Insert or overwrite by id: the newest attempt's version of a trajectory is the archived one."""
     if not trajectories:
         return 0
-    rows = [trajectory_row(run=run, attempt=attempt, trajectory=trajectory) for trajectory in trajectories]
+    # The batch's artifacts go to the store together (concurrently on an object store), keyed by trajectory id.
+    blobs = [{artifact_key(run_id=run.pk, trajectory_id=t.id, name=name): content
+              for name, content in t.artifacts.items()} for t in trajectories]
+    stored = artifacts_put(contents={key: content for own in blobs for key, content in own.items()})
+    rows = [trajectory_row(run=run, attempt=attempt, trajectory=t, stored=[stored[key] for key in own])
+            for t, own in zip(trajectories, blobs, strict=True)]
     Trajectory.objects.bulk_create(rows, update_conflicts=True, unique_fields=["id"], update_fields=UPDATED_FIELDS)
     return len(rows)

@@ -2,6 +2,7 @@
 skeleton (a field completed, an error shown at its line and fixed there, then published), and tried in the
 verifier playground on a task of the project (a pass and a fail)."""
 
+import io
 import re
 
 import pytest
@@ -62,21 +63,32 @@ def test_a_new_verifier_from_the_skeleton_with_completion_and_an_inline_fix(page
     assert spec["layers"][0]["checks"][0]["rel_tolerance"] == 0.01
 
 
-def test_a_verifier_tried_in_the_playground_passes_and_fails(page_as, live_url, project, member, registry):
-    page = page_as(member("editor"))
-    page.goto(f"{live_url}/p/{project.slug}/registry/verifier/numeric/")
+def test_a_verifier_tried_in_the_playground_on_a_demo_task_passes_and_fails(page_as, live_url):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from apps.accounts.models import Project
+    from apps.registry.refs import Ref
+    from apps.registry.selectors import instance_page, version_resolve
+
+    call_command("seed_demo", stdout=io.StringIO())
+    demo = Project.objects.get(slug="demo")
+    task = instance_page(version=version_resolve(project=demo, ref=Ref("task_template", "add-two")), limit=1)[0]
+    answer = task.instance.hidden["answer"]
+    page = page_as(get_user_model().objects.get(username="demo"))
+    page.goto(f"{live_url}/p/demo/registry/verifier/numeric-exact/")
     page.click("text=Try it in the playground")
     expect(page.locator("#id_template")).to_have_value("add-two")
-    page.fill("#id_key", "add-00009")  # 9 + 2
-    page.fill("#id_response", "The sum is 11.")
+    expect(page.locator("#id_key")).to_have_value(task.key)
+    page.fill("#id_response", f"{answer}")
     page.click("button:has-text('Verify')")
     verdict = page.locator(".verdict")
     expect(verdict).to_have_attribute("data-status", "pass")
-    expect(verdict).to_contain_text("exact decided")
-    page.fill("#id_response", "The sum is 12.")
+    expect(verdict).to_contain_text("number decided")
+    page.fill("#id_response", f"{answer + 1}")
     page.click("button:has-text('Verify')")
     expect(page.locator(".verdict")).to_have_attribute("data-status", "fail")
-    expect(page.locator(".verdict table.checks")).to_contain_text("numeric")
+    expect(page.locator(".verdict table.checks")).to_contain_text(f"expected {answer}")
 
 
 def test_references_complete_from_the_projects_definitions(page_as, live_url, project, member, registry):

@@ -13,7 +13,7 @@ def test_openapi_document_lists_the_endpoints_and_bearer_auth(client):
     paths = schema["paths"]
     definition = "/api/v1/projects/{project}/definitions/{kind}/{slug}"
     assert set(paths["/api/v1/projects"]) == {"get"}
-    assert set(paths[definition + "/versions"]) == {"get"}  # publishing is per kind (below)
+    assert definition + "/versions" not in paths  # listed and published per kind (below)
     assert "get" in paths[definition + "/versions/{ref}"]
     assert "get" in paths[definition + "/diff"]
     assert "put" in paths[definition + "/aliases/{name}"]
@@ -24,8 +24,7 @@ def test_openapi_document_lists_the_endpoints_and_bearer_auth(client):
 
     schemes = schema["components"]["securitySchemes"]
     assert {"type": "http", "scheme": "bearer"} in schemes.values()
-    listing = paths[definition + "/versions"]["get"]
-    kind = next(p for p in listing["parameters"] if p["name"] == "kind")
+    kind = next(p for p in paths[definition + "/diff"]["get"]["parameters"] if p["name"] == "kind")
     assert kind["schema"]["enum"] == ["domain", "task_template", "sandbox_image", "verifier", "bundle", "model",
                                       "rubric"]
     assert "post" in paths[definition + "/validate"]
@@ -40,6 +39,8 @@ def test_each_kind_publishes_through_an_operation_whose_body_is_that_kinds_spec(
     for kind in ["domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric"]:
         publish = schema["paths"][f"/api/v1/projects/{{project}}/definitions/{kind}/{{slug}}/versions"]["post"]
         assert publish["operationId"] == f"publish_{kind}_version"
+        listing = schema["paths"][f"/api/v1/projects/{{project}}/definitions/{kind}/{{slug}}/versions"]["get"]
+        assert listing["operationId"] == f"list_{kind}_versions"
         assert {"ApiTokenAuth": []} in publish["security"]
         assert {"201", "200", "404", "409", "422"} <= set(publish["responses"])
         body = components[publish["requestBody"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]]

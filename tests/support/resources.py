@@ -93,9 +93,32 @@ def _servers() -> str | None:
     return None
 
 
+def _s3() -> str | None:
+    from tests.support.object_store import s3_endpoint
+
+    try:
+        s3_endpoint()
+    except RuntimeError as exc:
+        return f"needs an S3-compatible server: {exc}"
+    return None
+
+
+def _compose() -> str | None:
+    if compose_command() is None:
+        return "needs Docker Compose (`docker compose` or Debian's docker-compose; .ci/run installs it)"
+    return None
+
+
+def compose_command() -> list[str] | None:
+    """`docker compose` (the v2 plugin) where it is installed, else Debian's `docker-compose`, else None."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
+
+
 # name -> probe: None when the resource is there, else the reason a test that needs it cannot run.
 PROBES = {"sandbox": _sandbox, "postgres": _postgres, "redis": _redis, "docker": _docker, "browser": _browser,
-          "processes": _processes, "servers": _servers}
+          "processes": _processes, "servers": _servers, "s3": _s3, "compose": _compose}
 
 
 @functools.cache

@@ -1,102 +1,111 @@
-"""Checkpoints: a directory per step that appears whole or not at all.
+"""Checkpoints: a directory per step that appears whole or not at all, in the run's storage (workers/storage: a
+local directory, or an S3-compatible bucket every host reads).
 
     step-000040/
       model.safetensors   the policy's trainable weights (LoRA: the adapters)
       trainer.pt          optimizer, learning-rate schedule, torch / CUDA / Python RNG states
       pipeline.json       the task scheduler and curriculum, draws numbered so far, the buffer of finished but
                           untrained groups, the draws still in flight (rolled out again on resume), counters
+      manifest.json       each file's size and sha256, written last: it publishes the checkpoint
 
-It is written under a temporary name, flushed to disk, then renamed: a worker killed mid-write leaves a
-`.partial` directory that the next save removes, never a checkpoint that looks complete but is not.
+The files are staged on this host's disk and published (storage.publish): locally under a `.partial` name,
+flushed, then renamed; on an object store uploaded, then the manifest. A worker killed mid-write leaves a
+`.partial` directory (or, on an object store, files without a manifest) that the next save removes, never a
+checkpoint that looks complete but is not. Any host loads a checkpoint: from the directory itself, or from its
+own cached download of it.
+
+Retention: a save keeps the run's newest `keep` checkpoints. One worth more (aliased, or queued for an
+evaluation) has been copied out of the run's directory by the studio first (apps/runs/checkpoints.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from workers.storage import Storage
+
 STEP_DIR = "step-{:06d}"
+FILES = ("model.safetensors", "trainer.pt", "pipeline.json")
 
 
 @dataclass
 class Checkpoint:
     step: int
-    path: Path
+    path: str  # its local directory, or its folder's URL in the object store
     size: int
+    location: Storage = field(repr=False, compare=False)  # the storage rooted at its folder
 
 
-def _fsync_directory(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+def checkpoint_storage(root: Path | str | Storage) -> Storage:
+    """A run's checkpoint directory: a Storage, or a local directory (or URL) to make one of."""
+    return root if isinstance(root, Storage) else Storage(root)
 
 
-def _fsync_files(path: Path) -> None:
-    """Every file of `path` and the directory entry itself on disk (a rename is only as durable as this)."""
-    for file in path.iterdir():
-        if file.is_file():
-            with file.open("rb") as handle:
-                os.fsync(handle.fileno())
-    _fsync_directory(path)
-
-
-def save_checkpoint(root: Path, *, step: int, policy, trainer_state: dict, pipeline_state: dict,
+def save_checkpoint(root: Path | str | Storage, *, step: int, policy, trainer_state: dict, pipeline_state: dict,
                     keep: int) -> tuple[Checkpoint, list[int]]:
     """Write step `step`; keep the newest `keep`. Returns the checkpoint and the steps removed."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    for leftover in root.glob("*.partial"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    final = root / STEP_DIR.format(step)
-    partial = root / (final.name + ".partial")
-    partial.mkdir()
-    policy.save(partial / "model.safetensors")
-    torch.save(trainer_state, partial / "trainer.pt")
-    (partial / "pipeline.json").write_text(json.dumps(pipeline_state))
-    _fsync_files(partial)
-    if final.exists():  # the same step written again by a resumed attempt
-        shutil.rmtree(final)
-    partial.rename(final)
-    _fsync_directory(root)
+    store = checkpoint_storage(root)
+    _remove_unfinished(store)
+    key = STEP_DIR.format(step)
+    staging = store.stage(key)
+    policy.save(staging / "model.safetensors")
+    torch.save(trainer_state, staging / "trainer.pt")
+    (staging / "pipeline.json").write_text(json.dumps(pipeline_state))
+    manifest = store.publish(key, staging, step=step)
     removed = []
-    for old in sorted(checkpoints(root), key=lambda c: c.step)[:-keep]:
-        shutil.rmtree(old.path, ignore_errors=True)
+    for old in checkpoints(store)[:-keep]:
+        store.unpublish(STEP_DIR.format(old.step))
         removed.append(old.step)
-    size = sum(f.stat().st_size for f in final.iterdir())
-    return Checkpoint(step, final, size), removed
+    size = sum(entry["bytes"] for entry in manifest["files"].values())
+    return Checkpoint(step, store.url_of(key), size, store.child(key)), removed
 
 
-def checkpoints(root: Path) -> list[Checkpoint]:
-    root = Path(root)
-    if not root.is_dir():
-        return []
+def _remove_unfinished(store: Storage) -> None:
+    """What a writer killed mid-save left: a `.partial` directory, or an object store's files without a manifest."""
+    for name in store.names():
+        if name.endswith(".partial") or (not store.local and name.startswith("step-") and not store.published(name)):
+            store.remove(name)
+
+
+def checkpoints(root: Path | str | Storage) -> list[Checkpoint]:
+    """The complete checkpoints, oldest first."""
+    store = checkpoint_storage(root)
     found = []
-    for path in root.iterdir():
-        if path.is_dir() and path.name.startswith("step-") and not path.name.endswith(".partial"):
-            try:
-                step = int(path.name.removeprefix("step-"))
-            except ValueError:
+    for name in store.names():
+        if not name.startswith("step-") or name.endswith(".partial"):
+            continue
+        try:
+            step = int(name.removeprefix("step-"))
+        except ValueError:
+            continue
+        manifest = store.manifest(name)
+        if manifest is not None:
+            size = sum(entry["bytes"] for entry in manifest["files"].values())
+        elif store.local:  # a local checkpoint written before manifests: its rename made it whole
+            directory = Path(store.url_of(name))
+            if not all((directory / file).is_file() for file in FILES):
                 continue
-            if all((path / name).is_file() for name in ("model.safetensors", "trainer.pt", "pipeline.json")):
-                found.append(Checkpoint(step, path, sum(f.stat().st_size for f in path.iterdir())))
+            size = sum(os.path.getsize(directory / file) for file in FILES)
+        else:
+            continue
+        found.append(Checkpoint(step, store.url_of(name), size, store.child(name)))
     return sorted(found, key=lambda c: c.step)
 
 
-def latest_checkpoint(root: Path) -> Checkpoint | None:
+def latest_checkpoint(root: Path | str | Storage) -> Checkpoint | None:
     found = checkpoints(root)
     return found[-1] if found else None
 
 
 def load_checkpoint(checkpoint: Checkpoint, *, policy, device: str = "cpu") -> tuple[dict, dict]:
     """Restores the policy's weights; returns (trainer state, pipeline state) for the caller to restore."""
-    policy.restore(checkpoint.path / "model.safetensors")
-    trainer_state = torch.load(checkpoint.path / "trainer.pt", map_location=device, weights_only=True)
-    pipeline_state = json.loads((checkpoint.path / "pipeline.json").read_text())
+    directory = checkpoint.location.fetch()
+    policy.restore(directory / "model.safetensors")
+    trainer_state = torch.load(directory / "trainer.pt", map_location=device, weights_only=True)
+    pipeline_state = json.loads((directory / "pipeline.json").read_text())
     return trainer_state, pipeline_state

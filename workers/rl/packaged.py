@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from workers.storage import Storage
+
 
 @dataclass(frozen=True)
 class PackagedModel:
@@ -79,15 +81,19 @@ def cache_directory(model: PackagedModel, models_dir: Path) -> Path:
     return Path(models_dir) / f"{model.name.removeprefix('builtin:')}-{digest[:16]}"
 
 
-def converted(model: PackagedModel, models_dir: Path) -> Path:
+def converted(model: PackagedModel, models_dir: Path, *, shared: Storage | None = None) -> Path:
     """The safetensors directory of `model`, converting the installed GGUF file on first use. Two processes
-    asking at once convert once (a file lock); a crash mid-way leaves only a `.partial` directory, redone."""
+    asking at once convert once (a file lock); a crash mid-way leaves only a `.partial` directory, redone. With
+    `shared` (the blob storage's models on an object store), another host's conversion is fetched from there, and
+    one made here is published there."""
     directory = cache_directory(model, models_dir)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.parent / f".{directory.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (directory / "source.json").is_file():
             return directory
+        if shared is not None and shared.published(directory.name):
+            return shared.fetch(directory.name, into=directory)
         partial = directory.with_name(directory.name + ".partial")
         started = time.monotonic()
         _convert(gguf_file(model), partial)
@@ -96,6 +102,8 @@ def converted(model: PackagedModel, models_dir: Path) -> Path:
             "sha256": file_sha256(gguf_file(model)), "description": model.description,
             "conversion_seconds": round(time.monotonic() - started, 1)}, indent=2))
         partial.rename(directory)  # source.json last, the rename atomic: a directory with it is complete
+        if shared is not None:
+            shared.publish(directory.name, directory)
     return directory
 
 

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
+from workers.storage import Storage
+
 from .agent import rollout_groups
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import checkpoint_storage, latest_checkpoint, load_checkpoint, save_checkpoint
 from .collectors import Batch, Draws, Group, collector_for, too_stale
 from .config import RunConfig
 from .evaluation import evaluate
@@ -36,12 +38,12 @@ class CheckpointError(RuntimeError):
 class Pipeline:
     def __init__(self, *, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, scheduler: Scheduler,
                  engine, chat, policy, trainer: GRPOTrainer, tool_runner, verifier, tracker: Tracker,
-                 checkpoint_dir: Path, prices: Prices, eval_tasks: list[tuple[str, str]],
+                 checkpoint_dir: Path | Storage, prices: Prices, eval_tasks: list[tuple[str, str]],
                  progress: Callable | None = None):
         self.run_id, self.config, self.total_steps, self.tasks = run_id, config, total_steps, tasks
         self.scheduler, self.engine, self.chat, self.policy, self.trainer = scheduler, engine, chat, policy, trainer
         self.tool_runner, self.verifier, self.tracker = tool_runner, verifier, tracker
-        self.checkpoint_dir, self.prices, self.progress = Path(checkpoint_dir), prices, progress
+        self.checkpoint_dir, self.prices, self.progress = checkpoint_storage(checkpoint_dir), prices, progress
         self.eval_tasks = eval_tasks  # [(template key, task key)], fixed for the run
         self.eval_start: dict[str, float] = {}
         self.board = PhaseBoard()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from workers.storage import Storage
+
 from .base_model import pretrain, reference_turns
 from .chat import CharChat, CharTokenizer, HFChat
 from .config import REFERENCE_MODEL, RunConfig
@@ -48,8 +50,11 @@ def demo_corpus(tasks: TaskSet) -> list[tuple[str, list[dict]]]:
     return corpus
 
 
-def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float, progress=None) -> Path:
-    """The directory of the demo base model for these tasks, pretraining it if it is not cached."""
+def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float, progress=None,
+                    shared: Storage | None = None) -> Path:
+    """The directory of the demo base model for these tasks, pretraining it if it is not cached. With `shared`
+    (the blob storage's models on an object store), a model another host pretrained is fetched from there, and
+    one pretrained here is published there."""
     corpus = demo_corpus(tasks)
     digest = hashlib.sha256(json.dumps([corpus, pretrain_seconds, PRETRAIN_SEED, CharTokenizer().signature],
                                        sort_keys=True).encode()).hexdigest()[:16]
@@ -59,24 +64,28 @@ def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float
         fcntl.flock(lock, fcntl.LOCK_EX)  # two workers starting at once pretrain once
         if (directory / "model.safetensors").is_file():
             return directory
+        if shared is not None and shared.published(directory.name):
+            return shared.fetch(directory.name, into=directory)
         model, report = pretrain(corpus, seconds=pretrain_seconds, seed=PRETRAIN_SEED, progress=progress)
         partial = directory.with_name(directory.name + ".partial")
         policy = TinyLMPolicy(model)
         policy.save_pretrained(partial)
         (partial / "pretraining.json").write_text(json.dumps(report))
         partial.rename(directory)
+        if shared is not None:
+            shared.publish(directory.name, directory)
     return directory
 
 
 def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float,
-                progress=None) -> Model:
-    """The run's model on the device the config asks for. `models_dir` caches built-in base models;
-    `progress(step, loss, seconds)` follows a pretraining."""
+                progress=None, shared: Storage | None = None) -> Model:
+    """The run's model on the device the config asks for. `models_dir` caches built-in base models (and `shared`,
+    if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining."""
     device = resolve_device(config.device)
     path = config.model
     if config.model in PACKAGED_MODELS:
         check_weights(config.model, config.model_sha256)  # the installed file, before converting it
-        path = str(converted(PACKAGED_MODELS[config.model], models_dir))
+        path = str(converted(PACKAGED_MODELS[config.model], models_dir, shared=shared))
     elif config.model.startswith("builtin:"):
         if config.model == REFERENCE_MODEL:
             raise ValueError("a reference check answers with the tasks' references and trains nothing: "
@@ -87,7 +96,7 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
         from .engines.torch_engine import TorchEngine
 
         policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
-                                                   progress=progress), device=device)
+                                                   progress=progress, shared=shared), device=device)
         return Model(policy=policy, engine=TorchEngine(policy.model, device=device, share=config.mode == "sync"),
                      chat=CharChat())
     else:

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .config import RunConfig
+from .distributed import trainer_for
 from .metrics import Prices
 from .pipeline import Pipeline
 from .scheduler import Curriculum, Scheduler
 from .taskset import TaskSet
 from .tracking import Tracker
-from .trainer import GRPOTrainer
 from .types import Model
 
 
@@ -25,7 +25,8 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
                    verifier, tracker: Tracker, checkpoint_dir: Path, prices: Prices | None = None,
                    progress: Callable | None = None) -> Pipeline:
     """The pipeline of one attempt at a run. `tool_runner` runs the policy's tool calls and `verifier` grades
-    its answers (here or on other workers); `tracker` receives what the run reports."""
+    its answers (here or on other workers); `tracker` receives what the run reports. Under torchrun (rank 0
+    of a process group: distributed.setup) its trainer is data-parallel with the other ranks."""
     if model.engine.shares_weights and config.mode != "sync":
         raise ValueError("an engine that samples from the trainer's own model needs a sync run: an async one "
                          "trains while rollouts sample")
@@ -33,6 +34,6 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
     return Pipeline(
         run_id=run_id, config=config, total_steps=total_steps, tasks=tasks, scheduler=scheduler,
         engine=model.engine, chat=model.chat, policy=model.policy,
-        trainer=GRPOTrainer(model.policy, config=config, total_steps=total_steps), tool_runner=tool_runner,
+        trainer=trainer_for(model.policy, config=config, total_steps=total_steps), tool_runner=tool_runner,
         verifier=verifier, tracker=tracker, checkpoint_dir=checkpoint_dir, prices=prices or Prices(),
         eval_tasks=tasks.eval_tasks(per_domain=config.eval_tasks_per_domain, seed=config.seed), progress=progress)

@@ -4,6 +4,11 @@ A step takes groups of trajectories of the same task. Rewards become group-relat
 each trajectory's whole context is one sequence, and only the policy's own tokens are in the loss (the
 prompt and tool results are context). The loss is the token-level mean over the whole batch, accumulated
 over micro-batches of `micro_batch_size` sequences, so the update does not depend on how the batch was split.
+
+Data-parallel training (distributed.py) shards a step's rows across processes and keeps this arithmetic: the
+token count that divides the loss is the whole batch's (`_sum_over_ranks`), and the gradients are summed over
+the processes (`_sync_gradients`) before clipping, so every process applies the single-process update. In one
+process both hooks do nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ class StepStats:
     sequences: int
     learning_rate: float
     seconds: float
+
+
+def training_rows(groups: list[list[Trajectory]]) -> list[list[tuple]]:
+    """Each group's rows: ((token ids, loss mask, sampling logprobs), advantage) per trajectory."""
+    return [[(t.training_sequence(), t.advantage) for t in group] for group in groups]
 
 
 def assign_advantages(group: list[Trajectory], *, normalize_std: bool) -> bool:
@@ -64,18 +74,22 @@ class GRPOTrainer:
 
     def train(self, groups: list[list[Trajectory]]) -> StepStats:
         """One update from groups whose advantages are assigned (assign_advantages)."""
+        return self.train_rows(training_rows(groups))
+
+    def train_rows(self, grouped: list[list[tuple]]) -> StepStats:
+        """One update from groups of rows, (training sequence, advantage) each (training_rows)."""
         started = time.monotonic()
         self.policy.train()
         device = self.policy.device
-        grouped = [[(t.training_sequence(), t.advantage) for t in group] for group in groups]
         rows = [row for group in grouped for row in group]
-        if not rows:  # no group carried signal: nothing to learn from, but the step (and its schedule) passes
+        sequences, total_tokens = (int(n) for n in self._sum_over_ranks(
+            [len(rows), sum(sum(mask[1:]) for (_, mask, _), _ in rows)]))
+        if not sequences:  # no group carried signal: nothing to learn from, but the step (and its schedule) passes
             learning_rate = self.optimizer.param_groups[0]["lr"]
             self.lr_scheduler.step()
             self.step += 1
             return StepStats(loss=0.0, kl=0.0, entropy=0.0, clip_fraction=0.0, grad_norm=0.0, tokens=0, sequences=0,
                              learning_rate=learning_rate, seconds=time.monotonic() - started)
-        total_tokens = sum(sum(mask[1:]) for (_, mask, _), _ in rows)
         totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
         for chunk in self._micro_batches(grouped):
             width = max(len(ids) for (ids, _, _), _ in chunk)
@@ -103,6 +117,8 @@ class GRPOTrainer:
             totals["kl"] += stats["kl"] * tokens
             totals["clip_fraction"] += stats["clip_fraction"] * tokens
             totals["entropy"] += float((entropy * target_mask).sum())
+        self._sync_gradients()
+        totals = dict(zip(totals, self._sum_over_ranks(list(totals.values())), strict=True))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), self.config.max_grad_norm)
         learning_rate = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
@@ -112,8 +128,15 @@ class GRPOTrainer:
         denominator = max(total_tokens, 1)
         return StepStats(loss=totals["loss"], kl=totals["kl"] / denominator, entropy=totals["entropy"] / denominator,
                          clip_fraction=totals["clip_fraction"] / denominator, grad_norm=float(grad_norm),
-                         tokens=total_tokens, sequences=len(rows), learning_rate=learning_rate,
+                         tokens=total_tokens, sequences=sequences, learning_rate=learning_rate,
                          seconds=time.monotonic() - started)
+
+    def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        """The values summed over the data-parallel processes: here, one process, the values themselves."""
+        return values
+
+    def _sync_gradients(self) -> None:
+        """Make every process's gradients the whole batch's: here, one process, they are."""
 
     def _micro_batches(self, grouped: list[list[tuple]]) -> list[list[tuple]]:
         """Rows — (training sequence, advantage) — in micro-batches of at most micro_batch_size.

@@ -86,7 +86,7 @@ def test_launching_needs_a_suite_and_one_thing_to_evaluate(project, registry, ow
     assert list(LANES["training"](waiting)) == [training]
     bad = api.post(f"/projects/{project.slug}/evals/endpoints/", {"slug": "x", "base_url": "ftp://x",
                                                                           "model": "m"})
-    assert bad.status_code == 400 and "http(s) URL" in bad.json()["detail"]
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "base_url"  # its schema says http(s)
     added = api.post(f"/projects/{project.slug}/evals/endpoints/",
                      {"slug": "local", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "LOCAL_KEY"})
     assert added.status_code == 201 and added.json()["api_key_env"] == "LOCAL_KEY"

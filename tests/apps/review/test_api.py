@@ -75,8 +75,8 @@ def test_reviewers_label_blind_and_agreement_and_adjudication_follow(archive, ru
 
 def test_bad_queues_and_labels_are_refused_with_their_field(archive, rubric, apis):
     unknown = make_queue(apis, rubric="nope")
-    assert unknown.status_code == 400 and unknown.json()["errors"][0]["field"] == "rubric"
-    assert make_queue(apis, reviewers=["stranger"]).status_code == 400
+    assert unknown.status_code == 404 and unknown.json()["errors"][0]["field"] == "rubric"
+    assert make_queue(apis, reviewers=["stranger"]).status_code == 404
     rule = make_queue(apis, sampling={"rule": "vibes"})
     assert rule.status_code == 400 and rule.json()["errors"][0]["field"] == "sampling.rule"
     assert apis["ann"].post(QUEUES, {"slug": "x", "rubric": "correctness"}).status_code == 403  # editors create

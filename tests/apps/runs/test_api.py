@@ -240,22 +240,22 @@ def test_a_running_run_is_asked_and_its_worker_decides(editor_api, studio_run):
     asked = steer(editor_api, run.pk, "cancel")
     assert asked.status_code == 200 and asked.json()["requested"] == "cancel"
     refused = steer(editor_api, run.pk, "resume")
-    assert refused.status_code == 400
+    assert refused.status_code == 409
     assert detail(refused) == "only a paused run can be resumed; this one is running"
     assert RunEvent.objects.filter(run=run, kind="requested").count() == 2
 
 
-def test_cancel_then_resume_is_400_with_the_reason(editor_api, registry):
+def test_cancel_then_resume_is_409_with_the_reason(editor_api, registry):
     run_id = _started(editor_api)
     assert steer(editor_api, run_id, "cancel").json()["status"] == "cancelled"
     resumed = steer(editor_api, run_id, "resume")
-    assert resumed.status_code == 400
+    assert resumed.status_code == 409
     assert detail(resumed) == "only a paused run can be resumed; this one is cancelled"
     assert resumed.json()["errors"] == []
     again = steer(editor_api, run_id, "cancel")
-    assert again.status_code == 400 and detail(again) == "the run is already cancelled"
+    assert again.status_code == 409 and detail(again) == "the run is already cancelled"
     paused = steer(editor_api, run_id, "pause")
-    assert paused.status_code == 400 and detail(paused) == "a cancelled run cannot be paused"
+    assert paused.status_code == 409 and detail(paused) == "a cancelled run cannot be paused"
     assert Run.objects.get(pk=run_id).status == RunStatus.CANCELLED
     assert AuditEvent.objects.filter(target=f"run/{run_id}", action="run.resume").count() == 0
 

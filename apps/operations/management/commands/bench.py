@@ -13,7 +13,7 @@ from apps.runs import wiring
 
 AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
          "ui": "apps.operations.benchmarks.ui", "review": "apps.operations.benchmarks.review",
-         "evals": "apps.operations.benchmarks.evals",
+         "evals": "apps.operations.benchmarks.evals", "archive": "apps.operations.benchmarks.archive",
          "sandbox": "workers.sandbox.bench",
          "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
          "engine": "workers.rl.bench.engine", "serve": "workers.rl.bench.serve"}
@@ -43,7 +43,8 @@ class Command(BaseCommand):
         parser.add_argument("--step-seconds", type=float, default=1.0, help="ui: seconds between a run's steps")
         parser.add_argument("--skip-push", action="store_true", help="ui: only the trajectory list")
         parser.add_argument("--skip-list", action="store_true", help="ui: only the push latency")
-        parser.add_argument("--steps", type=int, help="pipeline, trainer: trainer steps per side")
+        parser.add_argument("--steps", type=int,
+                            help="pipeline, trainer: trainer steps per side; archive: steps written at each step size")
         parser.add_argument("--environment-scale", type=float, default=0.1,
                             help="pipeline: the shortest environment time in seconds (the Pareto minimum)")
         parser.add_argument("--target-reward", type=float, default=0.6,
@@ -57,6 +58,13 @@ class Command(BaseCommand):
         parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")
         parser.add_argument("--paired-items", type=int, default=10_000,
                             help="evals: paired items the statistics are timed over")
+        parser.add_argument("--step-sizes", type=int, nargs="+", default=[16, 64, 256],
+                            help="archive: trajectories a step writes, one measurement each")
+        parser.add_argument("--writers", type=int, default=2, help="archive: runs writing steps at once (processes)")
+        parser.add_argument("--subscribers", type=int, default=100, help="archive: websockets on one run's stream")
+        parser.add_argument("--messages", type=int, default=500, help="archive: run.step messages fanned out")
+        parser.add_argument("--artifact-objects", type=int, default=300, help="archive: PNG artifacts written")
+        parser.add_argument("--artifact-mb", type=int, default=64, help="archive: 1 MiB artifacts written")
 
     def handle(self, *args, area, **options):
         if options["steps"] is None:

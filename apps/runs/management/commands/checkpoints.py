@@ -1,7 +1,9 @@
 """`manage.py checkpoints list [RUN]` · `checkpoints alias NAME RUN@STEP` · `checkpoints export RUN STEP DIR`:
 the checkpoint registry from a shell. `export` writes a Hugging Face-loadable directory (safetensors, config,
-tokenizer) of a checkpoint of a run whose model is a Hugging Face one."""
+tokenizer) of a checkpoint of a run whose model is a Hugging Face one; DIR is a local directory or a folder in an
+object store (s3://bucket/exports/NAME, published whole: its files, then its manifest.json)."""
 
+import tempfile
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -10,6 +12,7 @@ from apps.accounts.selectors import project_for_command
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve, run_find
 from apps.runs.models import Checkpoint, CheckpointAlias
 from workers.rl.config import RunConfig
+from workers.storage import Storage
 
 
 class Command(BaseCommand):
@@ -39,7 +42,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"{options['name']} -> {checkpoint.run.name}@{checkpoint.step}")
                 return
             checkpoint = checkpoint_resolve(project=scope, name=f"{options['run']}@{options['step']}")
-            self._export(checkpoint, Path(options["directory"]))
+            self._export(checkpoint, options["directory"])
         except CheckpointNotFound as exc:
             raise CommandError(str(exc)) from None
 
@@ -54,16 +57,27 @@ class Command(BaseCommand):
             names = ", ".join(sorted(aliases.get(row.pk, [])))
             self.stdout.write(f"{row.run.name}@{row.step}\t{row.bytes / 1e6:.1f} MB\t{names}\t{row.path}")
 
-    def _export(self, checkpoint, directory: Path):
+    def _export(self, checkpoint, directory: str):
         config = RunConfig.from_dict(checkpoint.run.config)
         if config.model.startswith("builtin:demo-tiny"):
             raise CommandError("the built-in demo model is the studio's own TinyLM, not a Hugging Face model: "
                                "it has no Hugging Face directory to export")
+        remote = "://" in directory
+        if remote:
+            if "/" not in directory.split("://", 1)[1].strip("/"):
+                raise CommandError(f"{directory}: name a folder inside the bucket to export to, such as "
+                                   "s3://BUCKET/exports/NAME")
+            parent, _, name = directory.rstrip("/").rpartition("/")
         from apps.runs.evaluation import checkpoint_model
 
         model = checkpoint_model(checkpoint)
         try:
-            model.policy.export(directory)
+            if remote:  # exported here, then published there whole
+                with tempfile.TemporaryDirectory() as staging:
+                    model.policy.export(Path(staging))
+                    Storage(parent).publish(name, Path(staging), run=str(checkpoint.run_id), step=checkpoint.step)
+            else:
+                model.policy.export(Path(directory))
         finally:
             model.close()
         self.stdout.write(f"wrote {directory} ({checkpoint.run.name}@{checkpoint.step})")

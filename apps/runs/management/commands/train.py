@@ -1,14 +1,21 @@
 """`manage.py train --bundle SLUG[@N] --steps N [--headless] [--json] [--set KEY=VALUE ...] [--if-idle] [--prepare]`:
-start a run.
+start a run. `manage.py train --resume ID --headless`: train an existing run here, from its newest checkpoint.
 
 Headless, the run trains in this process with a progress bar on stderr and ends with its summary (JSON with
 --json): per-domain reward at the start and the end, trajectories and effective trajectories per hour,
 cost per task, the trainer's idle time by cause. Without --headless the run is queued for the studio's
 workers (Celery's gpu queue, or the embedded training of `make demo`) and its page is printed.
+
+Data-parallel: `torchrun --nproc-per-node N manage.py train ... --headless` trains one run on N processes
+(workers/rl/distributed.py). Rank 0 does everything this command does alone (creates or claims the run, rolls
+out, writes the database, the archive and the checkpoints, prints); the other ranks only compute gradients on
+their shard of each step, and print how many updates they took part in.
 """
 
 import json
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,9 +27,10 @@ from apps.registry.selectors import version_resolve
 from apps.runs import wiring
 from apps.runs.attempt import run_attempt
 from apps.runs.dispatch import run_enqueue
-from apps.runs.models import ACTIVE_STATUSES, Run
+from apps.runs.models import ACTIVE_STATUSES, Run, RunStatus
 from apps.runs.pins import bundle_tasks
-from apps.runs.services import RunError, run_claim, run_create
+from apps.runs.services import RunError, run_claim, run_create, run_request
+from workers.rl import distributed
 from workers.rl.config import RunConfig
 from workers.rl.packaged import PACKAGED_MODELS
 
@@ -41,8 +49,13 @@ class Command(BaseCommand):
     help = "Start a training run on a bundle (headless: train here and print the summary)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--bundle", required=True, help="bundle SLUG, SLUG@N or SLUG@alias")
-        parser.add_argument("--steps", type=int, required=True, help="trainer steps")
+        parser.add_argument("--bundle", help="bundle SLUG, SLUG@N or SLUG@alias (a new run; or --resume)")
+        parser.add_argument("--steps", type=int, help="trainer steps (a new run)")
+        # Not --run: torchrun's own parser would take it for an abbreviation of its --run-path.
+        parser.add_argument("--resume", dest="run_id", metavar="ID",
+                            help="train this existing run here (with --headless) from its newest checkpoint: a "
+                                 "queued one, a paused one (resumed first), or one whose worker stopped "
+                                 "heartbeating")
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--name", default="", help="the run's name (default: bundle and time)")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
@@ -55,8 +68,30 @@ class Command(BaseCommand):
                             help="before queueing, pretrain (demo-tiny) or convert (packaged models) the built-in "
                                  "base model here if it is not cached, so the worker starts training at once")
 
-    def handle(self, *args, bundle, steps, project, name, overrides, headless, as_json, if_idle, prepare, **_):
+    def handle(self, *args, **options):
+        if distributed.topology_from_env() is None:
+            return self.start(**options)
+        if not options["headless"]:
+            raise CommandError("under torchrun the run trains in these processes: add --headless")
+        topology = distributed.setup()
+        try:
+            if not topology.leader:  # no database, no archive, no checkpoints: gradients for rank 0
+                updates = distributed.follow()
+                Console(stderr=True).print(f"rank {topology.rank}: took part in {updates} updates")
+                return
+            with distributed.leading():
+                self.start(**options)
+        finally:
+            distributed.teardown()
+
+    def start(self, *, bundle, steps, run_id, project, name, overrides, headless, as_json, if_idle, prepare, **_):
         console = Console(stderr=True)
+        if run_id:
+            if not headless:
+                raise CommandError("--resume trains the run here: add --headless")
+            return self.resume(run_id, console, as_json)
+        if not bundle or steps is None:
+            raise CommandError("a new run needs --bundle and --steps (or --resume ID for an existing one)")
         try:
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
@@ -78,6 +113,22 @@ class Command(BaseCommand):
                           f"its page: /p/{scope.slug}/runs/{run.id}/")
             return
         attempt = run_claim(run_id=run.pk, stale_after=0)
+        summary = self.train(run, attempt, console)
+        if summary is None:
+            raise CommandError("another worker took this run over")
+        self.stdout.write(_dumps(summary, indent=None if as_json else 2))
+
+    def resume(self, run_id, console, as_json):
+        try:
+            run = Run.objects.get(pk=run_id)
+        except (Run.DoesNotExist, ValueError, ValidationError):
+            raise CommandError(f"no run {run_id}") from None
+        if run.status == RunStatus.PAUSED:
+            run = run_request(run=run, action="resume", actor=None, via="cli")
+        attempt = run_claim(run_id=run.pk, stale_after=settings.RUN_STALE_SECONDS)
+        if attempt is None:
+            raise CommandError(f"run {run.name} is {run.status}: only a queued or paused run, or a running one whose "
+                               f"worker has not heartbeaten for {settings.RUN_STALE_SECONDS:g} s, can train here")
         summary = self.train(run, attempt, console)
         if summary is None:
             raise CommandError("another worker took this run over")

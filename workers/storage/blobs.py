@@ -1,0 +1,301 @@
+"""Blobs — checkpoints, trajectory artifacts, converted models, exports — under one root, through fsspec: a local
+directory (the embedded default, STUDIO_DATA_DIR) or an S3-compatible bucket (`s3://bucket/prefix`, s3fs), so
+that any host reads what another one wrote.
+
+A key is a relative, slash-separated path under the root. A single blob is written whole: a local file by a
+rename, an object by one PUT (atomic in S3).
+
+A *published directory* is several blobs that appear together (a checkpoint's weights, optimizer and pipeline
+state; a converted model). Its files are written first and its `manifest.json` (each file's size and sha256)
+last; for readers a directory does not exist until it is published. Locally the files are staged in
+`KEY.partial` beside it, flushed, and renamed into place, as the studio always did. An object store has no
+rename: there the manifest is the publication, a new version first takes the old manifest away, and a reader
+checks every file it downloads against the manifest it read.
+
+An object store's directories are read through a cache on this host's disk (`cache`, under STUDIO_DATA_DIR):
+`fetch` downloads a published directory there once, and the host that publishes one keeps its staged copy there.
+
+Credentials and the endpoint of an S3-compatible server are the AWS SDK's own variables (AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3, AWS_DEFAULT_REGION), read where the work runs: the studio stores none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+MANIFEST = "manifest.json"
+
+
+class StorageChanged(OSError):
+    """A published directory was replaced while it was being downloaded; reading it again gets the new one."""
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(directory: Path) -> list[str]:
+    """The regular files under `directory`, as sorted slash-separated relative names (the manifest's order)."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+
+
+def check_key(key: str) -> str:
+    """`key` if it is a relative path that stays under the root, else ValueError."""
+    parts = key.split("/") if key else []
+    if key.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\\" in key or "\x00" in key:
+        raise ValueError(f"{key!r} is not a storage key: a relative path of non-empty names, without . or ..")
+    return key
+
+
+class Storage:
+    """The blobs under one root: `Storage("/var/studio")` or `Storage("s3://bucket/studio", cache=...)`."""
+
+    def __init__(self, url: str | os.PathLike, *, cache: str | os.PathLike | None = None):
+        url = os.fspath(url)
+        # Another host writes here too: a listing cached in this process would hide what it wrote.
+        options = {"use_listings_cache": False} if url.startswith(("s3://", "s3a://")) else {}
+        self.fs, root = fsspec.url_to_fs(url, **options)  # one file system object per process and options
+        self.root = root.rstrip("/") or "/"
+        self.local = isinstance(self.fs, LocalFileSystem)
+        if cache is None and not self.local:
+            cache = Path(tempfile.gettempdir()) / "studio-storage" / hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.cache = Path(cache) if cache is not None else None
+
+    def child(self, key: str) -> Storage:
+        """The storage rooted at `key` (its cache follows it)."""
+        return Storage(self.url_of(key), cache=None if self.cache is None else self.cache / check_key(key))
+
+    @property
+    def url(self) -> str:
+        """The root: a local directory's path, or the object store's URL."""
+        return self.url_of()
+
+    def url_of(self, key: str = "") -> str:
+        path = self._path(key)
+        return str(Path(path)) if self.local else self.fs.unstrip_protocol(path)
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"Storage({self.url!r})"
+
+    def _path(self, key: str) -> str:
+        return f"{self.root.rstrip('/')}/{check_key(key)}" if key else self.root
+
+    # --- single blobs -------------------------------------------------------------------------------------
+
+    def write(self, key: str, content: bytes) -> None:
+        """Write the blob whole: a reader sees the old content or the new, never a part."""
+        path = self._path(key)
+        if self.local:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+            temporary.write_bytes(content)
+            os.replace(temporary, target)
+        else:
+            self.fs.pipe_file(path, content)
+
+    def write_many(self, blobs: dict[str, bytes]) -> None:
+        """Write each blob whole, all at once where the store allows (s3fs sends the PUTs concurrently)."""
+        if self.local:
+            for key, content in blobs.items():
+                self.write(key, content)
+        elif blobs:
+            self.fs.pipe({self._path(key): content for key, content in blobs.items()})
+
+    def read(self, key: str) -> bytes:
+        return self.fs.cat_file(self._path(key))
+
+    def open(self, key: str):
+        """A binary file object for reading (FileNotFoundError if there is no such blob)."""
+        return self.fs.open(self._path(key), "rb")
+
+    def exists(self, key: str = "") -> bool:
+        return self.fs.exists(self._path(key))
+
+    def names(self, key: str = "") -> list[str]:
+        """The names directly under `key`, sorted ([] when there is nothing)."""
+        try:
+            entries = self.fs.ls(self._path(key), detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted({entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries})
+
+    def remove(self, key: str) -> None:
+        """The blob, or everything under `key`; nothing if there is none. An object store's directory leaves its
+        copy in this host's cache too."""
+        path = self._path(key)
+        if self.local:
+            target = Path(path)
+            if target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+            return
+        try:
+            self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        if self.cache is not None:
+            shutil.rmtree(self.cache / key if key else self.cache, ignore_errors=True)
+
+    # --- published directories ----------------------------------------------------------------------------
+
+    def stage(self, key: str) -> Path:
+        """A fresh, empty local directory to prepare the files of `key` in, for `publish`."""
+        staging = self._staging(key)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        return staging
+
+    def _staging(self, key: str) -> Path:
+        base = Path(self._path(key)) if self.local else self.cache / check_key(key) if key else self.cache
+        return base.with_name(base.name + ".partial")
+
+    def publish(self, key: str, directory: Path, **about) -> dict:
+        """Publish the files of the local `directory` as `key`, replacing what was there; returns the manifest
+        (each file's size and sha256, and `about`). A directory from `stage(key)` is consumed (moved into place,
+        or into this host's cache); any other is left as it is."""
+        directory = Path(directory)
+        staging = self._staging(key)
+        if self.local and directory != staging:  # the rename that publishes needs a copy beside the target
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(directory, staging)
+            directory = staging
+        names = [name for name in _files(directory) if name != MANIFEST]
+        manifest = {**about, "files": {name: {"bytes": (directory / name).stat().st_size,
+                                               "sha256": _sha256(directory / name)} for name in names}}
+        encoded = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        if self.local:
+            (staging / MANIFEST).write_bytes(encoded)
+            for name in [*names, MANIFEST]:
+                with (staging / name).open("rb") as handle:
+                    os.fsync(handle.fileno())
+            _fsync(staging)  # a rename is only as durable as the files and the directory entry under it
+            final = Path(self._path(key))
+            if final.exists():  # the same key published again (a resumed attempt writing the same step)
+                shutil.rmtree(final)
+            staging.rename(final)
+            _fsync(final.parent)
+            return manifest
+        self._unmanifest(key)  # first: the version this one replaces stops existing before its files change
+        self.remove_files(key)  # ... and its files go, or the upload of a writer that died
+        for name in names:
+            self.fs.put_file(str(directory / name), self._path(f"{key}/{name}" if key else name))
+        self.fs.pipe_file(self._path(f"{key}/{MANIFEST}" if key else MANIFEST), encoded)  # last: now it exists
+        if directory == staging:  # this host reads it back from its cache
+            (staging / MANIFEST).write_bytes(encoded)
+            cached = self.cache / key if key else self.cache
+            shutil.rmtree(cached, ignore_errors=True)
+            staging.rename(cached)
+        return manifest
+
+    def remove_files(self, key: str) -> None:
+        """What is under `key` on the object store, without touching this host's cache."""
+        try:
+            self.fs.rm(self._path(key), recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def manifest(self, key: str = "") -> dict | None:
+        """The manifest of the published directory `key`, or None (not published, or locally: published before
+        manifests were written)."""
+        try:
+            return json.loads(self.read(f"{key}/{MANIFEST}" if key else MANIFEST))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def published(self, key: str = "") -> bool:
+        """Whether `key` is a published directory: locally, one renamed into place; on an object store, one
+        with its manifest."""
+        if self.local:
+            return Path(self._path(key)).is_dir()
+        return self.exists(f"{key}/{MANIFEST}" if key else MANIFEST)
+
+    def unpublish(self, key: str) -> None:
+        """Remove a published directory, its manifest first: readers stop seeing it before its files go."""
+        if not self.local:
+            self._unmanifest(key)
+        self.remove(key)
+
+    def _unmanifest(self, key: str) -> None:
+        try:
+            self.fs.rm_file(self._path(f"{key}/{MANIFEST}" if key else MANIFEST))
+        except FileNotFoundError:
+            pass
+
+    def fetch(self, key: str = "", *, into: Path | None = None) -> Path:
+        """A local directory holding the published directory `key`: the directory itself when the storage is
+        local (or a copy `into`), else a download checked file by file against the manifest, made once into this
+        host's cache (or `into`). FileNotFoundError if it is not published."""
+        if self.local:
+            path = Path(self._path(key))
+            if not path.is_dir():
+                raise FileNotFoundError(f"{path} does not exist: it was removed or never written")
+            if into is None:
+                return path
+            partial = Path(into).with_name(f"{Path(into).name}.partial-{uuid.uuid4().hex[:8]}")
+            shutil.copytree(path, partial)
+            shutil.rmtree(into, ignore_errors=True)
+            partial.rename(into)
+            return Path(into)
+        for attempt in range(3):
+            try:
+                return self._download(key, Path(into) if into is not None else self.cache / key if key else self.cache)
+            except StorageChanged:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _download(self, key: str, cached: Path) -> Path:
+        manifest = self.manifest(key)
+        if manifest is None:
+            raise FileNotFoundError(f"{self.url_of(key)} is not published (no {MANIFEST}): it was removed, never "
+                                    "written, or its writer died before finishing it")
+        if (cached / MANIFEST).is_file() and json.loads((cached / MANIFEST).read_text()) == manifest:
+            return cached
+        partial = cached.with_name(f"{cached.name}.partial-{uuid.uuid4().hex[:8]}")
+        partial.mkdir(parents=True)
+        try:
+            for name, expected in manifest["files"].items():
+                target = partial / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    self.fs.get_file(self._path(f"{key}/{name}" if key else name), str(target))
+                except FileNotFoundError:
+                    raise StorageChanged(f"{self.url_of(key)}: {name} went away while it was read") from None
+                if target.stat().st_size != expected["bytes"] or _sha256(target) != expected["sha256"]:
+                    raise StorageChanged(f"{self.url_of(key)}: {name} is not the file its manifest describes")
+            (partial / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+            shutil.rmtree(cached, ignore_errors=True)
+            try:
+                partial.rename(cached)
+            except OSError:  # another process of this host downloaded it meanwhile
+                if not (cached / MANIFEST).is_file():
+                    raise
+            return cached
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
