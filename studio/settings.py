@@ -239,6 +239,10 @@ SANDBOX_DOCKER_CONTROL = Path(os.environ.get("STUDIO_DOCKER_CONTROL", "/var/tmp/
 # (never a reward). Prices turn token counts into the cost each verdict records.
 JUDGE_BASE_URL = os.environ.get("JUDGE_BASE_URL", "")
 JUDGE_API_KEY = os.environ.get("JUDGE_API_KEY", "")
+# The bearer token of the inference servers' weight endpoint (POST /v1/weights, workers/rl/serving.py): what
+# `manage.py serve` requires and what a run generating on servers (inference_servers) sends. Empty: the servers
+# take weights from loopback clients only.
+INFERENCE_SERVER_TOKEN = os.environ.get("STUDIO_SERVE_WEIGHTS_TOKEN", "")
 JUDGE_TIMEOUT_SECONDS = float(os.environ.get("JUDGE_TIMEOUT_SECONDS", 60))
 JUDGE_MAX_CONCURRENCY = int(os.environ.get("JUDGE_MAX_CONCURRENCY", 8))
 JUDGE_PRICE_PER_1K_INPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_INPUT_TOKENS", 0))

@@ -117,7 +117,7 @@ def _run_attempt(*, run_id, attempt: int, progress, pretrain_progress) -> dict |
     pool = model = None
     try:
         tasks = bundle_tasks(bundle=run.bundle, config=config)
-        model = wiring.run_model(config, tasks, progress=pretrain_progress)
+        model = wiring.run_model(config, tasks, progress=pretrain_progress, run_id=run.pk)
         pool = wiring.sandbox_pool()
         for template in tasks.templates.values():
             pool.warm(template.image)

@@ -174,12 +174,21 @@ def model_problem(model: str) -> str | None:
     return None
 
 
-def run_model(config: RunConfig, tasks: TaskSet, *, progress=None) -> Model:
-    """The run's model (policy, engine, chat format) on the device its config asks for."""
+def weights_storage(run_id) -> Storage:
+    """Where a run that generates on inference servers publishes its weights for them to load after each step:
+    `weights/<run id>/` in the blob storage (servers on other hosts need it to be an object store)."""
+    return blob_storage().child(f"weights/{run_id}")
+
+
+def run_model(config: RunConfig, tasks: TaskSet, *, progress=None, run_id=None) -> Model:
+    """The run's model (policy, engine, chat format) on the device its config asks for. A training run (`run_id`)
+    with inference_servers in its config generates on those servers; anything else samples in this process."""
     from workers.rl import policies  # torch: only where a model is built, not in rollout and verify workers
 
+    weights = weights_storage(run_id) if run_id is not None and config.inference_servers else None
     return policies.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
-                                progress=progress, shared=shared_models())
+                                progress=progress, shared=shared_models(), weights=weights,
+                                server_token=settings.INFERENCE_SERVER_TOKEN)
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:

@@ -25,6 +25,7 @@ class ConfigError(ValueError):
 REFERENCE_MODEL = "builtin:reference"  # the "model" of a reference check: the tasks' own answers
 DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+SERVER_URL = re.compile(r"https?://[^\s,/]+(/[^\s,]*)?")
 # Pins a run's creation fills in from its model definition (apps/runs/services.py); nobody sets them by hand.
 SET_BY_THE_STUDIO = ("model_version", "model_sha256", "evaluation")
 # An evaluation's settings (RunConfig.evaluation), from its eval suite and the model it evaluates.
@@ -93,6 +94,12 @@ class RunConfig:
     ones included; a Hugging Face model given `torch` samples on transformers too), vllm (GPU)."""
     device: str = "auto"
     """cpu, cuda, cuda:1 ... or auto (cuda when available)."""
+    inference_servers: str = ""
+    """Generate the rollouts on OpenAI-compatible inference servers instead of in the trainer's process: their
+    base URLs (http://host:port/v1), separated by spaces or commas — the studio's own `manage.py serve` of the
+    same model, or vLLM servers with a weight-loading endpoint. The trainer publishes its weights to the blob
+    storage after every step and tells each server to load them (engines/server.py). Empty: the engine above, in
+    this process."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (above 0; 1: the policy's own distribution)."""
     learning_rate: float = 3e-4
@@ -211,6 +218,8 @@ class RunConfig:
             problems.append("context_length: 0 (the model's own) or from 16 to 10,000,000 tokens")
         if len(self.model) > 500:
             problems.append("model: a built-in name or a local path of at most 500 characters")
+        if len(self.inference_servers) > 4000 or any(not SERVER_URL.fullmatch(url) for url in self.server_urls()):
+            problems.append("inference_servers: base URLs (http://host:port/v1) separated by spaces or commas")
         if self.lr_schedule not in ("constant", "linear"):
             problems.append(f"lr_schedule: {self.lr_schedule!r} is not constant or linear")
         if any(not isinstance(w, int | float) or not 0 <= w <= 1000 for w in self.domain_weights.values()):
@@ -222,6 +231,10 @@ class RunConfig:
             problems.append(f"evaluation: unknown settings {', '.join(unknown)}")
         if problems:
             raise ConfigError("; ".join(problems))
+
+    def server_urls(self) -> list[str]:
+        """The inference servers' base URLs (engines/server.py), in the order given; none: in-process engine."""
+        return [url for url in re.split(r"[\s,]+", self.inference_servers) if url]
 
 
 @functools.cache

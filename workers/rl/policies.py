@@ -77,11 +77,27 @@ def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float
     return directory
 
 
+def server_engine(config: RunConfig, *, weights: Storage, token: str, max_context: int | None):
+    """The engine of a run that generates on inference servers (config.inference_servers): the trainer's weights
+    go to `weights` after each step, and every server loads them from there."""
+    from .engines.server import ServerEngine
+
+    if config.context_length:
+        max_context = min(max_context or config.context_length, config.context_length)
+    return ServerEngine(config.server_urls(), weights=weights, token=token, max_staleness=config.max_staleness,
+                        max_context=max_context, max_concurrency=max(8, config.rollout_concurrency * 4))
+
+
 def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float,
-                progress=None, shared: Storage | None = None) -> Model:
+                progress=None, shared: Storage | None = None, weights: Storage | None = None,
+                server_token: str = "") -> Model:
     """The run's model on the device the config asks for. `models_dir` caches built-in base models (and `shared`,
-    if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining."""
+    if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
+    `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
+    servers' (engines/server.py, `server_token` the bearer token of their weight endpoint); without `weights`
+    (an evaluation of a checkpoint), the in-process engine samples."""
     device = resolve_device(config.device)
+    on_servers = bool(config.server_urls()) and weights is not None
     path = config.model
     if config.model in PACKAGED_MODELS:
         check_weights(config.model, config.model_sha256)  # the installed file, before converting it
@@ -97,6 +113,10 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
 
         policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
                                                    progress=progress, shared=shared), device=device)
+        if on_servers:
+            return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,
+                                                             max_context=policy.model.config.block_size),
+                         chat=CharChat())
         return Model(policy=policy, engine=TorchEngine(policy.model, device=device, share=config.mode == "sync"),
                      chat=CharChat())
     else:
@@ -105,6 +125,10 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
     if config.chat_template:
         policy.tokenizer.chat_template = config.chat_template
     chat = HFChat(policy.tokenizer)
+    if on_servers:
+        context = getattr(policy.model.config, "max_position_embeddings", None)
+        return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,
+                                                         max_context=context), chat=chat)
     if config.engine == "vllm":
         from .engines.vllm_engine import VLLMEngine
 

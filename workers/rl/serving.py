@@ -11,23 +11,41 @@ Hermes convention the model was trained to write.
 
 A streamed answer goes out token by token as the engine samples them (the torch and transformers engines call
 back per token; vLLM's engine hands back whole answers, so there the first chunk comes with the last).
+
+For RL generation on inference servers (engines/server.py) the server also:
+- answers every completion with the `policy_version` of the weights that sampled it (a top-level field), and,
+  asked with `"return_token_ids": true` (vLLM's name), the ids themselves: `prompt_token_ids` at the top level
+  and each choice's `token_ids` (the stop id included when the model stopped), beside the usual `logprobs`
+  (of the distribution sampled from, temperature applied). `/v1/completions` takes a prompt of token ids and
+  `stop_token_ids` (vLLM's name; default: the chat format's stop ids).
+- loads new weights on `POST /v1/weights` `{"location": URL or directory, "policy_version": N}`: a published
+  weights directory (workers/storage; its `model.safetensors` holds the trainer's names), read from the object
+  store or disk before anything pauses, then swapped in atomically between requests: new requests wait while
+  the ones in flight finish on the old weights, then run on the new. `GET /v1/weights` says the version served.
+  It is protected by a bearer token (`weights_token`; `serve` reads STUDIO_SERVE_WEIGHTS_TOKEN); with no token
+  set, only clients on the loopback interface may load weights.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
 import uuid
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from workers.storage import Storage
+
 from .engines import GenerationRequest
 
 DEFAULT_MAX_TOKENS = 256
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 class BadRequest(ValueError):
@@ -78,9 +96,70 @@ def _number(body: dict, name: str, default, low, high, kind=float):
     return kind(value)
 
 
-def build_app(*, engine, chat, model_name: str) -> Starlette:
-    """The app serving `engine` (a BatchingEngine) with `chat` (its model's chat format) as `model_name`."""
+def read_weights(location: str) -> dict:
+    """The state dict of the published weights directory at `location` (an object store's URL or a local
+    directory), downloaded into this host's cache if remote."""
+    from safetensors.torch import load_file
+
+    directory = Storage(location).fetch() if "://" in location else Path(location)
+    path = directory / "model.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(f"{location} holds no model.safetensors")
+    return load_file(str(path))
+
+
+def check_fits(engine, state: dict) -> None:
+    """Refuses (BadRequest) weights whose names or shapes are not the served model's, before they are swapped
+    in: the engine would fail every request of its next batch instead. Engines without a torch module (vLLM)
+    check in their own load."""
+    model = getattr(engine, "model", None)
+    if model is None or not hasattr(model, "state_dict"):
+        return
+    expected = {name: tuple(value.shape) for name, value in model.state_dict().items()}
+    missing = [n for n in expected if n not in state and not n.endswith("lm_head.weight")]
+    unexpected = [n for n in state if n not in expected]
+    wrong = [n for n, value in state.items() if n in expected and tuple(value.shape) != expected[n]]
+    if missing or unexpected or wrong:
+        raise BadRequest(f"the weights do not fit the served model: missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]}, other shapes {wrong[:3]}")
+
+
+class _Gate:
+    """Requests in flight, and a weight swap that waits for them while holding new ones back (one event loop:
+    no locks)."""
+
+    def __init__(self, version: int):
+        self.in_flight = 0
+        self.open = asyncio.Event()
+        self.open.set()
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.swap = asyncio.Lock()
+        self.version = version
+
+    async def enter(self) -> None:
+        while not self.open.is_set():
+            await self.open.wait()
+        self.in_flight += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if not self.in_flight:
+            self.idle.set()
+
+
+def build_app(*, engine, chat, model_name: str, weights_token: str = "", policy_version: int | None = None
+              ) -> Starlette:
+    """The app serving `engine` (a BatchingEngine) with `chat` (its model's chat format) as `model_name`.
+    `weights_token`: the bearer token `POST /v1/weights` needs (empty: loopback clients only)."""
     created = int(time.time())
+    gates: list[_Gate] = []  # made on the server's event loop, at its first use
+
+    def gate() -> _Gate:
+        if not gates:
+            gates.append(_Gate(engine.policy_version if policy_version is None else policy_version))
+        return gates[0]
 
     def sampling(body: dict, default_max: int) -> dict:
         return {"n": _number(body, "n", 1, 1, 64, int),
@@ -105,14 +184,24 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
             raise BadRequest(f"the prompt has {len(prompt_ids)} tokens; the model takes {engine.max_context}")
         budget = settings["max_tokens"] if not engine.max_context else \
             min(settings["max_tokens"], engine.max_context - len(prompt_ids))
-        return GenerationRequest(prompt_ids, settings["n"], budget, chat.stop_ids, settings["temperature"],
-                                 settings["seed"], on_token=on_token)
+        stop_ids = settings.get("stop_ids")
+        return GenerationRequest(prompt_ids, settings["n"], budget, chat.stop_ids if stop_ids is None else stop_ids,
+                                 settings["temperature"], settings["seed"], on_token=on_token)
 
     async def _generate(prompt_ids: list[int], settings: dict, on_token=None):
         # Awaited, not run on a thread: a thread per waiting request would cap the clients served at once at the
         # size of a thread pool (measured: time to first token grew to seconds at 16 clients on two cores).
-        [future] = engine.submit([_request(prompt_ids, settings, on_token)])
-        return await asyncio.wrap_future(future)
+        # Through the gate: a weight swap waits for what is in flight and holds the next ones back.
+        await gate().enter()
+        try:
+            [future] = engine.submit([_request(prompt_ids, settings, on_token)])
+            return await asyncio.wrap_future(future)
+        finally:
+            gate().leave()
+
+    def _version(completions) -> int:
+        """The oldest weights that wrote any of these answers."""
+        return min((c.policy_version for c in completions), default=gate().version)
 
     def _logprobs(completion) -> dict:
         tokens = [chat.decode([token]) for token in completion.token_ids]
@@ -148,9 +237,14 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
                       "finish_reason": completion.finish_reason, "logprobs": None}
             if want_logprobs:
                 choice["logprobs"] = _logprobs(completion)
+            if body.get("return_token_ids"):
+                choice["token_ids"] = list(completion.token_ids)
             choices.append(choice)
-        return JSONResponse({"id": reply_id, "object": "chat.completion", "created": now, "model": model_name,
-                             "choices": choices, "usage": _usage(prompt_ids, completions)})
+        answer = {"id": reply_id, "object": "chat.completion", "created": now, "model": model_name,
+                  "choices": choices, "usage": _usage(prompt_ids, completions), "policy_version": _version(completions)}
+        if body.get("return_token_ids"):
+            answer["prompt_token_ids"] = list(prompt_ids)
+        return JSONResponse(answer)
 
     def _usage(prompt_ids, completions) -> dict:
         generated = sum(len(c.token_ids) for c in completions)
@@ -170,9 +264,9 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
         tokens = [[] for _ in range(settings["n"])]
         sent = [""] * settings["n"]
 
-        def chunk(slot: int, delta: dict, finish=None, logprobs=None) -> str:
+        def chunk(slot: int, delta: dict, finish=None, logprobs=None, **extra) -> str:
             return "data: " + json.dumps({**head, "choices": [{"index": slot, "delta": delta, "finish_reason": finish,
-                                                                "logprobs": logprobs}]}) + "\n\n"
+                                                                "logprobs": logprobs}], **extra}) + "\n\n"
 
         def new_text(slot: int, text: str):
             # Held back while it ends in a partly decoded character; sent once the character is whole.
@@ -200,7 +294,8 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
             rest = text[len(sent[slot]):] if text.startswith(sent[slot]) else ""
             if rest:
                 yield chunk(slot, {"content": rest})
-            yield chunk(slot, {}, completion.finish_reason, _logprobs(completion) if want_logprobs else None)
+            yield chunk(slot, {}, completion.finish_reason, _logprobs(completion) if want_logprobs else None,
+                        policy_version=completion.policy_version)  # on each sample's last chunk
         if include_usage:
             yield f"data: {json.dumps({**head, 'choices': [], 'usage': _usage(prompt_ids, completions)})}\n\n"
         yield "data: [DONE]\n\n"
@@ -218,6 +313,12 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
             else:
                 raise BadRequest("prompt must be text or a list of token ids")
             settings = sampling(body, 16)
+            stop_ids = body.get("stop_token_ids")
+            if stop_ids is not None:
+                if not isinstance(stop_ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                             for t in stop_ids):
+                    raise BadRequest("stop_token_ids must be a list of token ids")
+                settings["stop_ids"] = tuple(stop_ids)
             completions = await _generate(prompt_ids, settings)
         except BadRequest as exc:
             return _error(400, str(exc))
@@ -231,10 +332,61 @@ def build_app(*, engine, chat, model_name: str) -> Starlette:
                 choice["logprobs"] = {"tokens": [chat.decode([t]) for t in completion.token_ids],
                                       "token_logprobs": list(completion.logprobs), "top_logprobs": None,
                                       "text_offset": []}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = list(completion.token_ids)
             choices.append(choice)
-        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                             "model": model_name, "choices": choices, "usage": _usage(prompt_ids, completions)})
+        answer = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                  "model": model_name, "choices": choices, "usage": _usage(prompt_ids, completions),
+                  "policy_version": _version(completions)}
+        if body.get("return_token_ids"):
+            answer["prompt_token_ids"] = list(prompt_ids)
+        return JSONResponse(answer)
+
+    def _may_load(request: Request) -> bool:
+        if weights_token:
+            given = request.headers.get("authorization", "")
+            return hmac.compare_digest(given.encode(), f"Bearer {weights_token}".encode())
+        return request.client is not None and request.client.host in LOOPBACK
+
+    async def weights(request: Request):
+        if request.method == "GET":
+            return JSONResponse({"model": model_name, "policy_version": gate().version})
+        if not _may_load(request):
+            return _error(401, "loading weights needs the server's bearer token" if weights_token else
+                          "loading weights is open to loopback clients only (set a token to allow others)",
+                          "authentication_error")
+        try:
+            try:
+                body = await request.json()
+            except ValueError:
+                raise BadRequest("the body is not JSON") from None
+            location, version = (body.get("location"), body.get("policy_version")) if isinstance(body, dict) \
+                else (None, None)
+            if not isinstance(location, str) or not location:
+                raise BadRequest("location: the URL or directory of a published weights directory is needed")
+            if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+                raise BadRequest("policy_version must be a whole number, 0 or more")
+            try:  # read before anything pauses: a download must not hold requests back
+                state = await asyncio.to_thread(read_weights, location)
+            except (OSError, ValueError) as exc:
+                raise BadRequest(f"could not read weights from {location}: {exc}") from None
+            check_fits(engine, state)
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        started = time.monotonic()
+        door = gate()
+        async with door.swap:
+            door.open.clear()  # new requests wait ...
+            try:
+                await door.idle.wait()  # ... while the ones in flight finish on the old weights
+                engine.load_weights(state, version)  # swapped in before the next request is admitted
+                door.version = version
+            finally:
+                door.open.set()
+        return JSONResponse({"model": model_name, "policy_version": version,
+                             "paused_seconds": round(time.monotonic() - started, 4)})
 
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat_completions,
                                                                  methods=["POST"]),
-                             Route("/v1/completions", completions, methods=["POST"])])
+                             Route("/v1/completions", completions, methods=["POST"]),
+                             Route("/v1/weights", weights, methods=["GET", "POST"])])

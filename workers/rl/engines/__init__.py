@@ -4,6 +4,9 @@
 - `transformers`: any Hugging Face causal LM loaded from a local path, with transformers' KV cache (hf.py).
 - `vllm`: for GPU workers (vllm_engine.py); vLLM is imported only when this engine is built, and runs in the
   GPU worker's own environment (requirements/gpu.txt), since it pins its own torch and transformers.
+- `server` (server.py): rollouts on OpenAI-compatible inference servers (the studio's `serve`, or vLLM's server),
+  the weights published to the blob storage after each step and loaded by every server; not a BatchingEngine
+  (the servers batch), but the same `generate` / `load_weights` / `policy_version` the pipeline uses.
 
 All three share `BatchingEngine`: many rollout threads call `generate` at once, and one loop hands the model
 everything waiting. The torch and transformers engines batch continuously: requests join the running batch

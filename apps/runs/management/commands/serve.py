@@ -2,9 +2,12 @@
 [--name NAME] [--project SLUG]`: an OpenAI-compatible server of a checkpoint or a base model
 (workers/rl/serving.py: /v1/models, /v1/chat/completions with streaming, /v1/completions, logprobs), on the
 torch or transformers engine with continuous batching on the CPU, or vLLM on a GPU as the run's config says.
+It also loads new weights on POST /v1/weights, so a run can generate on it (RunConfig.inference_servers): with
+STUDIO_SERVE_WEIGHTS_TOKEN set, callers need that bearer token; without it, only loopback clients may.
 
 Point an endpoint at it (`evaluate --endpoint`, or the judge layer's base URL) like at any other server."""
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
@@ -59,7 +62,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         self.stderr.write(f"serving {label} at http://{host}:{port}/v1")
         try:
-            uvicorn.run(build_app(engine=built.engine, chat=built.chat, model_name=label), host=host, port=port,
+            uvicorn.run(build_app(engine=built.engine, chat=built.chat, model_name=label,
+                                  weights_token=settings.INFERENCE_SERVER_TOKEN), host=host, port=port,
                         log_level="warning")
         finally:
             built.close()
