@@ -58,6 +58,7 @@ from workers.rl.types import ToolCall, Trajectory, Turn, trajectory_id
 from workers.verifiers import Verdict
 from workers.verifiers.types import Component
 
+from .archive_writer import writer_process
 from .ui import _bench_project, _percentile
 
 MIB = 1024 * 1024
@@ -229,8 +230,8 @@ def trajectory_writes(*, project, bundle, user, steps: int, step_sizes: tuple[in
     return out
 
 
-def _writer_process(run_id, attempt: int, steps: int, seed: int, ready, go, results) -> None:
-    """One run's worker in a process of its own: builds its steps, waits for the start, writes them."""
+def writer_steps(run_id, attempt: int, steps: int, seed: int, ready, go, results) -> None:
+    """One run's worker: builds its steps, waits for the start, writes them (in a process of its own)."""
     announced = False
     try:
         run = Run.objects.get(pk=run_id)
@@ -256,13 +257,14 @@ def _writer_process(run_id, attempt: int, steps: int, seed: int, ready, go, resu
 def _concurrent_writes(*, project, bundle, user, steps: int, writers: int) -> dict:
     claimed = [_claimed_run(project=project, bundle=bundle, user=user, name=f"bench-archive-writer-{i}",
                             steps=steps) for i in range(writers)]
-    # Processes, not threads (one interpreter's lock would be measured, not the database), forked after closing the
-    # connection: each opens its own.
-    context = multiprocessing.get_context("fork")
+    # Processes, not threads (one interpreter's lock would be measured, not the database), and spawned, not forked:
+    # a fork of a process with threads (a test run's servers, s3fs's event loop) can inherit a held lock and hang.
+    # Each opens its own connection to the caller's database.
+    context = multiprocessing.get_context("spawn")
     ready, go, results = context.Queue(), context.Event(), context.Queue()
-    connection.close()
-    processes = [context.Process(target=_writer_process,
-                                 args=(run.pk, attempt, steps, 1000 + i, ready, go, results))
+    database = {"NAME": connection.settings_dict["NAME"]}
+    processes = [context.Process(target=writer_process,  # archive_writer.py: importable before Django is set up
+                                 args=(database, run.pk, attempt, steps, 1000 + i, ready, go, results))
                  for i, (run, attempt) in enumerate(claimed)]
     for process in processes:
         process.start()
