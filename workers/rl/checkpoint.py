@@ -54,7 +54,10 @@ def save_checkpoint(root: Path | str | Storage, *, step: int, policy, trainer_st
     key = STEP_DIR.format(step)
     staging = store.stage(key)
     policy.save(staging / "model.safetensors")
-    torch.save(trainer_state, staging / "trainer.pt")
+    # Through a Python file: a full disk then raises OSError (ENOSPC), which torch's own file writer reports only as
+    # "unexpected pos" — the run's error must say the disk is full.
+    with open(staging / "trainer.pt", "wb") as handle:
+        torch.save(trainer_state, handle)
     (staging / "pipeline.json").write_text(json.dumps(pipeline_state))
     manifest = store.publish(key, staging, step=step)
     removed = []
