@@ -47,3 +47,18 @@ def test_the_model_reads_the_examples_but_a_trajectory_opens_with_the_instance_a
     assert [m["role"] for m in prompted] == ["system", "user", "assistant", "tool", "assistant", "user"]
     assert prompted[-1]["content"] == "What is 2 + 3?" and prompted[1:5] == EXCHANGE
     assert template.messages(item, examples=False) == [prompted[0], prompted[-1]]
+
+
+def test_an_unknown_field_names_the_fields_that_exist_there_through_lists_and_tagged_unions():
+    from workers.definitions.specs import SpecError, validate_spec
+
+    spec = {"layers": [{"name": "a", "kind": "exact", "checks": [{"type": "numeric", "tolerance": 1}]}]}
+    with pytest.raises(SpecError) as caught:
+        validate_spec("verifier", spec)
+    error, = caught.value.errors
+    assert error.field == "layers[0].checks[0].tolerance"
+    assert error.problem == ("unknown field; the fields here are name, weight, type, reference, abs_tolerance, "
+                             "rel_tolerance, parse_scale")  # the numeric check's, not another check type's
+    with pytest.raises(SpecError) as caught:
+        validate_spec("model", {"source": {"type": "local", "path": "/models/x", "revision": "main"}})
+    assert [e.problem for e in caught.value.errors] == ["unknown field; the fields here are type, path"]

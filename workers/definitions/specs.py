@@ -5,6 +5,8 @@ depend on whether an author omitted a default) or raises SpecError listing every
 """
 
 import string
+import types
+import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -637,10 +639,51 @@ PATTERN_HINTS = {
 }
 
 
-def _problem(error: dict) -> str:
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names of the model that `loc` (pydantic's, without its last item) ends in, to name them beside
+    an unknown field; [] where the path cannot be followed (a free-form mapping)."""
+    current: Any = model
+    for item in loc:
+        current = _unwrapped(current)
+        if isinstance(current, tuple):  # a discriminated union: pydantic's loc names the member by its tag
+            tagged = [m for m in current if "type" in m.model_fields
+                      and item in typing.get_args(m.model_fields["type"].annotation)]
+            if not tagged:
+                return []
+            current = tagged[0]
+        elif isinstance(item, int) and typing.get_origin(current) in (list, tuple):
+            current = typing.get_args(current)[0]
+        elif isinstance(current, type) and issubclass(current, BaseModel) and item in current.model_fields:
+            current = current.model_fields[item].annotation
+        else:
+            return []
+    current = _unwrapped(current)
+    return list(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else []
+
+
+def _unwrapped(annotation: Any) -> Any:
+    """Annotated and Optional removed; a union of models as a tuple of them."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin is Union or origin is types.UnionType:
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(members) != 1:
+                return tuple(m for m in members if isinstance(m, type) and issubclass(m, BaseModel))
+            annotation = members[0]
+        else:
+            return annotation
+
+
+def _problem(error: dict, model: type[BaseModel] | None = None) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "unknown field"
+        try:
+            known = _fields_at(model, tuple(error["loc"][:-1])) if model else []
+        except (TypeError, AttributeError, IndexError):  # a shape this walk does not know: say less, never fail
+            known = []
+        return f"unknown field; the fields here are {', '.join(known)}" if known else "unknown field"
     if kind == "union_tag_invalid":
         return f"unknown type {error['input'].get('type')!r}; expected one of {error['ctx']['expected_tags']}"
     if kind == "union_tag_not_found":
@@ -663,5 +706,6 @@ def validate_spec(kind: str, data: Any) -> dict:
     try:
         model = SPEC_MODELS[kind].model_validate(data)
     except ValidationError as exc:
-        raise SpecError([FieldError(_field_path(e["loc"], data), _problem(e)) for e in exc.errors()]) from None
+        raise SpecError([FieldError(_field_path(e["loc"], data), _problem(e, SPEC_MODELS[kind]))
+                         for e in exc.errors()]) from None
     return model.model_dump(mode="json")

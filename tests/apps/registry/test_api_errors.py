@@ -44,7 +44,7 @@ def test_unknown_body_field(api, unchanged):
 
 def test_unknown_spec_field(api, unchanged):
     response = api.post(VERIFIER + "/versions", {"spec": {**VERIFIER_SPEC, "pass_treshold": 0.5}, "message": "m"})
-    assert problems(response, 422) == {"pass_treshold": "unknown field"}
+    assert problems(response, 422) == {"pass_treshold": "unknown field; the fields here are layers, pass_threshold"}
 
 
 def test_nested_spec_problem_names_its_path(api, unchanged):

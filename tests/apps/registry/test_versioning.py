@@ -81,7 +81,8 @@ def test_bad_spec_names_every_field_and_writes_nothing(project, owner):
     problems = {e.field: e.problem for e in caught.value.errors}
     assert problems["layers"] == "the first layer must be the base layer (type: base)"
     assert problems["limits.memory_mb"].startswith("Input should be a valid integer")
-    assert problems["limits.swap"] == "unknown field"
+    assert problems["limits.swap"] == ("unknown field; the fields here are cpus, cpu_seconds, memory_mb, wall_seconds, "
+                                       "max_processes, disk_mb, network")
     assert problems["warm_pool_size"] == "Input should be greater than or equal to 0"
     assert Version.objects.count() == 0 and AuditEvent.objects.filter(action__startswith="definition").count() == 0
 
