@@ -15,14 +15,11 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from apps.registry.models import Version
-from apps.registry.refs import Ref, split_slug_ref
-from apps.registry.selectors import version_resolve
 from apps.runs import wiring
-from apps.runs.pins import task_item
+from apps.runs.pins import pinned_template, task_item
 from workers.rl.config import RunConfig
 from workers.rl.reference import check_references, reference_answers
 from workers.rl.types import Task, TaskTemplate
-from workers.sandbox import SandboxImage
 from workers.verifiers import Sample, verify
 
 JUDGE_CHECKS = {"score_model", "label_model"}
@@ -50,12 +47,11 @@ def judge_note(verifier_spec: dict) -> str | None:
 
 def template_task(template: Version, key: str) -> Task:
     """The engine's Task for one instance of a template version, with the image and verifier it names."""
-    project = template.definition.project
-    image = version_resolve(project=project, ref=Ref("sandbox_image", *split_slug_ref(template.spec["sandbox_image"])))
-    verifier = version_resolve(project=project, ref=Ref("verifier", *split_slug_ref(template.spec["verifier"])))
+    pinned = pinned_template(project=template.definition.project,
+                             text=f"{template.definition.slug}@{template.number}")
     engine_template = TaskTemplate.from_spec(
-        key=template.ref, domain="playground", spec=template.spec,
-        image=SandboxImage.from_spec(image.ref, image.spec), verifier_key=verifier.ref, verifier_spec=verifier.spec)
+        key=template.ref, domain="playground", spec=template.spec, image=pinned.image,
+        verifier_key=pinned.verifier_version.ref, verifier_spec=pinned.verifier_spec)
     return Task(seq=0, template=engine_template, item=task_item(template=template, key=key))
 
 

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from tests.support.training import pause_after
 from workers.rl.checkpoint import STEP_DIR, checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
 from workers.rl.policy import TinyLMPolicy
-from workers.rl.tracking import MemoryTracker
 from workers.storage import MANIFEST, Storage
 
 
@@ -20,16 +20,6 @@ def run_root(request, tmp_path):
         return str(tmp_path / "checkpoints" / "run")
     return request.getfixturevalue("object_store") + "/checkpoints/run"
 
-
-def _pause_after(step_number: int) -> MemoryTracker:
-    tracker = MemoryTracker()
-
-    def on_step(step, _points):
-        if step == step_number:
-            tracker.requested = "pause"
-
-    tracker.on_step = on_step
-    return tracker
 
 
 def _save(storage, policy, step: int, keep: int = 3):
@@ -104,7 +94,7 @@ def test_a_run_paused_on_one_host_resumes_on_another_from_the_bucket_bit_identic
 
     bucket = object_store + "/checkpoints/run"
     first, tracker = make_pipeline(4, mode="sync", checkpoint_dir=Storage(bucket, cache=tmp_path / "host-a"),
-                                   tracker=_pause_after(2))
+                                   tracker=pause_after(2))
     assert first.run()["outcome"] == "paused"
     tracker.requested, tracker.on_step = "", None
     second, _ = make_pipeline(4, mode="sync", checkpoint_dir=Storage(bucket, cache=tmp_path / "host-b"),

@@ -4,19 +4,8 @@ consumed trajectory is archived once with the step that consumed it."""
 import pytest
 import torch
 
+from tests.support.training import pause_after
 from workers.rl.checkpoint import checkpoints
-from workers.rl.tracking import MemoryTracker
-
-
-def _pause_after(step_number: int) -> MemoryTracker:
-    tracker = MemoryTracker()
-
-    def on_step(step, _points):
-        if step == step_number:
-            tracker.requested = "pause"
-
-    tracker.on_step = on_step
-    return tracker
 
 
 def _weights(pipeline):
@@ -28,7 +17,7 @@ def test_sync_mode_resumed_from_a_checkpoint_continues_bit_identically(make_pipe
     summary = straight.run()
     assert summary["outcome"] == "completed" and summary["steps"] == 4
 
-    first, tracker = make_pipeline(4, mode="sync", checkpoint_dir=tmp_path / "resumed", tracker=_pause_after(2))
+    first, tracker = make_pipeline(4, mode="sync", checkpoint_dir=tmp_path / "resumed", tracker=pause_after(2))
     paused = first.run()  # a pause lands at the end of the step it was asked in
     assert paused["outcome"] == "paused" and paused["steps"] == 2
     paused_at = 2
