@@ -6,17 +6,24 @@
 Roles. Rank 0, the leader, runs the pipeline exactly as one process does — rollouts, grading, the tracker (the
 database, the archive), checkpoints, logging — with a `LeaderTrainer` as its trainer. Every other rank is a
 follower (`follow`): it holds a replica of the policy and computes gradients on its shard of each step's batch,
-nothing else; it never writes to the database, the archive or the checkpoint directory. Generation stays on
-rank 0: only the update is data-parallel.
+and — when rank 0's engine is one of the studio's own (torch, transformers) — samples rollouts with an engine
+of the same kind over that replica, served over HTTP to rank 0 (engines/ranks.py), which spreads each step's
+generation over every rank. It never writes to the database, the archive or the checkpoint directory. Runs that
+generate elsewhere (inference servers, an endpoint, vLLM in rank 0's process) keep generation where it is: only
+the update is data-parallel.
 
 Protocol. Each collective the leader starts is announced by a message broadcast from rank 0 on a gloo group of
 its own (`_send`/`_receive`), which the followers wait on between steps, for as long as rollouts take:
-  setup    the policy's architecture, the run's config and length: a follower builds its replica, then every
-           rank takes rank 0's weights (`broadcast_weights`) and only then builds its trainer, so the KL
-           reference, a copy of the initial weights, is the same everywhere;
+  setup    the policy's architecture, the run's config and length, and what generates: a follower builds its
+           replica, then every rank takes rank 0's weights (`broadcast_weights`) and only then builds its
+           trainer, so the KL reference, a copy of the initial weights, is the same everywhere; a follower that
+           generates then starts its engine and server, and the ranks gather their servers' URLs;
   train    the step's batch, as rows (token ids, loss mask, sampling logprobs, advantage) grouped by task:
-           every rank takes its shard (`shard_groups`) and joins the update's all-reduces;
-  restore  the trainer state of the checkpoint rank 0 resumed from (optimizer, schedule, step), then its weights;
+           every rank takes its shard (`shard_groups`) and joins the update's all-reduces; a follower that
+           generates hands its engine the new weights, and a barrier ends the step on every rank, so that no
+           request rank 0 sends after the step meets the old weights;
+  restore  the trainer state of the checkpoint rank 0 resumed from (optimizer, schedule, step), then its weights
+           (and a barrier, as after a step);
   stop     the run is over (`release`).
 A rank that fails exits non-zero, and torchrun stops the others; nothing here tries to recover a rank.
 
@@ -51,6 +58,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,6 +71,7 @@ import torch
 import torch.distributed as dist
 
 from .config import RunConfig
+from .engines.ranks import RanksEngine
 from .policy import HFPolicy, TinyLMPolicy
 from .trainer import GRPOTrainer, training_rows
 
@@ -121,6 +133,7 @@ def current() -> Topology | None:
 
 def teardown() -> None:
     global _topology, _control
+    _close_generation()
     if _topology is not None:
         dist.destroy_process_group()
     _topology = _control = None
@@ -142,6 +155,7 @@ def _receive() -> dict:
 def release() -> None:
     """Rank 0: the run is over, the followers may exit."""
     if _topology is not None and _topology.leader:
+        _close_generation()
         _send({"kind": "stop"})
 
 
@@ -244,17 +258,34 @@ class DataParallelTrainer(GRPOTrainer):
 
 class LeaderTrainer(DataParallelTrainer):
     """Rank 0's trainer inside the pipeline: announces each update (and each restore) to the followers, then
-    takes its own part in it."""
+    takes its own part in it. With `engine` one of the studio's own, the followers generate too: `engine` then
+    wraps rank 0's engine into one that spreads the rollouts over every rank (engines/ranks.py)."""
 
-    def __init__(self, policy, *, config: RunConfig, total_steps: int):
+    def __init__(self, policy, *, config: RunConfig, total_steps: int, engine=None):
+        generation = generation_spec(engine, config)
         _send({"kind": "setup", "policy": policy_spec(policy, config), "config": dataclasses.asdict(config),
-               "total_steps": total_steps, "device_type": torch.device(policy.device).type})
+               "total_steps": total_steps, "device_type": torch.device(policy.device).type,
+               "generation": generation})
         super().__init__(policy, config=config, total_steps=total_steps)
+        self.engine = engine
+        if generation is not None:
+            urls = _gather_urls("")
+            _open_generation(RanksEngine(engine, urls[1:], token=generation["token"],
+                                         max_staleness=config.max_staleness,
+                                         max_concurrency=max(8, config.rollout_concurrency * 4)))
+            self.engine = _generation
+
+    @property
+    def generates_on_every_rank(self) -> bool:
+        return isinstance(self.engine, RanksEngine)
 
     def train(self, groups):
         grouped = training_rows(groups)
         _send({"kind": "train", "rows": grouped})
-        return self.train_rows(grouped)
+        stats = self.train_rows(grouped)
+        if self.generates_on_every_rank:
+            dist.barrier(group=_control)  # every follower's engine has this step's weights
+        return stats
 
     def restore(self, state: dict) -> None:
         """After load_checkpoint restored rank 0's weights: the trainer state here and in every follower, then
@@ -262,6 +293,8 @@ class LeaderTrainer(DataParallelTrainer):
         super().restore(state)
         _send({"kind": "restore", "state": _to_cpu(state)})
         broadcast_weights(self.policy.model)
+        if self.generates_on_every_rank:
+            dist.barrier(group=_control)
 
 
 def _to_cpu(value):
@@ -274,14 +307,123 @@ def _to_cpu(value):
     return value
 
 
-def trainer_for(policy, *, config: RunConfig, total_steps: int) -> GRPOTrainer:
+def trainer_for(policy, *, config: RunConfig, total_steps: int, engine=None) -> GRPOTrainer:
     """The pipeline's trainer: a LeaderTrainer under torchrun (on rank 0, the only one that builds a pipeline),
-    a plain GRPOTrainer otherwise."""
+    a plain GRPOTrainer otherwise. `engine`: rank 0's engine (the followers build one like it if they can)."""
     if _topology is None:
         return GRPOTrainer(policy, config=config, total_steps=total_steps)
     if not _topology.leader:
         raise RuntimeError(f"rank {_topology.rank} builds no pipeline: the ranks after 0 follow() rank 0")
-    return LeaderTrainer(policy, config=config, total_steps=total_steps)
+    return LeaderTrainer(policy, config=config, total_steps=total_steps, engine=engine)
+
+
+def rollout_engine(trainer: GRPOTrainer, engine):
+    """The engine the pipeline rolls out with: under torchrun, the one that spreads generation over every rank
+    if rank 0's trainer made one; `engine` otherwise."""
+    return trainer.engine if isinstance(trainer, LeaderTrainer) else engine
+
+
+# --- generation on every rank ---------------------------------------------------------------------------------
+
+_generation = None  # this process's part in it: rank 0's RanksEngine, or a follower's _RankServer
+
+# The engines a follower can build over its replica: the studio's own. vLLM in rank 0's process would need one
+# vLLM per rank (and its memory) and is left to rank 0; inference servers and endpoints generate elsewhere.
+REPLICABLE_ENGINES = ("torch", "transformers")
+
+
+def generation_spec(engine, config: RunConfig) -> dict | None:
+    """What a follower needs to generate like rank 0's `engine` (None: rank 0 generates alone)."""
+    if engine is None or engine.name not in REPLICABLE_ENGINES:
+        return None
+    # The followers' servers answer only with this run's token (made here, sent over the process group).
+    return {"engine": engine.name, "share": bool(engine.shares_weights), "token": secrets.token_urlsafe(24),
+            "max_context": engine.max_context, "chat_template": config.chat_template}
+
+
+def _gather_urls(mine: str) -> list[str]:
+    urls = [None] * _topology.world_size
+    dist.all_gather_object(urls, mine, group=_control)
+    return urls
+
+
+def _open_generation(part) -> None:
+    global _generation
+    _close_generation()
+    _generation = part
+
+
+def _close_generation() -> None:
+    global _generation
+    if _generation is not None:
+        _generation.close()
+    _generation = None
+
+
+def serving_address(topology: Topology, env=None) -> tuple[str, str]:
+    """(the interface a follower's server listens on, the host rank 0 reaches it at): the loopback when every
+    rank is on this host (torchrun's LOCAL_WORLD_SIZE), else STUDIO_RANK_ADDRESS or this host's name."""
+    env = os.environ if env is None else env
+    if env.get("STUDIO_RANK_ADDRESS"):
+        return "0.0.0.0", env["STUDIO_RANK_ADDRESS"]
+    if int(env.get("LOCAL_WORLD_SIZE", topology.world_size)) == topology.world_size:
+        return "127.0.0.1", "127.0.0.1"
+    return "0.0.0.0", socket.getfqdn()
+
+
+class _RankServer:
+    """A follower's engine over its replica, served by the studio's OpenAI-compatible app (serving.py) under
+    uvicorn on a thread, on a free port."""
+
+    def __init__(self, spec: dict, policy, config: RunConfig, *, topology: Topology):
+        import uvicorn
+
+        from .serving import build_app
+
+        self.policy, self.spec = policy, spec
+        self.engine, chat = _replica_engine(spec, policy, config)
+        self.hand_weights(0)
+        bind, host = serving_address(topology)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((bind, 0))
+        self.url = f"http://{host}:{listener.getsockname()[1]}/v1"
+        app = build_app(engine=self.engine, chat=chat, model_name=f"rank-{topology.rank}",
+                        weights_token=spec["token"], api_token=spec["token"])
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=60))
+        threading.Thread(target=self.server.run, kwargs={"sockets": [listener]}, name="rank-server",
+                         daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or self.server.should_exit:
+                raise RuntimeError(f"rank {topology.rank}: its generation server did not start")
+            time.sleep(0.02)
+
+    def hand_weights(self, version: int) -> None:
+        """The engine samples with the replica's weights (as updated by the trainer) from its next batch on."""
+        self.engine.load_weights(None if self.engine.shares_weights else self.policy.inference_state(), version)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.engine.close()
+
+
+def _replica_engine(spec: dict, policy, config: RunConfig):
+    """(engine, chat format) of the kind rank 0 generates with, over this rank's replica."""
+    if spec["engine"] == "torch":
+        from .chat import CharChat
+        from .engines.torch_engine import TorchEngine
+
+        return TorchEngine(policy.model, device=policy.device, share=spec["share"]), CharChat()
+    from .chat import HFChat
+    from .engines.hf import TransformersEngine
+
+    if spec["chat_template"]:
+        policy.tokenizer.chat_template = spec["chat_template"]
+    engine = TransformersEngine(policy.path, device=policy.device,
+                                shared_model=policy.model if spec["share"] else None)
+    engine.max_context = spec["max_context"]
+    return engine, HFChat(policy.tokenizer)
 
 
 # --- the followers ----------------------------------------------------------------------------------------------
@@ -313,21 +455,37 @@ def follow() -> int:
     if topology is None or topology.leader:
         raise RuntimeError("follow() is for the ranks after 0 of a process group (distributed.setup())")
     trainer, updates = None, 0
-    while True:
-        message = _receive()
-        kind = message["kind"]
-        if kind == "stop":
-            return updates
-        if kind == "setup":
-            device = f"cuda:{topology.local_rank}" if message["device_type"] == "cuda" else message["device_type"]
-            policy = policy_from_spec(message["policy"], device=device)
-            trainer = DataParallelTrainer(policy, config=RunConfig.from_dict(message["config"]),
-                                          total_steps=message["total_steps"])
-        elif kind == "train":
-            trainer.train_rows(message["rows"])
-            updates += 1
-        elif kind == "restore":
-            trainer.restore(message["state"])
-            broadcast_weights(trainer.policy.model)
-        else:
-            raise RuntimeError(f"rank {topology.rank}: unknown message {kind!r} from rank 0")
+
+    def step_done() -> None:
+        if isinstance(_generation, _RankServer):
+            _generation.hand_weights(trainer.step)
+            dist.barrier(group=_control)  # rank 0 sends nothing more before every engine has these weights
+
+    try:
+        while True:
+            message = _receive()
+            kind = message["kind"]
+            if kind == "stop":
+                return updates
+            if kind == "setup":
+                _close_generation()  # an earlier attempt's, in the same processes
+                device = f"cuda:{topology.local_rank}" if message["device_type"] == "cuda" \
+                    else message["device_type"]
+                policy = policy_from_spec(message["policy"], device=device)
+                config = RunConfig.from_dict(message["config"])
+                trainer = DataParallelTrainer(policy, config=config, total_steps=message["total_steps"])
+                if message["generation"] is not None:
+                    _open_generation(_RankServer(message["generation"], policy, config, topology=topology))
+                    _gather_urls(_generation.url)
+            elif kind == "train":
+                trainer.train_rows(message["rows"])
+                updates += 1
+                step_done()
+            elif kind == "restore":
+                trainer.restore(message["state"])
+                broadcast_weights(trainer.policy.model)
+                step_done()
+            else:
+                raise RuntimeError(f"rank {topology.rank}: unknown message {kind!r} from rank 0")
+    finally:
+        _close_generation()

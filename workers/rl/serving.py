@@ -149,10 +149,16 @@ class _Gate:
             self.idle.set()
 
 
-def build_app(*, engine, chat, model_name: str, weights_token: str = "", policy_version: int | None = None
-              ) -> Starlette:
+def _bearer(request: Request, token: str) -> bool:
+    given = request.headers.get("authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+def build_app(*, engine, chat, model_name: str, weights_token: str = "", api_token: str = "",
+              policy_version: int | None = None) -> Starlette:
     """The app serving `engine` (a BatchingEngine) with `chat` (its model's chat format) as `model_name`.
-    `weights_token`: the bearer token `POST /v1/weights` needs (empty: loopback clients only)."""
+    `weights_token`: the bearer token `POST /v1/weights` needs (empty: loopback clients only). `api_token`: the
+    bearer token every other route needs too (vLLM's `--api-key`; empty: none)."""
     created = int(time.time())
     gates: list[_Gate] = []  # made on the server's event loop, at its first use
 
@@ -208,11 +214,20 @@ def build_app(*, engine, chat, model_name: str, weights_token: str = "", policy_
         return {"content": [{"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": []}
                             for text, logprob in zip(tokens, completion.logprobs, strict=True)]}
 
+    def _refused(request: Request) -> JSONResponse | None:
+        if api_token and not _bearer(request, api_token):
+            return _error(401, "this server needs its bearer token", "authentication_error")
+        return None
+
     async def models(request: Request):
+        if refused := _refused(request):
+            return refused
         return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
                                                          "owned_by": "posttrain-studio"}]})
 
     async def chat_completions(request: Request):
+        if refused := _refused(request):
+            return refused
         try:
             body = await _body(request)
             messages = chat_messages(body.get("messages"))
@@ -301,6 +316,8 @@ def build_app(*, engine, chat, model_name: str, weights_token: str = "", policy_
         yield "data: [DONE]\n\n"
 
     async def completions(request: Request):
+        if refused := _refused(request):
+            return refused
         try:
             body = await _body(request)
             prompt = body.get("prompt")
@@ -344,8 +361,7 @@ def build_app(*, engine, chat, model_name: str, weights_token: str = "", policy_
 
     def _may_load(request: Request) -> bool:
         if weights_token:
-            given = request.headers.get("authorization", "")
-            return hmac.compare_digest(given.encode(), f"Bearer {weights_token}".encode())
+            return _bearer(request, weights_token)
         return request.client is not None and request.client.host in LOOPBACK
 
     async def weights(request: Request):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .config import RunConfig
-from .distributed import trainer_for
+from .distributed import rollout_engine, trainer_for
 from .metrics import Prices
 from .pipeline import Pipeline
 from .scheduler import Curriculum, Scheduler
@@ -26,14 +26,16 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
                    progress: Callable | None = None) -> Pipeline:
     """The pipeline of one attempt at a run. `tool_runner` runs the policy's tool calls and `verifier` grades
     its answers (here or on other workers); `tracker` receives what the run reports. Under torchrun (rank 0
-    of a process group: distributed.setup) its trainer is data-parallel with the other ranks."""
+    of a process group: distributed.setup) its trainer is data-parallel with the other ranks, and they generate
+    with it when its engine is one of the studio's own."""
     if model.engine.shares_weights and config.mode != "sync":
         raise ValueError("an engine that samples from the trainer's own model needs a sync run: an async one "
                          "trains while rollouts sample")
     scheduler = Scheduler(tasks.domains, seed=config.seed, curriculum=Curriculum() if config.curriculum else None)
+    trainer = trainer_for(model.policy, config=config, total_steps=total_steps, engine=model.engine)
     return Pipeline(
         run_id=run_id, config=config, total_steps=total_steps, tasks=tasks, scheduler=scheduler,
-        engine=model.engine, chat=model.chat, policy=model.policy,
-        trainer=trainer_for(model.policy, config=config, total_steps=total_steps), tool_runner=tool_runner,
+        engine=rollout_engine(trainer, model.engine), chat=model.chat, policy=model.policy,
+        trainer=trainer, tool_runner=tool_runner,
         verifier=verifier, tracker=tracker, checkpoint_dir=checkpoint_dir, prices=prices or Prices(),
         eval_tasks=tasks.eval_tasks(per_domain=config.eval_tasks_per_domain, seed=config.seed), progress=progress)

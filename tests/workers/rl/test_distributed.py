@@ -1,6 +1,7 @@
 """Data-parallel training (workers/rl/distributed.py) on 2 CPU processes under torchrun with gloo: an update on
 two ranks, each on its shard of the same batch, equals the single-process update on the whole batch; a restart
-resumes from rank 0's checkpoint and still agrees; the pipeline trains and resumes with a follower rank."""
+resumes from rank 0's checkpoint and still agrees; the pipeline trains and resumes with a follower rank, both
+ranks sampling its rollouts."""
 
 import json
 import os
@@ -144,6 +145,23 @@ def test_the_pipeline_trains_and_resumes_on_two_ranks(tmp_path):
     assert [a["checkpoints"] for a in report["attempts"]] == [[1, 2], [3, 4]]
     assert report["attempts"][0]["weights_sha256"] != report["attempts"][1]["weights_sha256"]
     assert "rank 1: took part in 4 updates" in output
+    for attempt in report["attempts"]:  # both ranks sampled rollouts (engines/ranks.py)
+        assert attempt["completions_by_rank"]["rank-0"] > 0 and attempt["completions_by_rank"]["rank-1"] > 0
+
+
+def test_an_async_run_generates_on_both_ranks_within_its_staleness_bound(tmp_path):
+    """The async pipeline trains while rollouts sample on rank 0's engine and rank 1's server: every answer is
+    within the staleness bound (none refused, none an infrastructure error)."""
+    _torchrun("workers.rl.distributed_demo", "--steps", 3, "--mode", "async", "--checkpoint-dir",
+              tmp_path / "checkpoints", "--pretrain-steps", 20, "--summary", tmp_path / "summary.json")
+    [attempt] = json.loads((tmp_path / "summary.json").read_text())["attempts"]
+    summary = attempt["summary"]
+    assert (summary["outcome"], summary["steps"]) == ("completed", 3)
+    assert summary["trajectories"]["ok"] == summary["trajectories"]["total"]
+    assert summary["staleness"]["max"] <= summary["staleness"]["bound"]
+    by_rank = attempt["completions_by_rank"]
+    assert by_rank["rank-0"] > 0 and by_rank["rank-1"] > 0
+    assert sum(by_rank.values()) >= summary["trajectories"]["total"]  # and rollouts in flight at the end
 
 
 def test_groups_are_sharded_whole_deterministically_and_by_load():

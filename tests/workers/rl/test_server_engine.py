@@ -281,3 +281,60 @@ def test_the_config_names_the_servers():
     assert RunConfig().server_urls() == []
     with pytest.raises(ConfigError, match="inference_servers"):
         RunConfig.resolve({"inference_servers": "ftp://a"})
+
+
+def test_an_api_token_guards_every_generation_route(addition_base_model):
+    url, stop = _serve(TorchEngine(copy.deepcopy(addition_base_model)), api_token="s3cret")
+    body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 2}).encode()
+    try:
+        for path, data in (("completions", body), ("chat/completions", body), ("models", None)):
+            request = urllib.request.Request(f"{url}/{path}", data=data, headers={"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 401, path
+        engine = ServerEngine([url], token="s3cret")  # the engine sends its token with every request
+        try:
+            [group] = engine.generate(_requests()[:1])
+            assert all(c.finish_reason == "stop" for c in group)
+        finally:
+            engine.close()
+    finally:
+        stop()
+
+
+def test_the_ranks_engine_spreads_generation_over_rank_0s_engine_and_the_followers(addition_base_model):
+    """Rank 0's own engine asked directly, a follower's through its server (as workers/rl/distributed.py wires
+    them under torchrun); after an update each holds the new weights and every answer says so."""
+    from workers.rl.engines.ranks import RanksEngine
+
+    local, follower = TorchEngine(copy.deepcopy(addition_base_model)), TorchEngine(copy.deepcopy(addition_base_model))
+    url, stop = _serve(follower, api_token="run-token")
+    engine = RanksEngine(local, [url], token="run-token", max_staleness=0, max_concurrency=8)
+    try:
+        before = engine.generate(_requests() * 3)
+        _same(before, _local(addition_base_model) * 3)
+        assert all(count > 0 for count in engine.completions_by_rank().values()), engine.completions_by_rank()
+        assert sum(engine.completions_by_rank().values()) == 24
+
+        changed = _changed(addition_base_model)
+        follower.load_weights({k: v.clone() for k, v in changed.state_dict().items()}, 1)  # the follower's own
+        engine.load_weights({k: v.clone() for k, v in changed.state_dict().items()}, 1)  # rank 0's, after a step
+        after = engine.generate(_requests() * 3)
+        _same(after, _local(changed) * 3)
+        assert all(c.policy_version == 1 for group in after for c in group)
+        assert engine.stale_refused == 0
+    finally:
+        engine.close()
+        local.close()
+        stop()
+
+
+def test_a_followers_server_listens_on_the_loopback_when_every_rank_is_on_this_host():
+    from workers.rl.distributed import Topology, serving_address
+
+    topology = Topology(rank=1, world_size=4, local_rank=1, backend="gloo")
+    assert serving_address(topology, {"LOCAL_WORLD_SIZE": "4"}) == ("127.0.0.1", "127.0.0.1")
+    bind, host = serving_address(topology, {"LOCAL_WORLD_SIZE": "2"})  # two nodes
+    assert bind == "0.0.0.0" and host == socket.getfqdn()
+    assert serving_address(topology, {"LOCAL_WORLD_SIZE": "2", "STUDIO_RANK_ADDRESS": "10.0.0.7"}) == \
+        ("0.0.0.0", "10.0.0.7")

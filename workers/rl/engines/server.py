@@ -118,8 +118,7 @@ class ServerEngine:
             url = self._pick(avoid=url)
             started = time.monotonic()
             try:
-                answer = self._post(f"{url}/completions", body)
-                completions = self._completions(answer, request, default_version=self.synced[url])
+                completions = self._ask(url, request, body)
             except (ServerError, KeyError, TypeError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {exc}"[:500]
                 continue
@@ -142,6 +141,12 @@ class ServerEngine:
             return completions
         return [Completion(token_ids=[], logprobs=[], finish_reason="error", error=error,
                            policy_version=self.policy_version) for _ in range(request.n)]
+
+    def _ask(self, url: str, request: GenerationRequest, body: dict) -> list[Completion]:
+        """The completions of one request from the server at `url` (ServerError, or ValueError for an answer that
+        is not one). With a token, every request carries it (vLLM's `--api-key` guards /v1/completions too)."""
+        answer = self._post(f"{url}/completions", body, token=self.token)
+        return self._completions(answer, request, default_version=self.synced[url])
 
     @staticmethod
     def _completions(answer: dict, request: GenerationRequest, *, default_version: int) -> list[Completion]:
