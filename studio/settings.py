@@ -269,6 +269,11 @@ MODEL_DIRS = [Path(p) for p in os.environ.get("STUDIO_MODEL_DIRS", str(DATA_DIR 
 # a run resumes on any worker and a page shows a render another host wrote; each host keeps what it downloaded
 # under DATA_DIR/cache. Built into a Storage by apps/runs/wiring.py.
 STORAGE_URL = os.environ.get("STUDIO_STORAGE_URL", "")
+# What a host's cache of the object store (DATA_DIR/cache) may hold, in bytes, before its least recently used
+# directories are evicted; and how long a storage call waits for an object store that does not answer before it
+# fails. workers/storage reads the same variables wherever it runs; these are the studio's view of them.
+STORAGE_CACHE_BYTES = int(float(os.environ.get("STUDIO_STORAGE_CACHE_BYTES", 20e9)))
+STORAGE_OUTAGE_SECONDS = float(os.environ.get("STUDIO_STORAGE_OUTAGE_SECONDS", 120))
 # Seconds of CPU pretraining for the built-in demo base model (cached per bundle under DATA_DIR/models).
 DEMO_PRETRAIN_SECONDS = float(os.environ.get("STUDIO_DEMO_PRETRAIN_SECONDS", 75))
 # Where `make demo` serves; the demo's seed prints its login address from it.

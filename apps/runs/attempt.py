@@ -18,6 +18,7 @@ from django.db import InterfaceError, OperationalError, connection
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.session import build_pipeline
 from workers.rl.tracking import LeaseLost
+from workers.storage import StorageUnavailable
 from workers.telemetry import log_context
 
 from . import services, wiring
@@ -129,14 +130,17 @@ def _run_attempt(*, run_id, attempt: int, progress, pretrain_progress) -> dict |
                                   progress=progress)
         summary = pipeline.run()
         tracker.finish(status=OUTCOME_STATUS[summary["outcome"]], summary=summary)
+        if summary["outcome"] != "paused":  # a paused run publishes its weights again when it resumes
+            remove_weights(run.pk)
         return summary
     except (LeaseLost, services.RunLeaseLost):
         log.warning("run %s attempt %s was taken over; stopping without writing", run_id, attempt)
         return None
-    except DatabaseUnavailable:
+    except (DatabaseUnavailable, StorageUnavailable) as exc:
         # Not the run's fault, and nothing can be written anyway: its heartbeat goes stale and the watchdog
-        # resumes it from its last checkpoint once the database is back.
-        log.exception("run %s attempt %s stopped: the database is unavailable; it will be resumed", run_id, attempt)
+        # resumes it from its last checkpoint once the database (or the object store) is back.
+        log.exception("run %s attempt %s stopped: the %s is unavailable; it will be resumed", run_id, attempt,
+                      "database" if isinstance(exc, DatabaseUnavailable) else "object store")
         return None
     except (PinnedBundleError, ValueError, FileNotFoundError) as exc:
         fail_attempt(run.pk, attempt, str(exc))
@@ -164,4 +168,15 @@ def fail_attempt(run_id, attempt: int, error: str) -> None:
     try:
         services.run_finish(run_id=run_id, attempt=attempt, status=RunStatus.FAILED, error=error)
     except services.RunLeaseLost:
-        pass
+        return  # the attempt that took it over still serves its weights
+    remove_weights(run_id)
+
+
+def remove_weights(run_id) -> None:
+    """The weights a run that ended published for its inference servers (`weights/<run id>/`, the engine keeps
+    the two newest versions there while it runs): nobody loads them any more. Not removing them costs space,
+    never the run: a storage error is logged."""
+    try:
+        wiring.weights_storage(run_id).remove("")
+    except OSError:
+        log.warning("run %s: could not remove its published weights from the storage", run_id, exc_info=True)

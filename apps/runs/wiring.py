@@ -101,7 +101,8 @@ def blob_storage() -> Storage:
     """Where blobs live (checkpoints, artifacts, converted models): settings.STORAGE_URL, an S3-compatible bucket
     every host shares, or by default the data directory. What this host downloads is cached under
     DATA_DIR/cache."""
-    return Storage(settings.STORAGE_URL or settings.DATA_DIR, cache=Path(settings.DATA_DIR) / "cache")
+    return Storage(settings.STORAGE_URL or settings.DATA_DIR, cache=Path(settings.DATA_DIR) / "cache",
+                   cache_bytes=settings.STORAGE_CACHE_BYTES, outage_seconds=settings.STORAGE_OUTAGE_SECONDS)
 
 
 def checkpoint_dir(run_id) -> Storage:

@@ -16,6 +16,13 @@ own cached download of it.
 
 Retention: a save keeps the run's newest `keep` checkpoints. One worth more (aliased, or queued for an
 evaluation) has been copied out of the run's directory by the studio first (apps/runs/checkpoints.py).
+
+Fencing by attempt, in the storage alone (a host that lost the run's lease may still reach the bucket, not the
+database): each attempt, as it restores and before it writes anything, records `attempts/<n>.json` with the step it
+resumed from; each checkpoint's manifest names the attempt that wrote it (none: written before fencing, attempt 0).
+A checkpoint of attempt a at step s is valid only while no later attempt resumed from a step before s — what an
+older attempt published after a newer one took the run over is ignored, never resumed from, and removed by the
+next save. A writer that finds a newer attempt's record refuses to publish or remove anything (LeaseLost).
 """
 
 from __future__ import annotations
@@ -29,8 +36,11 @@ import torch
 
 from workers.storage import Storage
 
+from .tracking import LeaseLost
+
 STEP_DIR = "step-{:06d}"
 FILES = ("model.safetensors", "trainer.pt", "pipeline.json")
+ATTEMPTS = "attempts"  # attempts/<n>.json: the step attempt n resumed from
 
 
 @dataclass
@@ -39,6 +49,7 @@ class Checkpoint:
     path: str  # its local directory, or its folder's URL in the object store
     size: int
     location: Storage = field(repr=False, compare=False)  # the storage rooted at its folder
+    attempt: int = 0  # the run's attempt that wrote it (0: written before checkpoints named theirs)
 
 
 def checkpoint_storage(root: Path | str | Storage) -> Storage:
@@ -47,9 +58,11 @@ def checkpoint_storage(root: Path | str | Storage) -> Storage:
 
 
 def save_checkpoint(root: Path | str | Storage, *, step: int, policy, trainer_state: dict, pipeline_state: dict,
-                    keep: int) -> tuple[Checkpoint, list[int]]:
-    """Write step `step`; keep the newest `keep`. Returns the checkpoint and the steps removed."""
+                    keep: int, attempt: int = 1) -> tuple[Checkpoint, list[int]]:
+    """Write step `step` as attempt `attempt` of the run; keep the newest `keep`. Returns the checkpoint and the
+    steps removed. LeaseLost, with nothing published or removed, if a newer attempt has resumed the run."""
     store = checkpoint_storage(root)
+    _refuse_if_superseded(store, attempt, _resumed(store))
     _remove_unfinished(store)
     key = STEP_DIR.format(step)
     staging = store.stage(key)
@@ -59,13 +72,63 @@ def save_checkpoint(root: Path | str | Storage, *, step: int, policy, trainer_st
     with open(staging / "trainer.pt", "wb") as handle:
         torch.save(trainer_state, handle)
     (staging / "pipeline.json").write_text(json.dumps(pipeline_state))
-    manifest = store.publish(key, staging, step=step)
+    _refuse_if_superseded(store, attempt, _resumed(store))  # again: staging a large model takes a while
+    manifest = store.publish(key, staging, step=step, attempt=attempt)
+    resumed = _resumed(store)
+    _refuse_if_superseded(store, attempt, resumed)
+    found = _published(store)
+    valid = [c for c in found if _valid(c, resumed)]
     removed = []
-    for old in checkpoints(store)[:-keep]:
-        store.unpublish(STEP_DIR.format(old.step))
-        removed.append(old.step)
+    # The newest `keep` valid ones stay; what an older attempt published after it lost the run goes as well.
+    for old in valid[:-keep] + [c for c in found if not _valid(c, resumed)]:
+        if old.attempt <= attempt and old.step != step:
+            store.unpublish(STEP_DIR.format(old.step))
+            removed.append(old.step)
     size = sum(entry["bytes"] for entry in manifest["files"].values())
-    return Checkpoint(step, store.url_of(key), size, store.child(key)), removed
+    return Checkpoint(step, store.url_of(key), size, store.child(key), attempt), sorted(removed)
+
+
+def resume_checkpoint(root: Path | str | Storage, *, attempt: int) -> Checkpoint | None:
+    """The newest valid checkpoint, for attempt `attempt` to resume from (None: it starts from scratch), once the
+    storage records that this attempt resumed there (`attempts/<n>.json`): from then on what an older attempt
+    publishes after that step is not a checkpoint. Called before the attempt writes anything. LeaseLost if a
+    newer attempt has resumed the run already."""
+    store = checkpoint_storage(root)
+    resumed = _resumed(store)
+    _refuse_if_superseded(store, attempt, resumed)
+    valid = [c for c in _published(store) if _valid(c, resumed)]
+    latest = valid[-1] if valid else None
+    step = latest.step if latest is not None else 0
+    # The same attempt restoring twice keeps the earlier step: it never makes valid what was not.
+    step = min(step, resumed.get(attempt, step))
+    store.write(f"{ATTEMPTS}/{attempt}.json", json.dumps({"attempt": attempt, "resumed_from": step}).encode())
+    return latest
+
+
+def _resumed(store: Storage) -> dict[int, int]:
+    """{attempt: the step it resumed from (0: from scratch)}, as the attempts recorded it."""
+    found = {}
+    for name in store.names(ATTEMPTS):
+        number = name.removesuffix(".json")
+        if not name.endswith(".json") or not number.isdigit():
+            continue  # a local write's temporary file
+        try:
+            found[int(number)] = int(json.loads(store.read(f"{ATTEMPTS}/{name}"))["resumed_from"])
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def _valid(checkpoint: Checkpoint, resumed: dict[int, int]) -> bool:
+    """Whether no attempt after the one that wrote `checkpoint` resumed from a step before it."""
+    return all(step >= checkpoint.step for later, step in resumed.items() if later > checkpoint.attempt)
+
+
+def _refuse_if_superseded(store: Storage, attempt: int, resumed: dict[int, int]) -> None:
+    newest = max(resumed, default=0)
+    if newest > attempt:
+        raise LeaseLost(f"attempt {newest} of this run resumed it from step {resumed[newest]} ({store}): attempt "
+                        f"{attempt} no longer owns it and writes no checkpoint there")
 
 
 def _remove_unfinished(store: Storage) -> None:
@@ -76,8 +139,14 @@ def _remove_unfinished(store: Storage) -> None:
 
 
 def checkpoints(root: Path | str | Storage) -> list[Checkpoint]:
-    """The complete checkpoints, oldest first."""
+    """The complete, valid checkpoints, oldest first."""
     store = checkpoint_storage(root)
+    resumed = _resumed(store)
+    return [c for c in _published(store) if _valid(c, resumed)]
+
+
+def _published(store: Storage) -> list[Checkpoint]:
+    """The complete checkpoints, valid or not, oldest first."""
     found = []
     for name in store.names():
         if not name.startswith("step-") or name.endswith(".partial"):
@@ -96,7 +165,8 @@ def checkpoints(root: Path | str | Storage) -> list[Checkpoint]:
             size = sum(os.path.getsize(directory / file) for file in FILES)
         else:
             continue
-        found.append(Checkpoint(step, store.url_of(name), size, store.child(name)))
+        attempt = int((manifest or {}).get("attempt", 0))
+        found.append(Checkpoint(step, store.url_of(name), size, store.child(name), attempt))
     return sorted(found, key=lambda c: c.step)
 
 
@@ -107,8 +177,8 @@ def latest_checkpoint(root: Path | str | Storage) -> Checkpoint | None:
 
 def load_checkpoint(checkpoint: Checkpoint, *, policy, device: str = "cpu") -> tuple[dict, dict]:
     """Restores the policy's weights; returns (trainer state, pipeline state) for the caller to restore."""
-    directory = checkpoint.location.fetch()
-    policy.restore(directory / "model.safetensors")
-    trainer_state = torch.load(directory / "trainer.pt", map_location=device, weights_only=True)
-    pipeline_state = json.loads((directory / "pipeline.json").read_text())
+    with checkpoint.location.fetched() as directory:  # this host's cached copy stays until it is read
+        policy.restore(directory / "model.safetensors")
+        trainer_state = torch.load(directory / "trainer.pt", map_location=device, weights_only=True)
+        pipeline_state = json.loads((directory / "pipeline.json").read_text())
     return trainer_state, pipeline_state

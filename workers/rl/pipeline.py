@@ -14,10 +14,10 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
-from workers.storage import Storage
+from workers.storage import Storage, StorageUnavailable
 
 from .agent import rollout_groups
-from .checkpoint import checkpoint_storage, latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
 from .collectors import Batch, Draws, Group, collector_for, too_stale
 from .config import RunConfig
 from .evaluation import evaluate
@@ -214,7 +214,11 @@ class Pipeline:
         try:
             checkpoint, removed = save_checkpoint(
                 self.checkpoint_dir, step=self.trainer.step, policy=self.policy, trainer_state=self.trainer.state(),
-                pipeline_state=self.pipeline_state(), keep=self.config.keep_checkpoints)
+                pipeline_state=self.pipeline_state(), keep=self.config.keep_checkpoints, attempt=self.tracker.attempt)
+        except (LeaseLost, StorageUnavailable):
+            # Not the run's fault (a newer attempt resumed it; the object store stayed away): this attempt stops,
+            # and the run goes on from its newest checkpoint (apps/runs/attempt.py).
+            raise
         except Exception as exc:  # a full disk, a lost mount: the run cannot go on safely, and says where
             raise CheckpointError(f"could not write the checkpoint of step {self.trainer.step} to "
                                   f"{self.checkpoint_dir}: {exc} (the checkpoints before it are intact)") from exc
@@ -223,8 +227,9 @@ class Pipeline:
 
     def _restore(self) -> int | None:
         """Continue from the newest checkpoint, if there is one; returns its step. What earlier attempts archived
-        after it is taken back: this attempt writes it again."""
-        checkpoint = latest_checkpoint(self.checkpoint_dir)
+        after it is taken back: this attempt writes it again. The storage records which step this attempt resumed
+        from, which fences off what older attempts still write (checkpoint.py)."""
+        checkpoint = resume_checkpoint(self.checkpoint_dir, attempt=self.tracker.attempt)
         if checkpoint is None:
             self.tracker.rollback(0)
             return None

@@ -101,11 +101,16 @@ def read_weights(location: str) -> dict:
     directory), downloaded into this host's cache if remote."""
     from safetensors.torch import load_file
 
-    directory = Storage(location).fetch() if "://" in location else Path(location)
-    path = directory / "model.safetensors"
-    if not path.is_file():
-        raise FileNotFoundError(f"{location} holds no model.safetensors")
-    return load_file(str(path))
+    def load(directory: Path) -> dict:
+        path = directory / "model.safetensors"
+        if not path.is_file():
+            raise FileNotFoundError(f"{location} holds no model.safetensors")
+        return load_file(str(path))
+
+    if "://" not in location:
+        return load(Path(location))
+    with Storage(location).fetched() as directory:  # not evicted from the host's cache while it is read
+        return load(directory)
 
 
 def check_fits(engine, state: dict) -> None:

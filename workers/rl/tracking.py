@@ -17,6 +17,8 @@ class LeaseLost(Exception):
 
 
 class Tracker(Protocol):
+    attempt: int  # the run's attempt this worker holds: it fences the checkpoints it writes (checkpoint.py)
+
     def step(self, *, step: int, wall_time: float, points: dict, trajectories: list[Trajectory],
              events: list[tuple[str, str, dict]]) -> None: ...
     def checkpoint(self, *, step: int, path: str, size: int, removed: list[int]) -> None: ...
@@ -33,6 +35,7 @@ class MemoryTracker:
     events: list = field(default_factory=list)
     requested: str = ""
     on_step: Callable | None = None
+    attempt: int = 1
 
     def step(self, *, step, wall_time, points, trajectories, events):
         self.steps = [s for s in self.steps if s["step"] != step] + [{"step": step, "points": points}]

@@ -14,6 +14,13 @@ checks every file it downloads against the manifest it read.
 
 An object store's directories are read through a cache on this host's disk (`cache`, under STUDIO_DATA_DIR):
 `fetch` downloads a published directory there once, and the host that publishes one keeps its staged copy there.
+The cache holds at most `cache_bytes` (STUDIO_STORAGE_CACHE_BYTES, 20 GB): after each fetch and publish the least
+recently used directories are evicted whole, except one a process of this host holds right now (`fetched`: a
+shared flock on its manifest, which eviction must take exclusively).
+
+An object store that does not answer (a refused or reset connection, a timeout, an HTTP 5xx or SlowDown) is waited
+for, each call tried again with backoff for up to `outage_seconds` (STUDIO_STORAGE_OUTAGE_SECONDS, 120), as a run
+waits for its database; an answer that will not change (403, no such bucket, a full local disk) is raised at once.
 
 Credentials and the endpoint of an S3-compatible server are the AWS SDK's own variables (AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3, AWS_DEFAULT_REGION), read where the work runs: the studio stores none.
@@ -21,22 +28,86 @@ AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3, AWS_DEFAULT_REGION), read where the 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 MANIFEST = "manifest.json"
+CACHE_BYTES = 20 * 10**9  # STUDIO_STORAGE_CACHE_BYTES unset
+OUTAGE_SECONDS = 120.0  # STUDIO_STORAGE_OUTAGE_SECONDS unset: as long as a run waits for its database
+
+log = logging.getLogger(__name__)
 
 
 class StorageChanged(OSError):
     """A published directory was replaced while it was being downloaded; reading it again gets the new one."""
+
+
+class StorageUnavailable(OSError):
+    """The object store did not answer for the whole outage bound (`Storage.outage_seconds`)."""
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether `error`, or what caused it, is the object store not answering right now — a refused or reset
+    connection, a timeout, an HTTP 5xx or SlowDown — and so worth asking again; not an answer that will not
+    change (403, no such bucket or key, a full local disk)."""
+    from botocore.exceptions import ClientError, HTTPClientError  # s3fs's; only an object store gets here
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (PermissionError, FileNotFoundError)):
+            return False
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            return False
+        if isinstance(error, (ConnectionError, TimeoutError, HTTPClientError)):  # refused, reset, timed out
+            return True
+        if isinstance(error, ClientError):
+            answer = error.response or {}
+            status = answer.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+            return status >= 500 or answer.get("Error", {}).get("Code") in ("SlowDown", "ServiceUnavailable",
+                                                                          "InternalError", "RequestTimeout")
+        error = error.__cause__ or error.__context__  # s3fs raises an OSError caused by botocore's error
+    return False
+
+
+@contextmanager
+def _held(directory: Path, *, exclusive: bool = False) -> Iterator[bool]:
+    """A flock on `directory`'s manifest for the block: shared by readers, exclusive (without waiting) for
+    eviction. Yields whether the lock is on the manifest the directory has now (False: it was evicted or replaced
+    meanwhile, or someone else holds it and `exclusive` does not wait)."""
+    manifest = directory / MANIFEST
+    try:
+        descriptor = os.open(manifest, os.O_RDONLY)
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            current = os.stat(manifest).st_ino == os.fstat(descriptor).st_ino
+        except FileNotFoundError:
+            current = False
+        yield current
+    finally:
+        os.close(descriptor)  # and its lock with it
 
 
 def _fsync(path: Path) -> None:
@@ -60,6 +131,28 @@ def _files(directory: Path) -> list[str]:
     return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
 
 
+def _cached_directories(root: Path) -> list[tuple[float, int, Path]]:
+    """(last use, bytes, path) of each published directory in a host's cache: one with its manifest, whose mtime
+    `fetched` sets at each use. Directories being written (`.partial`) are not counted; what an eviction
+    interrupted left (`.evicted-`) is removed."""
+    found = []
+    for directory, subdirectories, files in os.walk(root):
+        here = Path(directory)
+        if MANIFEST in files:
+            subdirectories.clear()
+            try:
+                used = os.stat(here / MANIFEST).st_mtime
+                size = sum(path.stat().st_size for path in here.rglob("*") if path.is_file())
+            except FileNotFoundError:  # evicted or replaced by another process meanwhile
+                continue
+            found.append((used, size, here))
+            continue
+        for name in [name for name in subdirectories if ".evicted-" in name]:
+            shutil.rmtree(here / name, ignore_errors=True)
+        subdirectories[:] = [name for name in subdirectories if ".partial" not in name and ".evicted-" not in name]
+    return found
+
+
 def check_key(key: str) -> str:
     """`key` if it is a relative path that stays under the root, else ValueError."""
     parts = key.split("/") if key else []
@@ -71,7 +164,8 @@ def check_key(key: str) -> str:
 class Storage:
     """The blobs under one root: `Storage("/var/studio")` or `Storage("s3://bucket/studio", cache=...)`."""
 
-    def __init__(self, url: str | os.PathLike, *, cache: str | os.PathLike | None = None):
+    def __init__(self, url: str | os.PathLike, *, cache: str | os.PathLike | None = None,
+                 cache_bytes: int | None = None, outage_seconds: float | None = None):
         url = os.fspath(url)
         # Another host writes here too: a listing cached in this process would hide what it wrote.
         options = {"use_listings_cache": False} if url.startswith(("s3://", "s3a://")) else {}
@@ -81,10 +175,18 @@ class Storage:
         if cache is None and not self.local:
             cache = Path(tempfile.gettempdir()) / "studio-storage" / hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.cache = Path(cache) if cache is not None else None
+        self.cache_root = self.cache  # what `trim_cache` keeps under cache_bytes: a child's cache is inside it
+        self.cache_bytes = (int(float(os.environ.get("STUDIO_STORAGE_CACHE_BYTES", CACHE_BYTES)))
+                            if cache_bytes is None else cache_bytes)
+        self.outage_seconds = (float(os.environ.get("STUDIO_STORAGE_OUTAGE_SECONDS", OUTAGE_SECONDS))
+                               if outage_seconds is None else outage_seconds)
 
     def child(self, key: str) -> Storage:
         """The storage rooted at `key` (its cache follows it)."""
-        return Storage(self.url_of(key), cache=None if self.cache is None else self.cache / check_key(key))
+        child = Storage(self.url_of(key), cache=None if self.cache is None else self.cache / check_key(key),
+                        cache_bytes=self.cache_bytes, outage_seconds=self.outage_seconds)
+        child.cache_root = self.cache_root
+        return child
 
     @property
     def url(self) -> str:
@@ -104,6 +206,28 @@ class Storage:
     def _path(self, key: str) -> str:
         return f"{self.root.rstrip('/')}/{check_key(key)}" if key else self.root
 
+    def _remote(self, call, *args, **kwargs):
+        """`call` on the file system; on an object store that does not answer, called again with backoff until
+        it answers or `outage_seconds` have passed (StorageUnavailable). Each call it wraps is one request or an
+        idempotent few (a PUT of the same bytes, a delete, a read), so asking again is harmless."""
+        if self.local:
+            return call(*args, **kwargs)
+        deadline, pause = time.monotonic() + self.outage_seconds, 0.25
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except Exception as exc:
+                if not _transient(exc):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise StorageUnavailable(f"the object store at {self.url} did not answer for "
+                                             f"{self.outage_seconds:g} s (STUDIO_STORAGE_OUTAGE_SECONDS): "
+                                             f"{type(exc).__name__}: {exc}") from exc
+                log.warning("the object store at %s did not answer (%s: %s); trying again in %.1f s", self.url,
+                            type(exc).__name__, exc, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
     # --- single blobs -------------------------------------------------------------------------------------
 
     def write(self, key: str, content: bytes) -> None:
@@ -116,7 +240,7 @@ class Storage:
             temporary.write_bytes(content)
             os.replace(temporary, target)
         else:
-            self.fs.pipe_file(path, content)
+            self._remote(self.fs.pipe_file, path, content)
 
     def write_many(self, blobs: dict[str, bytes]) -> None:
         """Write each blob whole, all at once where the store allows (s3fs sends the PUTs concurrently)."""
@@ -124,22 +248,22 @@ class Storage:
             for key, content in blobs.items():
                 self.write(key, content)
         elif blobs:
-            self.fs.pipe({self._path(key): content for key, content in blobs.items()})
+            self._remote(self.fs.pipe, {self._path(key): content for key, content in blobs.items()})
 
     def read(self, key: str) -> bytes:
-        return self.fs.cat_file(self._path(key))
+        return self._remote(self.fs.cat_file, self._path(key))
 
     def open(self, key: str):
         """A binary file object for reading (FileNotFoundError if there is no such blob)."""
-        return self.fs.open(self._path(key), "rb")
+        return self._remote(self.fs.open, self._path(key), "rb")
 
     def exists(self, key: str = "") -> bool:
-        return self.fs.exists(self._path(key))
+        return self._remote(self.fs.exists, self._path(key))
 
     def names(self, key: str = "") -> list[str]:
         """The names directly under `key`, sorted ([] when there is nothing)."""
         try:
-            entries = self.fs.ls(self._path(key), detail=False)
+            entries = self._remote(self.fs.ls, self._path(key), detail=False)
         except FileNotFoundError:
             return []
         return sorted({entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries})
@@ -156,7 +280,7 @@ class Storage:
                 target.unlink(missing_ok=True)
             return
         try:
-            self.fs.rm(path, recursive=True)
+            self._remote(self.fs.rm, path, recursive=True)
         except FileNotFoundError:
             pass
         if self.cache is not None:
@@ -204,19 +328,21 @@ class Storage:
         self._unmanifest(key)  # first: the version this one replaces stops existing before its files change
         self.remove_files(key)  # ... and its files go, or the upload of a writer that died
         for name in names:
-            self.fs.put_file(str(directory / name), self._path(f"{key}/{name}" if key else name))
-        self.fs.pipe_file(self._path(f"{key}/{MANIFEST}" if key else MANIFEST), encoded)  # last: now it exists
+            self._remote(self.fs.put_file, str(directory / name), self._path(f"{key}/{name}" if key else name))
+        self._remote(self.fs.pipe_file, self._path(f"{key}/{MANIFEST}" if key else MANIFEST), encoded)  # last
         if directory == staging:  # this host reads it back from its cache
             (staging / MANIFEST).write_bytes(encoded)
             cached = self.cache / key if key else self.cache
             shutil.rmtree(cached, ignore_errors=True)
             staging.rename(cached)
+            with _held(cached):  # the newest copy stays while older ones make room for it
+                self.trim_cache()
         return manifest
 
     def remove_files(self, key: str) -> None:
         """What is under `key` on the object store, without touching this host's cache."""
         try:
-            self.fs.rm(self._path(key), recursive=True)
+            self._remote(self.fs.rm, self._path(key), recursive=True)
         except FileNotFoundError:
             pass
 
@@ -243,14 +369,15 @@ class Storage:
 
     def _unmanifest(self, key: str) -> None:
         try:
-            self.fs.rm_file(self._path(f"{key}/{MANIFEST}" if key else MANIFEST))
+            self._remote(self.fs.rm_file, self._path(f"{key}/{MANIFEST}" if key else MANIFEST))
         except FileNotFoundError:
             pass
 
     def fetch(self, key: str = "", *, into: Path | None = None) -> Path:
         """A local directory holding the published directory `key`: the directory itself when the storage is
         local (or a copy `into`), else a download checked file by file against the manifest, made once into this
-        host's cache (or `into`). FileNotFoundError if it is not published."""
+        host's cache (or `into`). FileNotFoundError if it is not published. A directory of the cache may be
+        evicted once no process holds it: a reader that does not read it right away holds it with `fetched`."""
         if self.local:
             path = Path(self._path(key))
             if not path.is_dir():
@@ -262,9 +389,70 @@ class Storage:
             shutil.rmtree(into, ignore_errors=True)
             partial.rename(into)
             return Path(into)
+        if into is not None:
+            return self._download_again_if_changed(key, Path(into))
+        with self.fetched(key) as directory:
+            return directory
+
+    @contextmanager
+    def fetched(self, key: str = "") -> Iterator[Path]:
+        """`fetch(key)`, kept out of reach of this host's cache eviction (other processes' included) until the
+        block ends; the rest of the cache is trimmed to `cache_bytes` as it is handed out."""
+        if self.local:
+            yield self.fetch(key)
+            return
+        cached = self.cache / key if key else self.cache
+        for _ in range(3):
+            directory = self._download_again_if_changed(key, cached)
+            with _held(directory) as current:
+                if not current:  # evicted or downloaded again between the download and the lock
+                    continue
+                os.utime(directory / MANIFEST)  # its last use: eviction takes the least recently used first
+                self.trim_cache()
+                yield directory
+                return
+        raise StorageChanged(f"{self.url_of(key)}: this host's cached copy was evicted or replaced as soon as it "
+                             "was downloaded, three times: the cache is smaller than what is in use "
+                             "(STUDIO_STORAGE_CACHE_BYTES)")
+
+    def trim_cache(self) -> list[Path]:
+        """Evict the least recently used published directories of this host's cache (under `cache_root`) until it
+        holds at most `cache_bytes`, whole (renamed away, then removed), never one a process holds (`fetched`, or
+        being published); returns those evicted. One process trims at a time: one that finds another trimming
+        leaves it to that one."""
+        root = self.cache_root
+        if self.local or root is None or not root.is_dir():
+            return []
+        guard = os.open(root, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(guard, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return []
+            entries = _cached_directories(root)
+            total, evicted = sum(size for _, size, _ in entries), []
+            for _, size, directory in sorted(entries, key=lambda entry: entry[0]):
+                if total <= self.cache_bytes:
+                    break
+                gone = directory.with_name(f"{directory.name}.evicted-{uuid.uuid4().hex[:8]}")
+                with _held(directory, exclusive=True) as unused:
+                    if unused:  # readers never see half of it: it leaves its place in one rename
+                        directory.rename(gone)
+                if unused:
+                    shutil.rmtree(gone, ignore_errors=True)
+                    total -= size
+                    evicted.append(directory)
+            if evicted:
+                log.info("evicted %d directories from this host's storage cache %s (it holds %d bytes, at most %d)",
+                         len(evicted), root, total, self.cache_bytes)
+            return evicted
+        finally:
+            os.close(guard)
+
+    def _download_again_if_changed(self, key: str, cached: Path) -> Path:
         for attempt in range(3):
             try:
-                return self._download(key, Path(into) if into is not None else self.cache / key if key else self.cache)
+                return self._download(key, cached)
             except StorageChanged:
                 if attempt == 2:
                     raise
@@ -284,7 +472,7 @@ class Storage:
                 target = partial / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 try:
-                    self.fs.get_file(self._path(f"{key}/{name}" if key else name), str(target))
+                    self._remote(self.fs.get_file, self._path(f"{key}/{name}" if key else name), str(target))
                 except FileNotFoundError:
                     raise StorageChanged(f"{self.url_of(key)}: {name} went away while it was read") from None
                 if target.stat().st_size != expected["bytes"] or _sha256(target) != expected["sha256"]:
