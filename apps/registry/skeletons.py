@@ -48,7 +48,11 @@ templates:
 # What a run trains on: domains (and, pinned through them, their templates, images and verifiers).
 members:
   - domain/arithmetic@latest
-run_config: {}                   # RunConfig fields a run on this bundle starts from, e.g. group_size: 8
+# RunConfig fields a run on this bundle starts from (the run form can still change each), e.g. group_size: 8
+run_config:
+  # The model trained: builtin:demo-tiny is the studio's tiny demo model. Others: a packaged model such as
+  # builtin:smollm2-135m-instruct, a model definition (model/SLUG, model/SLUG@N), or a local Hugging Face path.
+  model: builtin:demo-tiny
 """,
     "model": """\
 source:

@@ -21,6 +21,7 @@ from apps.registry.models import Version
 from apps.registry.refs import parse_ref
 from workers.definitions.specs import Limits
 from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
+from workers.rl.packaged import DEMO_MODEL
 
 # The dataclass lists its fields in the order they were added, and workers/ knows nothing of pages; a person
 # starting a run decides them in these groups: which model, how tasks are drawn and sampled, how GRPO updates,
@@ -262,3 +263,13 @@ def origin(name: str, value, *, overrides: dict, bundle: Version) -> str:
     if name in ((bundle.spec or {}).get("run_config") or {}):
         return "bundle"
     return "default" if value == DEFAULTS.get(name) else "studio"
+
+
+def default_model_note(*, config: dict, overrides: dict, bundle: Version) -> str:
+    """The review's warning when neither the bundle's run_config nor the form names a model: the run then trains
+    RunConfig's default, which is easy to miss among fifty settings marked "default"."""
+    if origin("model", config["model"], overrides=overrides, bundle=bundle) != "default":
+        return ""
+    described = " (the studio's tiny demo model)" if config["model"] == DEMO_MODEL else ""
+    return (f"No model in the bundle or the form: this run trains {config['model']}{described}. Name one under "
+            "Model in the form, or as run_config.model in the bundle.")

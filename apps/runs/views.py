@@ -19,6 +19,7 @@ from apps.registry.diff import spec_diff
 
 from . import figures, launch, selectors
 from .dispatch import run_enqueue
+from .models import ACTIVE_STATUSES
 from .services import RunError, run_config_resolve, run_create, run_request
 
 COMPARE_LIMIT = 8
@@ -79,6 +80,8 @@ def run_new(request, project):
                                       for name in names])
                              for title, names in launch.grouped(config)],
                    estimate=launch.first_step_estimate(bundle=bundle, config=config),
+                   model=config["model"],
+                   model_note=launch.default_model_note(config=config, overrides=overrides, bundle=bundle),
                    stale=action == "queue")  # asked to queue what no review showed (or no longer resolves so)
     return render(request, "runs/run_new.html", context, status=409 if action == "queue" else 200)
 
@@ -87,7 +90,7 @@ def run_detail(request, project, run_id):
     project, can_edit = project_for_page(user=request.user, slug=project)
     run = selectors.run_get(project=project, run_id=run_id)
     panels = figures.panels_for(selectors.metric_names(run=run))
-    context = {"project": project, "can_edit": can_edit, "run": run,
+    context = {"project": project, "can_edit": can_edit, "run": run, "live": run.status in ACTIVE_STATUSES,
                "panels": [{"key": p.key, "figure": figures.to_json(figures.panel_figure(p, names, legend=False))}
                           for p, names in panels],
                "panel_rules": figures.panel_rules(),

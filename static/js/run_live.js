@@ -148,8 +148,28 @@
     });
   }
 
+  // The dot beside the status: is this page getting the run's updates as they happen? Only a queued or running
+  // run (ACTIVE_STATUSES, apps/runs/models.py) writes more; a paused one may be resumed, so the socket stays
+  // open, but neither it nor an ended one is live.
+  const ACTIVE = ["queued", "running"];
+  const state = root.querySelector("[data-live-state]");
+  let link = "connecting"; // the socket's state: connecting, live, reconnecting
+  function showLiveState() {
+    const status = root.dataset.status;
+    if (!ACTIVE.includes(status)) {
+      state.textContent = status === "paused" ? "paused" : "ended";
+      state.className = "live-state ended";
+      state.title = "no live updates: the run is " + status;
+    } else {
+      state.textContent = link === "live" ? "live" : link + "…";
+      state.className = "live-state" + (link === "live" ? " on" : link === "reconnecting" ? " off" : "");
+      state.title = "live updates";
+    }
+  }
+
   function setStatus(status, step, steps) {
     root.dataset.status = status;
+    showLiveState();
     root.querySelectorAll("[data-status]").forEach(el => {
       if (el.classList.contains("badge")) { el.textContent = status; el.className = "badge status-" + status; }
     });
@@ -201,14 +221,13 @@
     schedule();
   }
 
-  const state = root.querySelector("[data-live-state]");
   let backoff = 500, socket = null;
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     socket = new WebSocket(scheme + location.host + urls.ws);
     let buffer = [];
     socket.onopen = () => {
-      state.textContent = "live"; state.className = "live-state on";
+      link = "live"; showLiveState();
       const query = "?after_step=" + lastStep + "&after_event=" + lastEventId;
       fetch(urls.history + query, { credentials: "same-origin" })
         .then(r => { if (!r.ok) throw new Error(r.status); return r.json(); })
@@ -228,7 +247,7 @@
     };
     socket.onclose = () => {
       live.connected = false;
-      state.textContent = "reconnecting…"; state.className = "live-state off";
+      link = "reconnecting"; showLiveState();
       live.reconnects += 1;
       setTimeout(connect, backoff);
       backoff = Math.min(backoff * 2, 10000);

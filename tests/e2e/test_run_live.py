@@ -1,11 +1,12 @@
 """The run page in a real browser: history first, then points a worker writes appear within a second; a dropped
-socket reconnects and fetches only the steps it missed."""
+socket reconnects and fetches only the steps it missed; the live dot goes grey when the run ends."""
 
 import time
 
 import pytest
+from playwright.sync_api import expect
 
-from apps.runs.services import run_step_record
+from apps.runs.services import run_finish, run_step_record
 
 pytestmark = pytest.mark.browser
 
@@ -77,6 +78,26 @@ def test_the_x_axis_switches_to_wall_time_and_controls_follow_the_status(page_as
     page.get_by_text("Pause requested.").wait_for()
     run.refresh_from_db()
     assert run.requested == "pause"
+
+
+def test_the_live_dot_says_ended_when_the_run_ends_while_the_page_is_open(page_as, live_url, project, owner,
+                                                                         studio_run):
+    run, attempt = studio_run
+    page = page_as(owner)
+    _open(page, live_url, project, run)
+    dot = page.locator("[data-live-state]")
+    expect(dot).to_have_text("live")
+    expect(dot).to_have_class("live-state on")
+    run_finish(run_id=run.pk, attempt=attempt, status="completed")  # the worker's last word, over the socket
+    expect(dot).to_have_text("ended")
+    expect(dot).to_have_class("live-state ended")
+    expect(dot).to_have_attribute("title", "no live updates: the run is completed")
+    expect(page.locator("h1 .badge")).to_have_text("completed")
+    # Opened after the end, the page says so from the start, and its socket connecting does not make it live.
+    page.reload()
+    page.wait_for_function("() => window.studioLive && window.studioLive.connected")
+    expect(dot).to_have_text("ended")
+    expect(dot).to_have_class("live-state ended")
 
 
 def test_a_member_of_another_project_gets_nothing_in_the_browser(page_as, live_url, project, outsider, studio_run):

@@ -2,6 +2,7 @@
 comparing and controlling runs."""
 
 import json
+import re
 
 from django.urls import reverse
 
@@ -66,6 +67,18 @@ def test_pause_resume_cancel_from_the_run_page(client, owner, project, registry)
         assert run.status == status, action
     page = client.post(control, {"action": "pause"}, follow=True)
     assert b"a cancelled run cannot be paused" in page.content
+
+
+def test_the_live_dot_says_ended_once_the_run_is_no_longer_queued_or_running(client, owner, project, registry):
+    client.force_login(owner)
+    run = run_synthetic_create(project=project, bundle=registry["bundle"], steps=10, actor=owner)
+    url = reverse("runs:run_detail", kwargs={"project": project.slug, "run_id": run.pk})
+    dot = re.compile(r'<span class="live-state([^"]*)" data-live-state\s+title="([^"]*)">([^<]*)</span>')
+    assert dot.search(client.get(url).content.decode()).groups() == ("", "live updates", "connecting…")  # queued
+    for status, says in (("paused", "paused"), ("completed", "ended"), ("failed", "ended"), ("cancelled", "ended")):
+        Run.objects.filter(pk=run.pk).update(status=status)
+        shown = dot.search(client.get(url).content.decode()).groups()
+        assert shown == (" ended", f"no live updates: the run is {status}", says), status
 
 
 def test_compare_leaves_out_ids_that_are_no_runs(client, owner, project, studio_run):

@@ -99,6 +99,10 @@ def test_review_shows_the_resolved_config_and_the_hash_the_queued_run_then_has(l
     # 8 groups × oversampling 4 (dynamic sampling) × 4 samples × 16 tokens (add-two's max_tokens), said as a bound
     assert (estimate.groups, estimate.rollouts, estimate.tokens) == (32, 128, 2048)
     assert "An upper bound, not a forecast" in review.content.decode()
+    # The bundle names no model, nor does the form: the default is said at the top, not only in the table.
+    assert rows["model"] == ("builtin:demo-tiny", "default")
+    assert re.search(r"<div class=\"notice warning\" data-model-default>No model in the bundle or the form: this run "
+                     r"trains builtin:demo-tiny \(the studio&#x27;s tiny demo model\)", review.content.decode())
     assert not Run.objects.exists() and enqueued == []  # reviewed, nothing queued
 
     confirm = submitted(review, "data-queue-form")  # the review's hidden form, as the browser sends it
@@ -147,6 +151,19 @@ def test_the_bundles_run_config_shows_in_the_review_and_unchanged_fields_do_not_
     rows = {name: (value, origin) for _, group in review.context["resolved"] for name, value, origin in group}
     assert rows["temperature"] == ("0.5", "bundle") and rows["seed"] == ("3", "changed")
     assert review.context["overrides"] == {"seed": 3}
+
+
+def test_a_bundle_that_names_the_default_model_gets_no_default_model_warning(login, owner, project, registry, url,
+                                                                          enqueued):
+    bundle = version_publish(project=project, kind="bundle", slug="named", author=owner,
+                             spec={"members": ["domain/arithmetic@latest"],
+                                   "run_config": {"model": "builtin:demo-tiny"}}).version
+    client = login(owner)
+    review = client.post(url, filled(client.get(url).context["form"], bundle=bundle.pk, action="review"))
+    rows = {name: (value, origin) for _, group in review.context["resolved"] for name, value, origin in group}
+    assert rows["model"] == ("builtin:demo-tiny", "bundle")
+    assert review.context["model_note"] == "" and b"data-model-default" not in review.content
+    assert b"<code data-model>builtin:demo-tiny</code>" in review.content
 
 
 def test_a_start_from_an_earlier_run_is_prefilled_with_its_config(login, owner, project, registry, url, enqueued):

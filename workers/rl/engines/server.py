@@ -8,9 +8,11 @@ trainer needs, its `policy_version` the version that sampled it.
 
 Weight sync (`load_weights`, which the pipeline calls after every trainer step): the policy's weights are
 published to the blob storage as `<weights>/v-<version>/model.safetensors` (a published directory:
-workers/storage), then every server is told to load them (`POST /v1/weights`, the bearer token if set); the
-servers swap them in between requests. The two newest versions are kept in the storage. A server that fails to
-load them is left out of the rotation until a later sync reaches it; if none takes them, the sync fails.
+workers/storage), then every server is told to load them (`POST /v1/weights`); the servers swap them in between
+requests. The two newest versions are kept in the storage (the run's whole folder goes when it ends). A server
+that fails to load them is left out of the rotation until a later sync reaches it; if none takes them, the sync
+fails. The bearer token, if set, goes with every request: the weight route needs it, and a server started with
+an API key (vLLM's `--api-key`, serve's `api_token`) needs it for generation too.
 
 Staleness, as the pipeline enforces it (collectors.too_stale): a completion whose `policy_version` lags the
 version last synced by more than `max_staleness` is refused and asked again (of another server if there is one);
