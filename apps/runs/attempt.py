@@ -7,14 +7,19 @@ Called by the Celery task on the `gpu` queue, by the embedded studio's training 
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from workers.rl import distributed
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.session import build_pipeline
 from workers.rl.tracking import LeaseLost
@@ -115,6 +120,8 @@ def _run_attempt(*, run_id, attempt: int, progress, pretrain_progress) -> dict |
         from .evaluation import evaluation_run
 
         return evaluation_run(run_id=run_id, attempt=attempt)
+    if config.data_parallel > 1 and distributed.current() is None:
+        return _train_on_ranks(run, attempt, processes=config.data_parallel)
     pool = model = None
     try:
         tasks = bundle_tasks(bundle=run.bundle, config=config)
@@ -161,6 +168,39 @@ def _run_attempt(*, run_id, attempt: int, progress, pretrain_progress) -> dict |
         if pool is not None:
             pool.close()
         connection.close()
+
+
+MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+
+
+def _train_on_ranks(run: Run, attempt: int, *, processes: int) -> dict | None:
+    """A data-parallel run's attempt: `processes` processes on this host started by torchrun (`manage.py train
+    --attempt`, workers/rl/distributed.py), whose rank 0 trains the attempt this worker claimed exactly as this
+    function would in this process (the lease, heartbeats, archive, checkpoints); this process waits for them.
+    They inherit this process's environment (database, storage, devices); their output goes to a log file in the
+    data directory. If they exit without finishing the run — a rank killed, out of memory — the attempt fails with
+    the log's tail, unless another worker has taken the run over meanwhile."""
+    logs = Path(settings.DATA_DIR) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"run-{run.pk}-attempt-{attempt}.log"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
+               str(MANAGE), "train", "--attempt", f"{run.pk}:{attempt}", "--headless", "--json"]
+    log.info("run %s attempt %s: training on %d processes (%s)", run.pk, attempt, processes, log_path)
+    with log_path.open("w") as output:
+        done = subprocess.run(command, cwd=MANAGE.parent, stdout=subprocess.PIPE, stderr=output, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    run.refresh_from_db()
+    if run.attempt != attempt:
+        log.warning("run %s attempt %s was taken over while its processes trained", run.pk, attempt)
+        return None
+    tail = log_path.read_text(errors="replace")[-3000:]
+    if run.status == RunStatus.RUNNING:  # rank 0 did not get to say why: a rank was killed, or torchrun failed
+        fail_attempt(run.pk, attempt, f"the {processes} trainer processes exited with {done.returncode} "
+                                      f"({log_path}):\n{tail}")
+    raise RuntimeError(f"run {run.pk} attempt {attempt}: the trainer processes exited with {done.returncode}; "
+                       f"see {log_path}")
 
 
 def fail_attempt(run_id, attempt: int, error: str) -> None:

@@ -41,7 +41,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "max_grad_norm": (0, 1e6), "micro_batch_size": (1, 65_536), "clip_low": (0, 1), "clip_high": (0, 10),
     "kl_coef": (0, 100), "lora_rank": (0, 4096), "lora_alpha": (1, 65_536), "checkpoint_every": (1, 10_000_000),
     "keep_checkpoints": (1, 1000), "eval_tasks_per_domain": (0, 100_000), "max_tool_output_chars": (100, 1_000_000),
-    "reference_per_template": (1, 1000),
+    "reference_per_template": (1, 1000), "data_parallel": (1, 64),
 }
 
 @dataclass(frozen=True)
@@ -94,6 +94,10 @@ class RunConfig:
     ones included; a Hugging Face model given `torch` samples on transformers too), vllm (GPU)."""
     device: str = "auto"
     """cpu, cuda, cuda:1 ... or auto (cuda when available)."""
+    data_parallel: int = 1
+    """Trainer processes on the worker's host, one per device (torchrun, workers/rl/distributed.py): each step's
+    batch is sharded across them, their gradients summed, and rollouts sampled on every one of them unless
+    inference servers generate. 1: the worker's own process."""
     inference_servers: str = ""
     """Generate the rollouts on OpenAI-compatible inference servers instead of in the trainer's process: their
     base URLs (http://host:port/v1), separated by spaces or commas — the studio's own `manage.py serve` of the
@@ -198,6 +202,9 @@ class RunConfig:
                 problems.append(f"{name}: must be between {low:g} and {high:g}, not {value!r}")
         if not DEVICE.fullmatch(self.device):  # `$` alone lets a final newline through
             problems.append(f"device: {self.device!r} is not auto, cpu, cuda or cuda:N")
+        if self.data_parallel > 1 and self.device.startswith("cuda:"):
+            problems.append(f"device: a data-parallel run gives each process a device of its own; {self.device} "
+                            "names one (use cuda or auto)")
         if self.group_size < 2:
             problems.append("group_size: GRPO compares samples, so a group needs at least 2")
         if self.mode not in ("async", "sync"):

@@ -82,9 +82,7 @@ def attempt(base, *, steps: int, checkpoint_dir: Path, config: RunConfig) -> dic
         engine.close()
     state = policy.model.state_dict()
     digest = hashlib.sha256(b"".join(state[k].detach().cpu().numpy().tobytes() for k in sorted(state)))
-    by_rank = pipeline.engine.completions_by_rank() if hasattr(pipeline.engine, "completions_by_rank") else None
-    return {"summary": summary, "weights_sha256": digest.hexdigest(), "checkpoints": list(tracker.checkpoints),
-            "completions_by_rank": by_rank}
+    return {"summary": summary, "weights_sha256": digest.hexdigest(), "checkpoints": list(tracker.checkpoints)}
 
 
 def main(argv=None) -> None:

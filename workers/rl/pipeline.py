@@ -74,10 +74,13 @@ class Pipeline:
             if outcome == "paused" and self._last_saved != self.trainer.step:
                 self._save_checkpoint()
             eval_end = self._evaluate() if outcome == "completed" and self.eval_tasks else {}
-            return run_summary(run_id=self.run_id, outcome=outcome, steps=self.trainer.step, mode=self.config.mode,
-                               max_staleness=self.config.max_staleness, counters=self.counters,
-                               eval_start=self.eval_start, eval_end=eval_end,
-                               wall_seconds=time.monotonic() - started, resumed_from=resumed_from)
+            summary = run_summary(run_id=self.run_id, outcome=outcome, steps=self.trainer.step,
+                                  mode=self.config.mode, max_staleness=self.config.max_staleness,
+                                  counters=self.counters, eval_start=self.eval_start, eval_end=eval_end,
+                                  wall_seconds=time.monotonic() - started, resumed_from=resumed_from)
+            if hasattr(self.engine, "completions_by_rank"):  # data-parallel: where this attempt's rollouts sampled
+                summary["completions_by_rank"] = self.engine.completions_by_rank()
+            return summary
         finally:
             self.heartbeat.stop()  # only now: the final evaluation beats too, or the watchdog would take the run
             self._close_collection()

@@ -146,7 +146,8 @@ def test_the_pipeline_trains_and_resumes_on_two_ranks(tmp_path):
     assert report["attempts"][0]["weights_sha256"] != report["attempts"][1]["weights_sha256"]
     assert "rank 1: took part in 4 updates" in output
     for attempt in report["attempts"]:  # both ranks sampled rollouts (engines/ranks.py)
-        assert attempt["completions_by_rank"]["rank-0"] > 0 and attempt["completions_by_rank"]["rank-1"] > 0
+        by_rank = attempt["summary"]["completions_by_rank"]
+        assert by_rank["rank-0"] > 0 and by_rank["rank-1"] > 0
 
 
 def test_an_async_run_generates_on_both_ranks_within_its_staleness_bound(tmp_path):
@@ -159,7 +160,7 @@ def test_an_async_run_generates_on_both_ranks_within_its_staleness_bound(tmp_pat
     assert (summary["outcome"], summary["steps"]) == ("completed", 3)
     assert summary["trajectories"]["ok"] == summary["trajectories"]["total"]
     assert summary["staleness"]["max"] <= summary["staleness"]["bound"]
-    by_rank = attempt["completions_by_rank"]
+    by_rank = summary["completions_by_rank"]
     assert by_rank["rank-0"] > 0 and by_rank["rank-1"] > 0
     assert sum(by_rank.values()) >= summary["trajectories"]["total"]  # and rollouts in flight at the end
 

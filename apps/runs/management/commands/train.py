@@ -8,8 +8,10 @@ workers (Celery's gpu queue, or the embedded training of `make demo`) and its pa
 
 Data-parallel: `torchrun --nproc-per-node N manage.py train ... --headless` trains one run on N processes
 (workers/rl/distributed.py). Rank 0 does everything this command does alone (creates or claims the run, rolls
-out, writes the database, the archive and the checkpoints, prints); the other ranks only compute gradients on
-their shard of each step, and print how many updates they took part in.
+out, writes the database, the archive and the checkpoints, prints); the other ranks compute gradients on their
+shard of each step, sample rollouts for rank 0, and print how many updates they took part in. A run whose config
+asks for `data_parallel: N` starts those processes itself wherever it trains (apps/runs/attempt.py), through
+`--attempt ID:N`: the attempt the studio already claimed, trained under torchrun.
 """
 
 import json
@@ -60,6 +62,8 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="", help="the run's name (default: bundle and time)")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                             help="a RunConfig field (workers/rl/config.py), VALUE as JSON or text; repeatable")
+        parser.add_argument("--attempt", metavar="ID:N", help="train attempt N of run ID, already claimed (how the "
+                                 "studio starts a data-parallel run's processes under torchrun)")
         parser.add_argument("--headless", action="store_true", help="train in this process until the run ends")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the summary as one JSON object")
         parser.add_argument("--if-idle", action="store_true",
@@ -84,8 +88,11 @@ class Command(BaseCommand):
         finally:
             distributed.teardown()
 
-    def start(self, *, bundle, steps, run_id, project, name, overrides, headless, as_json, if_idle, prepare, **_):
+    def start(self, *, bundle, steps, run_id, project, name, overrides, headless, as_json, if_idle, prepare, attempt,
+              **_):
         console = Console(stderr=True)
+        if attempt:
+            return self.claimed(attempt, console, as_json)
         if run_id:
             if not headless:
                 raise CommandError("--resume trains the run here: add --headless")
@@ -129,6 +136,20 @@ class Command(BaseCommand):
         if attempt is None:
             raise CommandError(f"run {run.name} is {run.status}: only a queued or paused run, or a running one whose "
                                f"worker has not heartbeaten for {settings.RUN_STALE_SECONDS:g} s, can train here")
+        summary = self.train(run, attempt, console)
+        if summary is None:
+            raise CommandError("another worker took this run over")
+        self.stdout.write(_dumps(summary, indent=None if as_json else 2))
+
+    def claimed(self, reference: str, console, as_json):
+        run_id, _, number = reference.partition(":")
+        try:
+            run, attempt = Run.objects.get(pk=run_id), int(number)
+        except (Run.DoesNotExist, ValueError, ValidationError):
+            raise CommandError(f"--attempt {reference!r}: write RUN_ID:N for an attempt the studio claimed") from None
+        if run.attempt != attempt or run.status != RunStatus.RUNNING:
+            raise CommandError(f"run {run.name} is {run.status} at attempt {run.attempt}, not running attempt "
+                               f"{attempt}")
         summary = self.train(run, attempt, console)
         if summary is None:
             raise CommandError("another worker took this run over")
