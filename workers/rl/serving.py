@@ -155,8 +155,59 @@ class _Gate:
 
 
 def _bearer(request: Request, token: str) -> bool:
-    given = request.headers.get("authorization", "")
-    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+    return _is_bearer(request.headers.get("authorization", ""), token)
+
+
+def _is_bearer(authorization: str, token: str) -> bool:
+    return hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
+
+
+# --- POST /v1/weights, here and in vLLM's server (vllm_server.py) -------------------------------------------------
+
+
+def may_load(authorization: str, client_host: str | None, token: str) -> bool:
+    """Who may load weights: with a token, a request that carries it as its bearer token; without one, only
+    loopback clients."""
+    if token:
+        return _is_bearer(authorization, token)
+    return client_host in LOOPBACK
+
+
+def loading_refused(token: str) -> JSONResponse:
+    return _error(401, "loading weights needs the server's bearer token" if token else
+                  "loading weights is open to loopback clients only (set a token to allow others)",
+                  "authentication_error")
+
+
+async def weights_request(request: Request) -> tuple[str, int]:
+    """(location, policy_version) of a `POST /v1/weights` body; BadRequest if either is missing or wrong."""
+    try:
+        body = await request.json()
+    except ValueError:
+        raise BadRequest("the body is not JSON") from None
+    location, version = (body.get("location"), body.get("policy_version")) if isinstance(body, dict) \
+        else (None, None)
+    if not isinstance(location, str) or not location:
+        raise BadRequest("location: the URL or directory of a published weights directory is needed")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise BadRequest("policy_version must be a whole number, 0 or more")
+    return location, version
+
+
+async def swap_between_requests(door: _Gate, load, version: int) -> float:
+    """Awaits `load()` while no request is in flight — new ones wait while the ones in flight finish on the old
+    weights — and, if it succeeds, serves `version` from the next request on. Returns the seconds requests were
+    held back."""
+    started = time.monotonic()
+    async with door.swap:
+        door.open.clear()  # new requests wait ...
+        try:
+            await door.idle.wait()  # ... while the ones in flight finish on the old weights
+            await load()  # swapped in before the next request is admitted
+            door.version = version
+        finally:
+            door.open.set()
+    return time.monotonic() - started
 
 
 def build_app(*, engine, chat, model_name: str, weights_token: str = "", api_token: str = "",
@@ -364,29 +415,14 @@ def build_app(*, engine, chat, model_name: str, weights_token: str = "", api_tok
             answer["prompt_token_ids"] = list(prompt_ids)
         return JSONResponse(answer)
 
-    def _may_load(request: Request) -> bool:
-        if weights_token:
-            return _bearer(request, weights_token)
-        return request.client is not None and request.client.host in LOOPBACK
-
     async def weights(request: Request):
         if request.method == "GET":
             return JSONResponse({"model": model_name, "policy_version": gate().version})
-        if not _may_load(request):
-            return _error(401, "loading weights needs the server's bearer token" if weights_token else
-                          "loading weights is open to loopback clients only (set a token to allow others)",
-                          "authentication_error")
+        if not may_load(request.headers.get("authorization", ""), request.client.host if request.client else None,
+                        weights_token):
+            return loading_refused(weights_token)
         try:
-            try:
-                body = await request.json()
-            except ValueError:
-                raise BadRequest("the body is not JSON") from None
-            location, version = (body.get("location"), body.get("policy_version")) if isinstance(body, dict) \
-                else (None, None)
-            if not isinstance(location, str) or not location:
-                raise BadRequest("location: the URL or directory of a published weights directory is needed")
-            if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-                raise BadRequest("policy_version must be a whole number, 0 or more")
+            location, version = await weights_request(request)
             try:  # read before anything pauses: a download must not hold requests back
                 state = await asyncio.to_thread(read_weights, location)
             except (OSError, ValueError) as exc:
@@ -394,18 +430,12 @@ def build_app(*, engine, chat, model_name: str, weights_token: str = "", api_tok
             check_fits(engine, state)
         except BadRequest as exc:
             return _error(400, str(exc))
-        started = time.monotonic()
-        door = gate()
-        async with door.swap:
-            door.open.clear()  # new requests wait ...
-            try:
-                await door.idle.wait()  # ... while the ones in flight finish on the old weights
-                engine.load_weights(state, version)  # swapped in before the next request is admitted
-                door.version = version
-            finally:
-                door.open.set()
-        return JSONResponse({"model": model_name, "policy_version": version,
-                             "paused_seconds": round(time.monotonic() - started, 4)})
+
+        async def load():
+            engine.load_weights(state, version)
+
+        paused = await swap_between_requests(gate(), load, version)
+        return JSONResponse({"model": model_name, "policy_version": version, "paused_seconds": round(paused, 4)})
 
     return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat_completions,
                                                                  methods=["POST"]),

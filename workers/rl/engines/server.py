@@ -18,13 +18,16 @@ Staleness, as the pipeline enforces it (collectors.too_stale): a completion whos
 version last synced by more than `max_staleness` is refused and asked again (of another server if there is one);
 still too old after the retries, it comes back as a completion with finish_reason "error", which the agent
 records as an infrastructure error, never trained on. `stale_refused` counts them. A server that does not say
-which version answered (vLLM's own server, without the studio's weight endpoint) is taken at the version last
+which version answered (vLLM's plain `vllm serve`) is taken at the version last
 synced to it.
 
-For vLLM: start it with `--logprobs-mode processed_logprobs` (the logprobs of the distribution sampled from, as
-the trainer recomputes them) and give it a `/v1/weights` endpoint that loads a safetensors directory (vLLM's
-server has no such route of its own); the servers must read the storage the weights are published to (an object
-store every host reaches, or a directory on the same host).
+For vLLM: run `python -m workers.rl.vllm_server --model DIR [vLLM's flags]` (workers/rl/vllm_server.py,
+docs/VLLM.md): vLLM's own OpenAI-compatible server with the studio's `POST/GET /v1/weights` (the published
+directory checked against the served checkpoint, then loaded into the running model between requests, the prefix
+cache reset) and a top-level `policy_version` on every completion, started with `--logprobs-mode
+processed_logprobs` by default (the logprobs of the distribution sampled from, as the trainer recomputes them).
+With vLLM's `--api-key` set, give it the engine's token (one token serves both). The servers must read the
+storage the weights are published to (an object store every host reaches, or a directory on the same host).
 """
 
 from __future__ import annotations

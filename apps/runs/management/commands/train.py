@@ -119,11 +119,7 @@ class Command(BaseCommand):
             console.print(f"queued run [bold]{run.name}[/] ({run.id}) on {version.ref}; "
                           f"its page: /p/{scope.slug}/runs/{run.id}/")
             return
-        attempt = run_claim(run_id=run.pk, stale_after=0)
-        summary = self.train(run, attempt, console)
-        if summary is None:
-            raise CommandError("another worker took this run over")
-        self.stdout.write(_dumps(summary, indent=None if as_json else 2))
+        self.train_and_report(run, run_claim(run_id=run.pk, stale_after=0), console, as_json)
 
     def resume(self, run_id, console, as_json):
         try:
@@ -136,10 +132,7 @@ class Command(BaseCommand):
         if attempt is None:
             raise CommandError(f"run {run.name} is {run.status}: only a queued or paused run, or a running one whose "
                                f"worker has not heartbeaten for {settings.RUN_STALE_SECONDS:g} s, can train here")
-        summary = self.train(run, attempt, console)
-        if summary is None:
-            raise CommandError("another worker took this run over")
-        self.stdout.write(_dumps(summary, indent=None if as_json else 2))
+        self.train_and_report(run, attempt, console, as_json)
 
     def claimed(self, reference: str, console, as_json):
         run_id, _, number = reference.partition(":")
@@ -150,6 +143,9 @@ class Command(BaseCommand):
         if run.attempt != attempt or run.status != RunStatus.RUNNING:
             raise CommandError(f"run {run.name} is {run.status} at attempt {run.attempt}, not running attempt "
                                f"{attempt}")
+        self.train_and_report(run, attempt, console, as_json)
+
+    def train_and_report(self, run, attempt, console, as_json):
         summary = self.train(run, attempt, console)
         if summary is None:
             raise CommandError("another worker took this run over")
