@@ -8,6 +8,7 @@ host, with a third data directory. Real PostgreSQL, real Redis, moto's real S3 s
 """
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -93,7 +94,11 @@ def test_a_run_started_on_one_host_resumes_on_another_from_the_bucket_and_the_we
     data_a, data_b = tmp_path / "host-a", tmp_path / "host-b"
     assert not (data_a / "checkpoints").exists() and not (data_b / "checkpoints").exists()
     kept = [f"step-{STEPS - 2:06d}", f"step-{STEPS:06d}"]
-    assert wiring.checkpoint_dir(run.pk).names() == kept
+    stored = wiring.checkpoint_dir(run.pk)
+    assert stored.names() == ["attempts", *kept]
+    # Each attempt recorded where it started (A from scratch, B from A's last checkpoint): the storage's fence.
+    assert {name: json.loads(stored.read(f"attempts/{name}"))["resumed_from"]
+            for name in stored.names("attempts")} == {"1.json": 0, "2.json": resumed}
     assert sorted(p.name for p in (data_b / "cache" / "checkpoints" / str(run.pk)).iterdir()) == kept
     assert [c.step for c in finished.checkpoints.order_by("step")] == [STEPS - 2, STEPS]
     assert all(c.path.startswith(object_store) for c in finished.checkpoints.all())
