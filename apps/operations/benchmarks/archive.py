@@ -347,17 +347,31 @@ def _wait_listening(port: int, process: subprocess.Popen, timeout: float = 60.0)
     raise RuntimeError(f"nothing listened on port {port} within {timeout:.0f} s")
 
 
+def _with_server(command: list[str], port: int, measure, *, log_chars: int = 2000, **popen) -> dict:
+    """`measure(server)` against a server process started with `command`, once it listens on `port`; a failure
+    is reported in the figures with the tail of the server's log. The server is stopped either way."""
+    log = tempfile.TemporaryFile()
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, **popen)
+    try:
+        _wait_listening(port, server)
+        return measure(server)
+    except Exception as exc:  # noqa: BLE001 -- reported in the figures
+        log.seek(0)
+        return {"error": repr(exc), "server_log_tail": log.read()[-log_chars:].decode(errors="replace")}
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()
+
+
 def _s3_writes(small, large) -> dict:
     if not (find_spec("s3fs") and find_spec("moto")):
         return {"skipped": "s3fs and moto are not installed in this environment: S3 was not measured"}
     import fsspec
 
     port = _free_port()
-    log = tempfile.TemporaryFile()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=log, stderr=subprocess.STDOUT)
-    try:
-        _wait_listening(port, server)
+
+    def measure(_server) -> dict:
         fs = fsspec.filesystem("s3", key="bench", secret="bench", skip_instance_cache=True,
                                client_kwargs={"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "eu-west-1"})
         fs.mkdir("bench-archive")
@@ -365,13 +379,8 @@ def _s3_writes(small, large) -> dict:
                 "small": _put_all(fs, "bench-archive/one", small), "large": _put_all(fs, "bench-archive/one", large),
                 "small_batched": _put_all(fs, "bench-archive/many", small, batched=True),
                 "large_batched": _put_all(fs, "bench-archive/many", large, batched=True)}
-    except Exception as exc:  # noqa: BLE001 -- reported in the figures
-        log.seek(0)
-        return {"error": repr(exc), "server_log_tail": log.read()[-2000:].decode(errors="replace")}
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+
+    return _with_server([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], port, measure)
 
 
 # --- websocket fan-out ------------------------------------------------------------------------------------------
@@ -421,12 +430,8 @@ def fanout(*, project, bundle, user, subscribers: int, messages: int) -> dict:
     env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.REDIS_URL,
            "SECRET_KEY": settings.SECRET_KEY, "STUDIO_DATA_DIR": str(settings.DATA_DIR),
            "DJANGO_SETTINGS_MODULE": "studio.settings"}
-    log = tempfile.TemporaryFile()
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
-                               "studio.asgi:application"], cwd=settings.BASE_DIR, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
-    try:
-        _wait_listening(port, server)
+
+    def measure(server) -> dict:
         points = synthetic_step_points(step=1, steps_total=100, rng=random.Random(0))
         window = max(1, layer.capacity // 4)
         redis_cpu = _redis_cpu_seconds()
@@ -440,13 +445,9 @@ def fanout(*, project, bundle, user, subscribers: int, messages: int) -> dict:
         figures.pop("redis_cpu_after", None)
         return {"server": "daphne, one process", "subscribers": subscribers, "messages": messages,
                 "window": window, "message_bytes": len(json.dumps(_step_message(run.pk, 0, points))), **figures}
-    except Exception as exc:  # noqa: BLE001 -- reported with the server's log
-        log.seek(0)
-        return {"error": repr(exc), "server_log_tail": log.read()[-3000:].decode(errors="replace")}
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+
+    return _with_server([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
+                         "studio.asgi:application"], port, measure, log_chars=3000, cwd=settings.BASE_DIR, env=env)
 
 
 def _step_message(run_id, seq: int, points: dict) -> dict:
