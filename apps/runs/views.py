@@ -91,6 +91,7 @@ def run_detail(request, project, run_id):
     run = selectors.run_get(project=project, run_id=run_id)
     panels = figures.panels_for(selectors.metric_names(run=run))
     context = {"project": project, "can_edit": can_edit, "run": run, "live": run.status in ACTIVE_STATUSES,
+               "active_statuses": " ".join(ACTIVE_STATUSES),
                "panels": [{"key": p.key, "figure": figures.to_json(figures.panel_figure(p, names, legend=False))}
                           for p, names in panels],
                "panel_rules": figures.panel_rules(),

@@ -149,9 +149,9 @@
   }
 
   // The dot beside the status: is this page getting the run's updates as they happen? Only a queued or running
-  // run (ACTIVE_STATUSES, apps/runs/models.py) writes more; a paused one may be resumed, so the socket stays
-  // open, but neither it nor an ended one is live.
-  const ACTIVE = ["queued", "running"];
+  // run (ACTIVE_STATUSES, apps/runs/models.py, written into the page) writes more; a paused one may be resumed,
+  // so the socket stays open, but neither it nor an ended one is live.
+  const ACTIVE = root.dataset.activeStatuses.split(" ");
   const state = root.querySelector("[data-live-state]");
   let link = "connecting"; // the socket's state: connecting, live, reconnecting
   function showLiveState() {
