@@ -12,7 +12,7 @@ import uuid
 from django.db.models import Avg, Count, F, Max, Min, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
-from .models import MetricPoint, Run, RunEvent
+from .models import ACTIVE_STATUSES, MetricPoint, Run, RunEvent
 
 MAX_POINTS = 1000  # per series: enough for a chart as wide as a screen
 
@@ -24,6 +24,13 @@ def run_list(*, project, status: str | None = None, with_reward: bool = False) -
         latest = MetricPoint.objects.filter(run=OuterRef("pk"), name="reward/mean").order_by("-step")
         runs = runs.annotate(reward_last=Subquery(latest.values("value")[:1]))
     return runs.filter(status=status) if status else runs
+
+
+def run_list_active(*, projects) -> QuerySet[Run]:
+    """The queued and running runs of `projects`, evaluations among them (`run.evaluation`), newest first: what
+    the landing page after log-in points to."""
+    return (Run.objects.filter(project__in=projects, status__in=ACTIVE_STATUSES)
+            .select_related("project", "bundle__definition", "evaluation__suite__definition"))
 
 
 def run_get(*, project, run_id) -> Run:
