@@ -109,6 +109,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "apps.accounts.context_processors.projects",
             ],
+            "builtins": ["apps.common.json_entries"],
         },
     },
 ]

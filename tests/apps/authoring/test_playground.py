@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from apps.registry.services import version_publish
-from tests.support.specimens import VERIFIER_SPEC
+from tests.support.specimens import TEMPLATE_SPEC, VERIFIER_SPEC
 
 pytestmark = pytest.mark.django_db
 
@@ -48,6 +48,17 @@ def test_a_verifier_with_a_judge_says_when_the_judge_is_not_configured(login, me
     settings.JUDGE_BASE_URL = ""
     page = _verify(login(member("editor")), project, "6")
     assert b"The judge is not configured" in page.content
+
+
+def test_hidden_fields_named_like_dict_methods_are_listed(login, member, owner, project, registry):
+    # A task's hidden fields are named by its author (or an uploaded file's columns): "items" is a field, not the
+    # dict's items() (Django's template lookup tries the key first).
+    version_publish(project=project, kind="task_template", slug="add-two", spec=TEMPLATE_SPEC, author=owner,
+                    message="counted", instances=[{"key": "add-00003", "inputs": {"a": 3, "b": 3},
+                                                   "hidden": {"answer": 6, "items": 2, "values": [3, 3]}}])
+    page = _verify(login(member("editor")), project, "6")
+    assert page.status_code == 200
+    assert "answer: 6\nitems: 2\nvalues: [3, 3]\n" in page.content.decode()
 
 
 def test_trying_needs_an_editor_and_an_unknown_instance_is_named(login, member, project, registry):
