@@ -1,10 +1,12 @@
 """Account pages: API tokens. Login and logout are django.contrib.auth's own views (see urls.py)."""
 
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -12,8 +14,10 @@ from . import services
 from .models import ApiToken, Project, Role, TokenScope
 from .selectors import api_token_list, audit_list, project_for_user, project_list_for_user
 
-EXPIRIES = [("30", "in 30 days"), ("7", "in 7 days"), ("90", "in 90 days"), ("365", "in a year"),
+EXPIRIES = [("7", "in 7 days"), ("30", "in 30 days"), ("90", "in 90 days"), ("365", "in a year"),
             ("", "never (until revoked)")]
+# A token that never expires outlives the laptop or the CI job it was made for: one is offered, not preselected.
+DEFAULT_EXPIRY = "90"
 
 
 class ApiTokenCreateForm(forms.Form):
@@ -22,15 +26,26 @@ class ApiTokenCreateForm(forms.Form):
                                      help_text="A token acts in this one project.")
     scope = forms.ChoiceField(choices=TokenScope.choices, initial=TokenScope.READ,
                               help_text="At most this, and never more than your own role.")
-    expires = forms.ChoiceField(choices=EXPIRIES, required=False, label="Expires")
+    expires = forms.ChoiceField(choices=EXPIRIES, required=False, label="Expires", initial=DEFAULT_EXPIRY)
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["project"].queryset = project_list_for_user(user=user).order_by("slug")
 
 
+def _navigation_project(request) -> Project | None:
+    """The project whose navigation the tokens page keeps: the one it was opened from (?project=, which the
+    navigation's link sends), else the user's first. The page itself is the user's, across projects."""
+    slug = request.GET.get("project")
+    if slug:
+        return project_for_user(user=request.user, slug=slug)
+    return project_list_for_user(user=request.user).first()
+
+
 def api_tokens(request):
-    form = ApiTokenCreateForm(request.POST if request.method == "POST" else None, user=request.user)
+    project = _navigation_project(request)
+    form = ApiTokenCreateForm(request.POST if request.method == "POST" else None, user=request.user,
+                              initial={"project": project})
     plaintext = None
     if form.is_valid():
         days = form.cleaned_data["expires"]
@@ -39,11 +54,11 @@ def api_tokens(request):
             user=request.user, name=form.cleaned_data["name"], project=form.cleaned_data["project"],
             scope=form.cleaned_data["scope"], via="web",
             expires_at=timezone.now() + timedelta(days=int(days)) if days else None)
-        form = ApiTokenCreateForm(user=request.user)
+        form = ApiTokenCreateForm(user=request.user, initial={"project": project})
     tokens = api_token_list(user=request.user)
     status = 400 if form.is_bound and form.errors else 200
     return render(request, "accounts/api_tokens.html",
-                  {"tokens": tokens, "form": form, "plaintext": plaintext}, status=status)
+                  {"tokens": tokens, "form": form, "plaintext": plaintext, "project": project}, status=status)
 
 
 @require_POST
@@ -53,7 +68,8 @@ def api_token_revoke(request, token_id):
     if token.revoked_at is None:
         services.api_token_revoke(token=token, actor=request.user, via="web")
         messages.success(request, f"Revoked the token {token.name} (pts_{token.prefix}_…); it no longer works.")
-    return redirect("api_tokens")
+    return redirect(f"{reverse('api_tokens')}?{urlencode({'project': token.project.slug})}" if token.project
+                    else reverse("api_tokens"))
 
 
 def audit_log(request, project):

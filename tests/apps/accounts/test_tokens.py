@@ -57,3 +57,23 @@ def test_nobody_revokes_another_users_token(login, owner, project, outsider):
     assert client.post(reverse("api_token_revoke", kwargs={"token_id": token.pk})).status_code == 404
     assert b"ci" not in client.get(reverse("api_tokens")).content.split(b"<h2>Your tokens</h2>")[1]
     assert holder(plaintext) == owner
+
+
+def test_the_tokens_page_keeps_the_projects_navigation_and_preselects_an_expiry(login, owner, project, outsider):
+    client = login(owner)
+    runs = reverse("runs:run_list", kwargs={"project": project.slug})
+    registry_page = client.get(reverse("registry:definition_list", kwargs={"project": project.slug})).content.decode()
+    tokens_link = re.search(r'href="([^"]*/accounts/tokens/[^"]*)"', registry_page)[1]
+    page = client.get(tokens_link.replace("&amp;", "&"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'href="{runs}"' in html  # the project's navigation, as on its other pages
+    assert re.search(r'<option value="90" selected>in 90 days</option>', html)
+    assert re.search(rf'<option value="{project.pk}" selected>', html)
+    # Never expiring is still a choice, as the service allows.
+    client.post(tokens_link, {"name": "forever", "project": project.pk, "scope": "read", "expires": ""})
+    assert ApiToken.objects.get(name="forever").expires_at is None
+    # Opened on its own, the page draws the user's first project's navigation; another team's project is a 404.
+    assert f'href="{runs}"' in client.get(reverse("api_tokens")).content.decode()
+    others = outsider.memberships.get().project
+    assert client.get(reverse("api_tokens"), {"project": others.slug}).status_code == 404
