@@ -26,11 +26,13 @@ from apps.trajectories.selectors import BadFilter, trajectory_slice
 _apps: dict[int, Dash] = {}
 _lock = threading.Lock()
 
+# The studio's navigation is the viewer's (their projects, their name, a logout form with their CSRF token), while
+# this page is the app's, shared by everyone: views.py puts the navigation in place of NAVIGATION per request.
+NAVIGATION = "<!-- the studio's navigation -->"
 INDEX = """<!DOCTYPE html>
 <html><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}
 <link rel="stylesheet" href="/static/css/studio.css"><link rel="stylesheet" href="/static/css/live.css"></head>
-<body><nav class="topnav"><a class="brand" href="/">Posttrain Studio</a><a href="../runs/">Runs</a>
-<a href="../trajectories/">Trajectories</a><span>Explorer</span></nav>
+<body>""" + NAVIGATION + """
 <main class="explorer">{%app_entry%}</main>
 <footer>{%config%}{%scripts%}{%renderer%}</footer></body></html>"""
 

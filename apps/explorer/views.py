@@ -8,10 +8,11 @@ import json
 
 from django.http import HttpResponseNotFound, JsonResponse
 from django.middleware.csrf import get_token
+from django.template.loader import render_to_string
 
 from apps.accounts.selectors import project_for_user
 
-from .dash_app import explorer_app
+from .dash_app import NAVIGATION, explorer_app
 from .wsgi_bridge import call_wsgi
 
 
@@ -27,6 +28,8 @@ def explorer(request, project, rest):
     response = call_wsgi(app.server, request)
     if not rest:
         response._csp_update = {"script-src": app.csp_hashes()}  # Dash's own inline scripts, by their hashes
+        navigation = render_to_string("_topnav.html", {"project": project}, request=request)
+        response.content = response.content.replace(NAVIGATION.encode(), navigation.encode(), 1)
     if rest.startswith("_dash-component-suites/") and response.status_code >= 500:
         # Dash fails on a bundle it does not serve (a mistyped or traversal path: nothing is read): not found.
         return HttpResponseNotFound("No such explorer file.")
