@@ -163,8 +163,9 @@ def run_claim(*, run_id, stale_after: float, worker: str | None = None) -> int |
         if not (run.status == RunStatus.QUEUED or (run.status == RunStatus.RUNNING and stale)):
             return None
         if run.status == RunStatus.RUNNING:
-            _event(run, EventKind.WORKER_LOST, f"worker {run.worker or '?'} stopped answering; taken over",
-                   details={"worker": run.worker, "attempt": run.attempt})
+            _event(run, EventKind.WORKER_LOST, f"worker {run.worker or '?'} stopped answering at step {run.step}; "
+                                               f"taken over {_resume_point(run)}",
+                   step=run.step, details={"worker": run.worker, "attempt": run.attempt})
         run.attempt += 1
         run.status, run.worker, run.heartbeat_at = RunStatus.RUNNING, worker or worker_name(), now
         run.started_at = run.started_at or now
@@ -183,11 +184,26 @@ def runs_requeue_lost(*, stale_after: float) -> list[Run]:
             run.status = RunStatus.QUEUED
             run.save(update_fields=["status"])
             _event(run, EventKind.WORKER_LOST, f"worker {run.worker} stopped answering at step {run.step}; "
-                                               "queued to resume from its last checkpoint",
+                                               f"queued {_resume_point(run)}",
                    step=run.step, details={"worker": run.worker, "attempt": run.attempt})
             live.broadcast_run(run)
             requeued.append(run)
     return requeued
+
+
+def _resume_point(run: Run) -> str:
+    """Where a run whose worker was lost goes on from, in words. A training run restarts from its newest
+    checkpoint (workers/rl/pipeline.py), so the steps after it are trained again: the step it stopped at is not
+    the step it resumes from. An evaluation goes on after the last batch it archived (apps/runs/evaluation.py)."""
+    if (run.config or {}).get("evaluation"):
+        return f"to resume after batch {run.step}, the last it archived"
+    newest = run.checkpoints.order_by("-step").values_list("step", flat=True).first()
+    if newest is None:
+        return "to resume from the start: it saved no checkpoint"
+    again = "" if newest == run.step else (
+        f" (step {run.step} is trained again)" if newest + 1 == run.step
+        else f" (steps {newest + 1}-{run.step} are trained again)")
+    return f"to resume from its checkpoint at step {newest}{again}"
 
 
 def _fenced(run_id, attempt: int) -> Run:

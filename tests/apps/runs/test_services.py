@@ -190,6 +190,38 @@ def test_requeue_lost_queues_only_the_runs_whose_heartbeat_went_stale(run, proje
     assert kinds(run).count(EventKind.WORKER_LOST) == 1  # a queued run was not running: no second worker_lost
 
 
+def test_a_lost_worker_event_names_the_checkpoint_the_run_resumes_from(run, project, registry):
+    """Stopped at step 5 with its newest checkpoint at step 4: the run resumes at 4, not at 5, and says so."""
+    attempt = claimed(run, "quiet:1")
+    for number in range(1, 6):
+        step(run, attempt, number)
+        if number % 2 == 0:
+            run_checkpoint_record(run_id=run.pk, attempt=attempt, step=number, path=f"/ckpt/{number}", size=1)
+    go_quiet(run)
+    runs_requeue_lost(stale_after=STALE)
+    lost = RunEvent.objects.get(run=run, kind=EventKind.WORKER_LOST)
+    assert lost.message == ("worker quiet:1 stopped answering at step 5; queued to resume from its checkpoint at "
+                            "step 4 (step 5 is trained again)")
+
+    # Taken over by a claim, several steps past the checkpoint.
+    attempt = claimed(run, "next:2")
+    for number in range(6, 9):
+        step(run, attempt, number)
+    go_quiet(run)
+    claimed(run, "third:3")
+    lost = RunEvent.objects.filter(run=run, kind=EventKind.WORKER_LOST).last()
+    assert lost.step == 8 and lost.message == ("worker next:2 stopped answering at step 8; taken over to resume from "
+                                               "its checkpoint at step 4 (steps 5-8 are trained again)")
+
+    # No checkpoint yet: from the start.
+    early = run_create(project=project, bundle=registry["bundle"], steps=10)
+    step(early, claimed(early, "early:4"), 1)
+    go_quiet(early)
+    runs_requeue_lost(stale_after=STALE)
+    assert RunEvent.objects.get(run=early, kind=EventKind.WORKER_LOST).message == (
+        "worker early:4 stopped answering at step 1; queued to resume from the start: it saved no checkpoint")
+
+
 # --- the owner's requests ----------------------------------------------------------------------------------------
 
 def test_pause_resume_and_cancel_a_queued_run(run, owner):
