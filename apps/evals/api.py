@@ -90,14 +90,16 @@ class ComparisonOut(Schema):
     p_value: float | None
     q_value: float | None
     significant: bool
-    verdict: str
+    verdict: str = Field(description="b better, b worse (significant at q < 0.05), no significant difference, "
+                                     "or no shared tasks")
 
 
 class TaskChangeOut(Schema):
     task: str
     domain: str
-    a: float | None
-    b: float | None
+    a: float | None = Field(description="a's mean reward on the task")
+    b: float | None = Field(description="b's mean reward on the task")
+    change: float = Field(description="b − a (a side without a graded answer counts 0)")
     a_trajectory: str | None
     b_trajectory: str | None
 
@@ -105,9 +107,12 @@ class TaskChangeOut(Schema):
 class CompareOut(Schema):
     a: int
     b: int
-    domains: list[ComparisonOut]
-    regressions: list[TaskChangeOut]
-    improvements: list[TaskChangeOut]
+    a_what: str = Field(description="what evaluation a evaluated (a model, RUN@STEP or an endpoint)")
+    b_what: str = Field(description="what evaluation b evaluated")
+    domains: list[ComparisonOut] = Field(description="per domain and `all`: difference b − a; a_only and b_only "
+                                                     "count the tasks only that side passed")
+    regressions: list[TaskChangeOut] = Field(description="tasks where b scores lower than a, largest fall first")
+    improvements: list[TaskChangeOut] = Field(description="tasks where b scores higher than a, largest rise first")
 
 
 class EndpointIn(Schema):
@@ -147,6 +152,10 @@ def _evaluation(e) -> dict:
     return {"id": e.pk, "what": e.label, "kind": e.kind, "suite": e.suite.ref, "key": e.key, "run": str(e.run_id),
             "status": e.run.status, "batches_done": e.run.step, "batches": e.run.steps_total,
             "created_at": e.created_at}
+
+
+def _change(c: results.TaskChange) -> dict:
+    return {**vars(c), "change": c.change}
 
 
 def _score(s) -> dict:
@@ -199,8 +208,9 @@ def get_evaluation(request, project: str, evaluation: int):
 
 @router.get(EVALS + "/{a}/compare/{b}", response={200: CompareOut, **READ_ERRORS, 409: dict})
 def compare_evaluations(request, project: str, a: int, b: int):
-    """b against a, paired by task: per domain the difference with a paired-bootstrap interval, McNemar's exact
-    p and Benjamini-Hochberg q; and the tasks that regressed or improved. 409 when the suites' keys differ (the
+    """b compared with a, paired by task: every difference is b − a (above zero where b scores higher), per
+    domain with a paired-bootstrap interval, McNemar's exact p and Benjamini-Hochberg q; regressions are the tasks
+    b scores lower on than a, improvements those it scores higher on. 409 when the suites' keys differ (the
     message names what differs)."""
     scope = caller_project(request, project)
     left, right = selectors.evaluation_get(project=scope, pk=a), selectors.evaluation_get(project=scope, pk=b)
@@ -212,8 +222,8 @@ def compare_evaluations(request, project: str, a: int, b: int):
     domains = [{"domain": d, "tasks": c.tasks, "difference": c.difference, "low": c.low, "high": c.high,
                 "a_only": c.a_only, "b_only": c.b_only, "p_value": c.p_value, "q_value": c.q_value,
                 "significant": c.significant, "verdict": c.verdict} for d, c in paired.by_domain.items()]
-    return {"a": a, "b": b, "domains": domains, "regressions": [vars(c) for c in regressions],
-            "improvements": [vars(c) for c in improvements]}
+    return {"a": a, "b": b, "a_what": left.label, "b_what": right.label, "domains": domains,
+            "regressions": [_change(c) for c in regressions], "improvements": [_change(c) for c in improvements]}
 
 
 @router.get(EVALS + "/endpoints/", response={200: list[EndpointOut], **READ_ERRORS})

@@ -58,11 +58,16 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
+        return self.verdict_for("b")
+
+    def verdict_for(self, b: str) -> str:
+        """The verdict with the side the difference is measured for named `b` (a page names it by what it
+        evaluated)."""
         if self.difference is None:
             return "no shared tasks"
         if not self.significant:
             return "no significant difference"
-        return "b better" if self.difference > 0 else "b worse"
+        return f"{b} better" if self.difference > 0 else f"{b} worse"
 
 
 def wilson(successes: int, total: int, confidence: float = CONFIDENCE) -> tuple[float, float]:

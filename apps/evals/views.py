@@ -95,11 +95,13 @@ def checkpoint_list(request, project):
 
 
 def compare_page(request, project, a, b):
+    """b compared with a: every difference is b − a, and the page names both by what they evaluated."""
     project = project_for_user(user=request.user, slug=project)
     left, right = selectors.evaluation_get(project=project, pk=a), selectors.evaluation_get(project=project, pk=b)
     context = {"project": project, "a": left, "b": right}
     try:
-        context["paired"] = results.compare(left, right)
+        paired = results.compare(left, right)
+        context["domains"] = [(domain, c, c.verdict_for(right.label)) for domain, c in paired.by_domain.items()]
         context["regressions"], context["improvements"] = results.task_diff(left, right)
     except results.NotComparable as exc:
         context["refused"] = str(exc)
