@@ -68,6 +68,14 @@ def instance_page(*, version: Version, after_key: str = "", limit: int = 100) ->
     return list(qs.select_related("instance").order_by("key")[:limit])
 
 
+def instance_hashes(*, version: Version) -> dict[str, str]:
+    """Each task instance's content hash by key, for comparing a version's tasks with others (a task upload's)."""
+    if version.instance_set_id is None:
+        return {}
+    return dict(InstanceSetMember.objects.filter(instance_set_id=version.instance_set_id)
+                .values_list("key", "instance__content_hash"))
+
+
 def instance_rows(*, version: Version, chunk: int = 2000):
     """(key, inputs, hidden) of every instance of a version in key order, a chunk at a time, without building
     model objects (export and the workers read tens of thousands)."""

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.definitions.canonical import MAX_DEPTH, data_problem
+from workers.definitions.newlines import normalise_newlines
 
 from .errors import FieldError, SpecError
 
@@ -95,6 +96,7 @@ class TaskFile:
     places: list[str] = field(default_factory=list)  # "line 3" for each instance
     errors: list[FieldError] = field(default_factory=list)
     bad_rows: int = 0
+    read_whole: bool = True  # False when the file could not be read to its end: rows after that point are unknown
 
     @property
     def ok(self) -> bool:
@@ -409,6 +411,7 @@ def read_tasks(path: Path, fmt: str, *, mapping: ColumnMapping | None = None, na
             if problem:
                 found.fail(where, problem)
                 continue
+            instance = normalise_newlines(instance)  # a file written on Windows: "\r\n" in its cells and strings
             instance["key"] = str(instance["key"])
             if instance["key"] in keys:
                 found.fail(where, f"the key {instance['key']!r} is also on {keys[instance['key']]}")
@@ -421,6 +424,7 @@ def read_tasks(path: Path, fmt: str, *, mapping: ColumnMapping | None = None, na
             found.instances.append(instance)
             found.places.append(where)
     except Unreadable as exc:
+        found.read_whole = False
         found.fail(name or str(path), str(exc))
     found.columns = source.columns
     if progress:

@@ -71,3 +71,5 @@ class UploadPublishForm(forms.Form):
     # The head the preview was made against: publishing is refused if someone published after it.
     expected_head = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
     message = forms.CharField(max_length=500, help_text="What changed and why; shown in the version history.")
+    # Off unless ticked: a file with bad rows is refused as a whole, as before, unless the uploader chooses this.
+    skip_bad_rows = forms.BooleanField(required=False, label="Publish the good rows only, leaving the bad rows out")

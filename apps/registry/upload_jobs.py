@@ -4,8 +4,10 @@ An upload is a directory under STUDIO_DATA_DIR/uploads/tasks/<id>/: the file as 
 chunks by the upload page's handler, never held whole in memory), `meta.json` (who uploaded it for which task
 template, its name and size), and one job per way of reading it (a format, a column mapping, the template
 version whose prompt renders the rows) under jobs/<key>/: `params.json`, `state.json` (running with its
-progress, done with every error and the first rows rendered, or failed) and, where every row was good,
-`instances.jsonl`, what publishing stores.
+progress, done with every error and the first rows rendered, or failed) and, where the file was read to its end,
+`instances.jsonl`, its good rows, which publishing stores (all of the file's, or with the bad rows left out when
+the uploader asks for that), with `hashes.json`, each of those task's content hash by key (what the preview
+compares with the head version's tasks).
 
 A small file is read in the request. A file above settings.TASK_UPLOAD_BACKGROUND_BYTES (default 20 MB) is read
 in the background while the page polls its progress: by the Celery task `workers.tasks.read_task_upload` on the
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from workers.definitions.canonical import instance_hash
 from workers.rl.types import TaskTemplate
 from workers.verifiers import Item
 from workers.verifiers.answers import references_unfilled
@@ -209,6 +212,31 @@ def job_instances(upload: Upload, key: str) -> list[dict]:
         return [json.loads(line) for line in handle]
 
 
+@dataclass(frozen=True)
+class Replacement:
+    """What publishing a job's tasks does to the head version's: the new version holds exactly the file's tasks,
+    so every one of the head's is replaced — kept as it is, changed (same key, other content) or removed — and
+    the file's other keys are new."""
+
+    replaced: int
+    kept: int
+    changed: int
+    removed: int
+    new: int
+
+
+def job_replacement(upload: Upload, key: str, *, head_hashes: dict[str, str]) -> Replacement | None:
+    """The job's tasks against the head's (`head_hashes`: content hash by key, as the registry stores them);
+    None where the job stored no tasks."""
+    hashes = _read_json(upload.job_dir(key) / "hashes.json")
+    if hashes is None:
+        return None
+    kept = sum(head_hashes.get(task) == digest for task, digest in hashes.items())
+    changed = sum(task in head_hashes for task in hashes) - kept
+    return Replacement(replaced=len(head_hashes), kept=kept, changed=changed,
+                       removed=len(head_hashes) - kept - changed, new=len(hashes) - kept - changed)
+
+
 def _stale(state: dict | None) -> bool:
     return state is not None and state.get("state") == "running" and time.time() - state.get("updated", 0) > \
         STALE_SECONDS
@@ -281,12 +309,18 @@ def job_run(upload_id: str, key: str) -> None:
         found = read_tasks(upload.source, params["format"], mapping=mapping, name=upload.meta.get("name"),
                            check=lambda instance: render_problem(template, instance, params.get("verifier_spec")),
                            progress=progress)
-        if found.ok:
+        # The good rows of a file read to its end can be published, with its bad rows left out if the uploader
+        # asks; a file that broke off partway cannot: the rows after the break are unknown.
+        skippable = found.read_whole and bool(found.instances) and bool(found.errors)
+        if found.ok or skippable:
             partial = directory / ".instances.jsonl.partial"
             with open(partial, "w", encoding="utf-8") as handle:
                 for instance in found.instances:
                     handle.write(json.dumps(instance, ensure_ascii=False) + "\n")
             os.replace(partial, directory / "instances.jsonl")
+            _write_json(directory / "hashes.json", {
+                instance["key"]: instance_hash(instance["key"], instance["inputs"], instance.get("hidden", {}))
+                for instance in found.instances})
         preview = [{"where": where, **instance, "messages": render(template, instance)}
                    for where, instance in zip(found.places[:PREVIEW_ROWS], found.instances[:PREVIEW_ROWS],
                                               strict=True)]
@@ -295,6 +329,7 @@ def job_run(upload_id: str, key: str) -> None:
             "file_type": found.file_type, "columns": found.columns, "rows": found.rows,
             "count": len(found.instances) if found.ok else 0, "good_rows": len(found.instances),
             "errors": [[e.field, e.problem] for e in found.all_errors()], "bad_rows": found.bad_rows,
+            "skippable": skippable,
             "preview": preview, "updated": time.time()})
     except Exception as exc:  # the page says so; the thread must not die silently
         log.exception("reading task upload %s (job %s) failed", upload_id, key)

@@ -8,7 +8,9 @@ template, previewed, and published as its next version only when confirmed.
    in the background (upload_jobs.py) while the page shows its progress (`task_upload_progress`, polled).
    Nothing is published.
 3. `task_upload_publish`: "Publish @N+1 with these K tasks": the rows read become the task set of the next
-   version, against the head the preview was made with.
+   version, against the head the preview was made with. The preview says what that does to the head's tasks
+   (kept, changed, removed, new). A file with bad rows is refused unless the uploader ticks "the good rows only";
+   then the version's message (and so its audit row) names the rows left out.
 
 Editors only, as every registry page that writes; an upload is its uploader's.
 """
@@ -21,6 +23,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile, StopFutureHandlers, StopUpload
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
@@ -40,6 +43,7 @@ from .upload_jobs import (
     guess_mapping,
     job_ensure,
     job_instances,
+    job_replacement,
     job_stalled,
     job_state,
     max_bytes,
@@ -178,8 +182,7 @@ def task_upload_preview(request, project, kind, slug, upload):
     columns = columns_of(upload.source, meta["name"])
     context = {"project": project, "can_edit": can_edit, "definition": definition, "head": head, "upload": upload,
                "meta": meta, "format": fmt, "format_form": FormatForm(initial={"format": fmt}), "columns": columns,
-               "placeholders": placeholders, "query": request.GET.urlencode(),
-               "instance_count": head.instance_set.count if head.instance_set_id else 0}
+               "placeholders": placeholders, "query": request.GET.urlencode()}
     mapping = None
     if fmt == COLUMNS:
         if request.GET.get("map"):
@@ -204,10 +207,12 @@ def task_upload_preview(request, project, kind, slug, upload):
     key, state = job_ensure(upload, fmt=fmt, mapping=mapping, head=head.number, spec=head.spec,
                             verifier=_verifier_of(project, head))
     context.update(job=key, state=state)
-    if state["state"] == "done" and state["count"] and not state["errors"]:
+    if state["state"] == "done" and ((state["count"] and not state["errors"]) or state.get("skippable")):
+        context["replacement"] = job_replacement(upload, key,
+                                                 head_hashes=selectors.instance_hashes(version=head))
         context["publish_form"] = UploadPublishForm(initial={
             "job": key, "expected_head": head.number,
-            "message": f"Upload {state['count']} tasks from {meta['name']}"})
+            "message": f"Upload {state['good_rows']} tasks from {meta['name']}"})
     return render(request, "registry/task_upload_preview.html", context)
 
 
@@ -245,14 +250,22 @@ def task_upload_publish(request, project, kind, slug, upload):
         return redirect(back)
     job = form.cleaned_data["job"]
     state = job_state(upload, job)
-    if not state or state["state"] != "done" or state["errors"] or not state["count"]:
+    if not state or state["state"] != "done" or not (state["count"] or state.get("skippable")):
         messages.error(request, "This preview has no tasks to publish; nothing was published.")
         return redirect(back)
+    message = form.cleaned_data["message"]
+    if state["errors"]:
+        if not form.cleaned_data["skip_bad_rows"]:
+            messages.error(request, f"The file has {state['bad_rows']} bad row{pluralize(state['bad_rows'])}; "
+                                    "nothing was published. Fix them and upload the file again, or tick “Publish "
+                                    "the good rows only”.")
+            return redirect(back)
+        message = f"{message} ({_rows_left_out(state)})"
     instances = job_instances(upload, job)
     head = selectors.version_head(definition=definition)
     try:
         published = version_publish(project=project, kind=kind, slug=slug, spec=head.spec, author=request.user,
-                                    message=form.cleaned_data["message"], instances=instances,
+                                    message=message, instances=instances,
                                     expected_head=form.cleaned_data["expected_head"], via="web")
     except PublishConflict as exc:
         messages.error(request, f"{exc} The preview below is against the newest version now.")
@@ -264,10 +277,19 @@ def task_upload_publish(request, project, kind, slug, upload):
     upload.remove()
     version = published.version
     if published.created:
-        messages.success(request, f"Published {version.ref} with {len(instances)} tasks.")
+        left_out = f"; {_rows_left_out(state)}" if state["errors"] else ""
+        messages.success(request, f"Published {version.ref} with {len(instances)} tasks{left_out}.")
     else:
         messages.info(request, f"{version.ref} already holds these tasks; nothing was published.")
     return redirect("registry:version_detail", project=project.slug, kind=kind, slug=slug, number=version.number)
+
+
+def _rows_left_out(state: dict, listed: int = 10) -> str:
+    """`2 bad rows left out: line 3, line 9` — what a publish of the good rows only says it skipped."""
+    places = [field for field, _ in state["errors"] if field][:listed]
+    more = state["bad_rows"] - len(places)
+    return (f"{state['bad_rows']} bad row{pluralize(state['bad_rows'])} left out: {', '.join(places)}"
+            + (f" and {more} more" if more > 0 else ""))
 
 
 def _by_key(error, instances) -> str:

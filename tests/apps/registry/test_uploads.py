@@ -19,6 +19,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
+from apps.accounts.models import AuditEvent
 from apps.registry.errors import SpecError
 from apps.registry.models import Version
 from apps.registry.services import version_publish
@@ -137,7 +138,13 @@ def test_a_bad_line_is_named_and_nothing_is_published_then_the_fixed_file_is(log
     preview = client.get(response["Location"])
     text = preview.content.decode()
     assert "line 57: not JSON" in text and "199 good, 1 bad" in text
-    assert "data-publish" not in text and Version.objects.count() == versions
+    # Publishing the good rows only is offered, never preselected: as the form comes, it publishes nothing.
+    assert '<input type="checkbox" name="skip_bad_rows" id="id_skip_bad_rows">' in text
+    job = text.split('name="job" value="')[1].split('"')[0]
+    refused = client.post(response["Location"].split("?")[0] + "publish/", {
+        "job": job, "expected_head": 1, "message": "199 quiz tasks", "query": "format=exact-answer"}, follow=True)
+    assert "The file has 1 bad row; nothing was published" in refused.content.decode()
+    assert Version.objects.count() == versions
 
     response = upload(client, project, gzip.compress(quiz_lines(200).encode()), "quiz.jsonl.gz")
     text = client.get(response["Location"]).content.decode()
@@ -152,6 +159,43 @@ def test_a_bad_line_is_named_and_nothing_is_published_then_the_fixed_file_is(log
     assert head.instance_set.count == 200 and head.parent.number == 1 and head.message == "200 quiz tasks"
     assert Version.objects.count() == versions + 1
     assert not (uploads_root() / response["Location"].split("/")[-2]).exists()  # the published upload is gone
+
+
+def test_the_preview_says_what_a_publish_replaces_and_can_leave_the_bad_rows_out(login, owner, project, quiz,
+                                                                               tmp_path):
+    """Against a head of 10 tasks, a file keeps 5 as they are, changes 1, leaves 4 out and adds 2, and one of its
+    rows is bad: the preview counts each; publishing its good rows only is a choice the version's message (and its
+    audit row) records."""
+    head_file = tmp_path / "head.jsonl"
+    head_file.write_text(quiz_lines(10), encoding="utf-8")
+    version_publish(project=project, kind="task_template", slug="quiz", spec=QUIZ_SPEC, author=owner,
+                    instances=read_task_file(head_file, "exact-answer"))
+    rows = [json.loads(line) for line in quiz_lines(12).splitlines()]
+    rows[5]["answer"] = 99  # q006 changed
+    kept_changed_new = rows[:6] + rows[10:]  # q007-q010 left out; q011, q012 new
+    lines = [json.dumps(row) for row in kept_changed_new]
+    lines.insert(3, '{"key": "broken", "prompt": "What is')  # line 4
+    client = login(owner)
+    location = upload(client, project, ("\n".join(lines) + "\n").encode(), "quiz.jsonl")["Location"]
+    text = client.get(location).content.decode()
+    assert "8 good, 1 bad" in text and "line 4: not JSON" in text
+    replacement = " ".join(text.split("data-replacement>")[1].split("</p>")[0].replace("<strong>", "")
+                           .replace("</strong>", "").split())
+    assert replacement == ("@3 will hold exactly the 8 good tasks; its spec is @2's. They replace the 10 existing "
+                           "instances of @2: 5 kept unchanged, 1 changed, 4 removed (not in the file); 2 new.")
+
+    job = text.split('name="job" value="')[1].split('"')[0]
+    publish = {"job": job, "expected_head": 2, "message": "quiz tasks, revised", "query": "format=exact-answer"}
+    refused = client.post(location.split("?")[0] + "publish/", publish, follow=True)
+    assert "nothing was published" in refused.content.decode() and Version.objects.filter(number=3).count() == 0
+
+    published = client.post(location.split("?")[0] + "publish/", {**publish, "skip_bad_rows": "on"}, follow=True)
+    head = Version.objects.get(definition__slug="quiz", number=3)
+    assert head.instance_set.count == 8
+    assert head.message == "quiz tasks, revised (1 bad row left out: line 4)"
+    assert "Published task_template/quiz@3 with 8 tasks; 1 bad row left out: line 4." in published.content.decode()
+    audit = AuditEvent.objects.get(action="version.publish", target=head.ref)
+    assert audit.details["message"] == head.message
 
 
 def test_columns_are_mapped_on_the_preview_page(login, owner, project, registry):
@@ -170,7 +214,7 @@ def test_columns_are_mapped_on_the_preview_page(login, owner, project, registry)
     response = upload(client, project, csv_text.encode(), "sums.csv", fmt="columns", slug="add-two")
     text = client.get(response["Location"].split("?")[0], {**query, "hidden": "answer"}).content.decode()
     assert "What is 0 + 1?" in text and "Publish @2 with these 5 tasks" in text
-    assert "in place of the 20 of @1" in text
+    assert "They replace the 20 existing instances of @1" in text
 
     # The benchmark format cannot fill {a} and {b}: said once, before any row is read.
     text = client.get(response["Location"].split("?")[0], {"format": "exact-answer"}).content.decode()
