@@ -10,6 +10,7 @@ from django.shortcuts import render
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page
+from apps.common.forms import MultilineField
 from apps.registry import selectors as registry
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
@@ -24,8 +25,8 @@ class VerifyForm(forms.Form):
     compare = forms.IntegerField(min_value=1, required=False, help_text="another version, verdicts side by side")
     template = forms.CharField(max_length=140, help_text="a task template: slug or slug@N")
     key = forms.CharField(max_length=200, label="Task instance")
-    response = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "class": "code", "spellcheck": "false"}),
-                               strip=False, label="Response")
+    response = MultilineField(widget=forms.Textarea(attrs={"rows": 8, "class": "code", "spellcheck": "false"}),
+                              strip=False, label="Response")
 
 
 def _definition(project, kind, slug):

@@ -2,7 +2,8 @@
 
 json.loads accepts a lone surrogate ("\\ud800": not a character, so no database or encoder stores it) and nests as
 deep as the interpreter's recursion limit (every recursive walk after it, ours or a library's, then fails). Both
-are the client's mistake and answer 400, before anything else reads the body.
+are the client's mistake and answer 400, before anything else reads the body. What passes has its text's line
+endings made "\n" (workers/definitions/newlines.py): a client on Windows sends "\r\n" as readily as a browser.
 """
 
 import json
@@ -11,6 +12,7 @@ from ninja.errors import HttpError
 from ninja.parser import Parser
 
 from workers.definitions.canonical import MAX_DEPTH, data_problem
+from workers.definitions.newlines import normalise_newlines
 
 
 class StrictJSONParser(Parser):
@@ -22,4 +24,4 @@ class StrictJSONParser(Parser):
         problem = data_problem(data, where="body")
         if problem:
             raise HttpError(400, f"The request body is refused: {problem}.")
-        return data
+        return normalise_newlines(data)

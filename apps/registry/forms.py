@@ -2,11 +2,13 @@
 
 from django import forms
 
+from apps.common.forms import MultilineField
+
 from .files import YamlError, load_yaml
 from .models import Kind
 
 
-class SpecYamlField(forms.CharField):
+class SpecYamlField(MultilineField):
     """A spec written as YAML; cleans to the parsed mapping, while the page keeps showing the text as typed."""
 
     widget = forms.Textarea(attrs={"rows": 24, "spellcheck": "false", "class": "code"})
@@ -37,7 +39,7 @@ class VersionEditForm(forms.Form):
 class DefinitionCreateForm(forms.Form):
     kind = forms.ChoiceField(choices=Kind.choices)
     slug = forms.CharField(max_length=63, help_text="Lowercase letters, digits and hyphens, e.g. add-two.")
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    description = MultilineField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     spec = SpecYamlField()
     message = forms.CharField(max_length=500, initial="First version")
 

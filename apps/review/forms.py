@@ -5,6 +5,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 
 from apps.accounts.models import Membership, Role
+from apps.common.forms import MultilineField
 from apps.registry.models import Version
 from apps.trajectories.selectors import FILTERS
 
@@ -22,7 +23,7 @@ RULE_HELP = {
 
 class QueueCreateForm(forms.Form):
     slug = forms.SlugField(max_length=63, help_text="Lowercase letters, digits and hyphens, e.g. judge-spot-check.")
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    description = MultilineField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     rubric = forms.ModelChoiceField(queryset=Version.objects.none(), help_text="The questions reviewers answer.")
     # The trajectory browser's filters, under its own names, so that its query string fills them in.
     run = forms.ChoiceField(required=False)

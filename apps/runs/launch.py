@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django import forms
 
+from apps.common.forms import MultilineField
 from apps.registry.models import Version
 from apps.registry.refs import parse_ref
 from workers.definitions.specs import Limits
@@ -101,7 +102,7 @@ def config_field(name: str, hint) -> forms.Field:
     if isinstance(default, dict):
         return ObjectField(required=False, widget=forms.TextInput(attrs={"class": "code"}))
     if name in MULTILINE:
-        return forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3, "class": "code"}))
+        return MultilineField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 3, "class": "code"}))
     return forms.CharField(required=False, max_length=1000)
 
 

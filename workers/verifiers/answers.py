@@ -20,8 +20,8 @@ from typing import Any
 
 from .types import Item
 
-FENCED_BLOCK = re.compile(r"```[ \t]*(?:json)?[ \t]*\n(.*?)```", re.S | re.I)
-ANSWER_MARKER = re.compile(r"\b(?:final\s+)?answer\b[*_ \t]*(?::|=|\bis\b)[*_ \t]*(?P<rest>[^\n]*)", re.I)
+FENCED_BLOCK = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)```", re.S | re.I)
+ANSWER_MARKER = re.compile(r"\b(?:final\s+)?answer\b[*_ \t]*(?::|=|\bis\b)[*_ \t]*(?P<rest>[^\r\n]*)", re.I)
 BOXED = re.compile(r"\\boxed\s*\{")
 MAX_ANSWER_CHARS = 2000  # a final answer is a line, not an essay; bounds what later parsing has to chew
 
@@ -104,7 +104,7 @@ def final_answer(response: str) -> FinalAnswer:
         rest = marker.group("rest").strip()
         if not rest:
             following = response[marker.end():].strip()
-            rest = following.split("\n", 1)[0] if following else ""
+            rest = following.splitlines()[0] if following else ""
         if rest:
             return FinalAnswer(rest[:MAX_ANSWER_CHARS], "marker")
     boxed = last_match(BOXED, response)

@@ -12,10 +12,14 @@ Rules, in order of the spec's layers:
   check whose grader gave an unusable answer (status `error`, e.g. a malformed judge reply) cannot grade
   either: both are retried and reported the same way, never scored and never silently skipped.
 - Status: `pass` at or above the verifier's pass_threshold, `fail` at 0, `partial` in between.
+- Checks read the response with "\n" line endings, however the model or a browser wrote it: an author's regex
+  with `$`, a reference compared as a string and a grader's own parsing meet the text they were written for.
 """
 
 import time
+from dataclasses import replace
 
+from workers.definitions.newlines import normalise_newlines
 from workers.telemetry import verdict_observed
 
 from .checks import check_function
@@ -23,7 +27,7 @@ from .types import ERROR, FAIL, INFRA_ERROR, PARTIAL, PASS, Component, Outcome, 
 
 
 def verify(spec: dict, sample, item, context, *, retries: int = 2) -> Verdict:
-    verdict = _verify(spec, sample, item, context, retries)
+    verdict = _verify(spec, _as_read(sample), item, context, retries)
     verdict_observed(spec, verdict)
     return verdict
 
@@ -80,6 +84,11 @@ def _verify(spec: dict, sample, item, context, retries: int) -> Verdict:
     return verdict
 
 
+def _as_read(sample):
+    """The sample as its checks read it: its response with "\n" line endings (the caller's sample unchanged)."""
+    return replace(sample, response=normalise_newlines(sample.response)) if "\r" in sample.response else sample
+
+
 def _run_check(check: dict, sample, item, context, retries: int) -> tuple[Outcome, float]:
     function = check_function(check["type"])
     started = time.monotonic()
@@ -116,7 +125,7 @@ def verify_group(spec: dict, samples: list, item, context, *, rank_with_judge: b
     from .judge import rank_group
 
     started = time.monotonic()
-    ranks = rank_group([samples[i] for i in judged], item, check, context.judge)
+    ranks = rank_group([_as_read(samples[i]) for i in judged], item, check, context.judge)
     for index, outcome in zip(judged, ranks, strict=True):
         if outcome.value is None:
             continue

@@ -27,7 +27,7 @@ HARNESS = Path(__file__).parent / "harness"
 _CODEC = (HARNESS / "codec.py").read_text()
 RUNNER = _CODEC + (HARNESS / "runner.py").read_text()
 CANDIDATE = _CODEC + (HARNESS / "candidate.py").read_text()
-CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\r?\n(.*?)```", re.DOTALL)
 
 
 def candidate_source(sample) -> str | None:

@@ -107,3 +107,19 @@ def test_a_hostile_grader_tried_in_the_playground_is_contained(login, member, ow
         "layers": [{"name": "exact", "kind": "exact", "checks": [{"type": "python_grader", "source": source}]}]})
     tried, = _verify(login(member("editor")), project, "6", version=2).context["tried"]
     assert tried.verdict["reward"] == 0.0 and tried.verdict["status"] == "fail"
+
+
+@pytest.mark.sandbox
+def test_a_correct_function_pasted_in_the_browser_passes_its_hidden_tests(login, member, owner, project, registry):
+    version_publish(project=project, kind="verifier", slug="unit-tests", author=owner, spec={"layers": [
+        {"name": "exact", "kind": "exact", "checks": [{"type": "unit_tests", "timeout_seconds": 10}]}]})
+    version_publish(project=project, kind="task_template", slug="write-add", author=owner,
+                    spec={**TEMPLATE_SPEC, "prompt_template": "Write add(a, b).", "verifier": "unit-tests"},
+                    instances=[{"key": "add", "inputs": {}, "hidden": {
+                        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}}])
+    # What a browser sends from the response textarea: every line ends in "\r\n".
+    pasted = "```python\r\ndef add(a, b):\r\n    return a + b\r\n```\r\n"
+    page = login(member("editor")).post(_url("verifier_playground", project, "unit-tests"), {
+        "version": 1, "template": "write-add", "key": "add", "response": pasted})
+    tried, = page.context["tried"]
+    assert (tried.verdict["status"], tried.verdict["reward"]) == ("pass", 1.0), tried.verdict["components"]

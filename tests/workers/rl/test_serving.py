@@ -14,6 +14,7 @@ import pytest
 import uvicorn
 
 from workers.rl.chat import CharChat
+from workers.rl.engines import GenerationRequest
 from workers.rl.engines.endpoint import EndpointEngine, MessagesChat, openai_messages
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.evaluation import evaluate_batch, suite_tasks
@@ -152,3 +153,34 @@ def test_tool_calls_travel_as_the_api_expects():
     assert sent[1]["tool_calls"] == [{"id": "call-0-0", "type": "function", "function": {
         "name": "run_python", "arguments": json.dumps({"code": "print(1)"})}}]
     assert sent[2] == {"role": "tool", "tool_call_id": "call-0-0", "content": "1"}
+
+
+class _WindowsModel(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint whose model writes "\\r\\n": every chat completion is the same two lines."""
+
+    def do_POST(self):  # noqa: N802 -- http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+            {"index": 0, "finish_reason": "stop",
+             "message": {"role": "assistant", "content": "Adding them:\r\nAnswer: 5\r\n"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_endpoints_answer_is_read_with_newlines():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _WindowsModel)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        engine = EndpointEngine(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m")
+        [[completion]] = engine.generate([GenerationRequest(prompt_ids=[], n=1, max_new_tokens=16, stop_ids=(),
+                                                            messages=({"role": "user", "content": "2 + 3?"},))])
+        engine.close()
+    finally:
+        server.shutdown()
+    assert completion.text == "Adding them:\nAnswer: 5\n"

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 
+from workers.definitions.newlines import normalise_newlines
+
 from ..tools import TOOL_CALL
 from . import Completion, GenerationRequest
 
@@ -58,8 +60,9 @@ def openai_messages(messages: tuple[dict, ...] | list[dict]) -> list[dict]:
 
 
 def _text(choice) -> str:
-    """The answer's text, native tool calls written in the Hermes convention when the text lacks them."""
-    text = choice.message.content or ""
+    """The answer's text with "\n" line endings (a model may write "\r\n"; the studio's parsers and the replay
+    read "\n"), native tool calls written in the Hermes convention when the text lacks them."""
+    text = normalise_newlines(choice.message.content or "")
     calls = getattr(choice.message, "tool_calls", None) or []
     if calls and "<tool_call>" not in text:
         for call in calls:
