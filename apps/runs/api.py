@@ -72,7 +72,7 @@ class SeriesOut(Schema):
 
 class MetricsOut(Schema):
     series: dict[str, SeriesOut]
-    last_step: int
+    last_step: int | None = Field(description="the newest step with a point (null: none yet)")
     bucket: int = Field(description="steps averaged per point (1: every step)")
 
 
@@ -118,7 +118,8 @@ def get_run(request, project: str, run_id: UUID):
 @router.get(RUN + "/metrics", response={200: MetricsOut, **READ_ERRORS})
 def run_metrics(request, project: str, run_id: UUID,
                 names: Annotated[list[str] | None, Query(description="e.g. reward/mean (default: all)")] = None,
-                after_step: int = Query(0, ge=0, le=2**31, description="only points after this step")):
+                after_step: int | None = Query(None, ge=0, le=2**31, description="only points after this step "
+                                               "(absent: every point, step 0's included)")):
     """The run's metric series, at most 1,000 points each (consecutive steps averaged beyond that)."""
     run = selectors.run_get(project=caller_project(request, project), run_id=run_id)
     return selectors.metric_history(run=run, after_step=after_step, names=names or None)

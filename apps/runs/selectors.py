@@ -53,16 +53,20 @@ def metric_names(*, run: Run) -> list[str]:
     return list(MetricPoint.objects.filter(run=run).values_list("name", flat=True).distinct().order_by("name"))
 
 
-def metric_history(*, run: Run, after_step: int = 0, names: list[str] | None = None,
+def metric_history(*, run: Run, after_step: int | None = None, names: list[str] | None = None,
                    max_points: int = MAX_POINTS) -> dict:
     """{"series": {name: {"step": [...], "wall_time": [...], "value": [...]}}, "last_step": n, "bucket": w}.
 
-    Points after `after_step`. When a series holds more than `max_points` of them, consecutive steps are
-    averaged in buckets of `w` steps (the point sits at the bucket's last step), in the database: a run of a
-    million steps costs the page a thousand points a series. The last bucket may be partial; the browser
-    replaces it with the raw points that follow.
+    Points after `after_step`, or every point without one: step 0 holds what was measured before training (the
+    start-of-run evaluation), so "from the start" is not "after step 0". When a series holds more than
+    `max_points` of them, consecutive steps are averaged in buckets of `w` steps (the point sits at the bucket's
+    last step), in the database: a run of a million steps costs the page a thousand points a series. The last
+    bucket may be partial; the browser replaces it with the raw points that follow. `last_step` is None while
+    there is no point at all.
     """
-    points = MetricPoint.objects.filter(run=run, step__gt=after_step)
+    points = MetricPoint.objects.filter(run=run)
+    if after_step is not None:
+        points = points.filter(step__gt=after_step)
     if names:
         points = points.filter(name__in=names)
     span = points.aggregate(low=Min("step"), high=Max("step"), n=Count("id"))

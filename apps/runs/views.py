@@ -99,7 +99,7 @@ def run_detail(request, project, run_id):
     return render(request, "runs/run_detail.html", context)
 
 
-def _int(value, default=0) -> int:
+def _int(value, default: int | None = 0) -> int | None:
     try:
         return max(0, int(value))
     except (TypeError, ValueError):
@@ -107,11 +107,12 @@ def _int(value, default=0) -> int:
 
 
 def run_history(request, project, run_id):
-    """Metric points after ?after_step (downsampled on the server), events after ?after_event, and the status."""
+    """Metric points after ?after_step, or from the start (step 0 included) without it, downsampled on the
+    server; events after ?after_event; and the status."""
     project, _ = project_for_page(user=request.user, slug=project)
     run = selectors.run_get(project=project, run_id=run_id)
     names = [n for n in request.GET.getlist("name") if n] or None
-    history = selectors.metric_history(run=run, after_step=_int(request.GET.get("after_step")), names=names,
+    history = selectors.metric_history(run=run, after_step=_int(request.GET.get("after_step"), None), names=names,
                                        max_points=min(5000, _int(request.GET.get("max_points"), 1000) or 1000))
     events = selectors.event_list(run=run, after_id=_int(request.GET.get("after_event")))
     return JsonResponse({**history, "events": [selectors.event_json(e) for e in events],

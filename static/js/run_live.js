@@ -14,7 +14,8 @@
   const series = {}; // name -> {step: [], wall_time: [], value: []}
   const panels = {}; // key -> {div, figure, names: []}
   const dirty = new Set();
-  let lastStep = 0, lastEventId = 0, xKey = "step", smoothing = 0.6, pendingSteps = [];
+  // lastStep: the newest step held, null before any (step 0, the start-of-run evaluation, is a step to fetch).
+  let lastStep = null, lastEventId = 0, xKey = "step", smoothing = 0.6, pendingSteps = [];
   // What the benchmark and the tests read: when each step became visible (ms since the epoch).
   const live = window.studioLive = { run: runId, rendered: [], received: [], connected: false,
     reconnects: 0 };
@@ -195,11 +196,13 @@
     while (list.children.length > 300) list.removeChild(list.lastChild);
   }
 
+  function hold(step) { lastStep = lastStep === null ? step : Math.max(lastStep, step); }
+
   function applyHistory(body) {
     for (const [name, s] of Object.entries(body.series)) {
       for (let i = 0; i < s.step.length; i++) append(name, s.step[i], s.wall_time[i], s.value[i]);
     }
-    lastStep = Math.max(lastStep, body.last_step || 0);
+    if (body.last_step !== null) hold(body.last_step);
     body.events.forEach(addEvent);
     setStatus(body.run.status, body.run.step);
     const bucket = root.parentNode.querySelector("[data-bucket]");
@@ -210,7 +213,7 @@
     if (message.type === "run.step") {
       live.received.push({ step: message.step, at: Date.now() });
       for (const [name, value] of Object.entries(message.points)) append(name, message.step, message.wall_time, value);
-      lastStep = Math.max(lastStep, message.step);
+      hold(message.step);
       setStatus(root.dataset.status, lastStep);
       pendingSteps.push(message.step);
     } else if (message.type === "run.event") {
@@ -228,7 +231,7 @@
     let buffer = [];
     socket.onopen = () => {
       link = "live"; showLiveState();
-      const query = "?after_step=" + lastStep + "&after_event=" + lastEventId;
+      const query = "?" + (lastStep === null ? "" : "after_step=" + lastStep + "&") + "after_event=" + lastEventId;
       fetch(urls.history + query, { credentials: "same-origin" })
         .then(r => { if (!r.ok) throw new Error(r.status); return r.json(); })
         .then(body => {

@@ -62,7 +62,21 @@ def test_a_reconnect_fetches_only_what_it_missed(page_as, live_url, project, own
     steps = page.evaluate(LAST_X, "reward/mean")
     assert steps == list(range(1, 33))  # every step once: nothing missed, nothing twice
     history = [url for url in requests if "history.json" in url]
-    assert "after_step=0" in history[0] and "after_step=30" in history[-1]
+    assert "after_step" not in history[0] and "after_step=30" in history[-1]  # first from the start, then after
+
+
+def test_a_reload_shows_the_evaluation_at_step_0(page_as, live_url, project, owner, studio_run):
+    """The start-of-run evaluation is recorded at step 0, before the first training step: a page opened later
+    draws it from the history."""
+    run, attempt = studio_run
+    run_step_record(run_id=run.pk, attempt=attempt, step=0, wall_time=time.time(), trajectories=[],
+                    points={"eval/reward/arithmetic": 0.25})
+    page = page_as(owner)
+    _open(page, live_url, project, run)
+    panel = page.locator('[data-panel="ns-eval"]')
+    panel.scroll_into_view_if_needed()  # a panel is drawn once in view
+    page.wait_for_function("""() => { const trace = document.querySelector('[data-panel="ns-eval"]').data
+        .find(t => t.meta === 'eval/reward/arithmetic'); return trace && trace.x.length === 1 && trace.x[0] === 0; }""")
 
 
 def test_the_x_axis_switches_to_wall_time_and_controls_follow_the_status(page_as, live_url, project, owner,

@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from apps.runs.models import Run
 from apps.runs.selectors import metric_history
+from apps.runs.services import run_step_record
 from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
 
 
@@ -26,6 +27,24 @@ def test_history_is_downsampled_on_the_server_and_fetched_after_a_step(client, o
     assert [e["kind"] for e in body["events"]][:2] == ["created", "started"]
     last_event = body["events"][-1]["id"]
     assert json.loads(client.get(url + f"?after_step=30&after_event={last_event}").content)["events"] == []
+
+
+def test_history_from_the_start_holds_the_evaluation_at_step_0_and_after_a_step_does_not(client, owner, project,
+                                                                                        studio_run, api_as):
+    """The start-of-run evaluation is recorded at step 0: the page's first fetch (no after_step) must bring it, a
+    later fetch after a step held must not bring it twice."""
+    run, attempt = studio_run
+    run_step_record(run_id=run.pk, attempt=attempt, step=0, wall_time=1_700_000_000.0, trajectories=[],
+                    points={"eval/reward/arithmetic": 0.25})
+    client.force_login(owner)
+    url = reverse("runs:run_history", kwargs={"project": project.slug, "run_id": run.pk})
+    first = json.loads(client.get(url).content)
+    assert first["series"]["eval/reward/arithmetic"] == {"step": [0], "wall_time": [1_700_000_000.0], "value": [0.25]}
+    assert first["series"]["reward/mean"]["step"] == list(range(1, 31)) and first["last_step"] == 30
+    assert "eval/reward/arithmetic" not in json.loads(client.get(url + "?after_step=0").content)["series"]
+    assert metric_history(run=run)["series"]["eval/reward/arithmetic"]["step"] == [0]  # the explorer's, compare's
+    metrics = api_as(owner).get(f"/projects/{project.slug}/runs/{run.pk}/metrics", names="eval/reward/arithmetic")
+    assert metrics.json()["series"]["eval/reward/arithmetic"]["step"] == [0]
 
 
 def test_start_a_run_from_the_list_and_compare_two_runs(client, owner, project, registry, studio_run):
