@@ -11,6 +11,7 @@ import sys
 import pytest
 from django.urls import reverse
 
+from apps.accounts.services import api_token_create
 from tests.support import ROOT
 
 # A SECRET_KEY as a deployment makes one: long, random-looking, many distinct characters (check --deploy's W009).
@@ -150,6 +151,7 @@ def pages(project, registry, studio_run):
     trajectory = run.trajectories.order_by("seq").first()
     verifier = {"project": project.slug, "kind": "verifier", "slug": "numeric"}
     urls = [
+        reverse("registry:home"),  # the landing page: a run is running
         reverse("registry:definition_list", kwargs={"project": project.slug}),
         reverse("registry:definition_create", kwargs={"project": project.slug}),
         reverse("registry:definition_detail", kwargs=verifier),
@@ -182,10 +184,11 @@ def test_every_page_allows_scripts_from_the_studio_only(client, owner, project, 
         assert policy["script-src"] == ["'self'"], url
         assert policy["object-src"] == ["'none'"] and policy["frame-ancestors"] == ["'none'"], url
     # Redirects and error pages too.
-    home = client.get(reverse("registry:home"))
-    assert home.status_code == 302 and csp(home)["script-src"] == ["'self'"]
     missing = client.get(f"/p/{project.slug}/no-such-page/")
     assert missing.status_code == 404 and csp(missing)["script-src"] == ["'self'"]
+    token, _ = api_token_create(user=owner, name="ci", project=project)
+    revoked = client.post(reverse("api_token_revoke", kwargs={"token_id": token.pk}))
+    assert revoked.status_code == 302 and csp(revoked)["script-src"] == ["'self'"]
 
 
 def test_the_explorer_adds_the_hashes_of_dashs_inline_scripts(client, owner, project, studio_run):
