@@ -287,7 +287,10 @@ def run_finish(*, run_id, attempt: int, status: str, summary: dict | None = None
         if status in FINISHED_STATUSES:
             run.finished_at = timezone.now()
         run.save(update_fields=["status", "requested", "summary", "error", "finished_at"])
-        message = {RunStatus.COMPLETED: f"completed {run.step} steps", RunStatus.PAUSED: f"paused at step {run.step}",
+        # A paused run resumes from a checkpoint: the pipeline saves one at the step it pauses at, and the event
+        # says so (or which steps would be trained again, should the newest be older).
+        message = {RunStatus.COMPLETED: f"completed {run.step} steps",
+                   RunStatus.PAUSED: f"paused at step {run.step}, {_resume_point(run)}",
                    RunStatus.CANCELLED: f"cancelled at step {run.step}"}.get(status, f"failed: {error[:500]}")
         _event(run, kinds[status], message, step=run.step, attempt=attempt)
         live.broadcast_run(run)

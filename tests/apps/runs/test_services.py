@@ -208,10 +208,17 @@ def test_a_lost_worker_event_names_the_checkpoint_the_run_resumes_from(run, proj
     for number in range(6, 9):
         step(run, attempt, number)
     go_quiet(run)
-    claimed(run, "third:3")
+    attempt = claimed(run, "third:3")
     lost = RunEvent.objects.filter(run=run, kind=EventKind.WORKER_LOST).last()
     assert lost.step == 8 and lost.message == ("worker next:2 stopped answering at step 8; taken over to resume from "
                                                "its checkpoint at step 4 (steps 5-8 are trained again)")
+
+    # Paused: the pipeline checkpoints the step it pauses at, and the event names it.
+    step(run, attempt, 9)
+    run_checkpoint_record(run_id=run.pk, attempt=attempt, step=9, path="/ckpt/9", size=1)
+    run_finish(run_id=run.pk, attempt=attempt, status=RunStatus.PAUSED)
+    assert RunEvent.objects.get(run=run, kind=EventKind.PAUSED).message == (
+        "paused at step 9, to resume from its checkpoint at step 9")
 
     # No checkpoint yet: from the start.
     early = run_create(project=project, bundle=registry["bundle"], steps=10)
