@@ -20,13 +20,16 @@ from workers.definitions.specs import PUBLISH_ORDER
 
 from . import arithmetic, coding, docqa, images, modelling3d, smollm, verifiers
 from .draft import Draft
+from .held_out import SUFFIX, held_out_drafts
 
 USERNAME = PASSWORD = "demo"
 # A second reviewer, so that the demo's review queue can show agreement between two people.
 REVIEWER = REVIEWER_PASSWORD = "reviewer"
 TEAM = PROJECT = "demo"
-BUNDLE_MEMBERS = ["domain/arithmetic@latest", "domain/word-problems@latest", "domain/python-coding@latest",
-                  "domain/document-qa@latest", "domain/3d-modelling@latest"]
+DOMAINS = ["arithmetic", "word-problems", "python-coding", "document-qa", "3d-modelling"]
+BUNDLE_MEMBERS = [f"domain/{domain}@latest" for domain in DOMAINS]
+# The eval suite's: each domain's held-out twin (held_out.py), tasks the demo run never trains on.
+SUITE_MEMBERS = [f"domain/{domain}{SUFFIX}@latest" for domain in DOMAINS]
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,13 @@ def drafts() -> list[Draft]:
                   Draft("bundle", "demo", "All five demo domains, pinned.",
                         {"members": BUNDLE_MEMBERS, "run_config": {
                             "model": "model/demo-tiny", "eval_suite": "demo-suite", "eval_suite_every": 100}}),
-                  # The demo's leaderboard: the same five domains, ten tasks a template, answered greedily. The demo
-                  # run's checkpoints are evaluated on it (every 100 steps and the last), as is the base model.
-                  Draft("bundle", "demo-suite", "The demo's eval suite: ten tasks of each template, greedy.",
-                        {"members": BUNDLE_MEMBERS, "evaluation": {"tasks_per_template": 10, "seed": 7}})]
-    return sorted(everything, key=lambda d: PUBLISH_ORDER.index(d.kind))
+                  # The demo's leaderboard: ten held-out tasks of each of the five domains' templates, answered
+                  # greedily. The demo run's checkpoints are evaluated on it (every 100 steps and the last), as is
+                  # the base model; none of its tasks is one the run trains on.
+                  Draft("bundle", "demo-suite", "The demo's eval suite: ten held-out tasks of each template, which "
+                        "the demo run never trains on, greedy.",
+                        {"members": SUITE_MEMBERS, "evaluation": {"tasks_per_template": 10, "seed": 7}})]
+    return sorted(held_out_drafts(everything, domains=DOMAINS), key=lambda d: PUBLISH_ORDER.index(d.kind))
 
 
 REVIEW_RUBRIC = {"questions": [

@@ -7,6 +7,7 @@ from django.http import Http404
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
+from apps.registry.refs import split_slug_ref
 from apps.runs.models import Checkpoint, CheckpointAlias, MetricPoint
 from apps.runs.pins import bundle_tasks
 from workers.rl.config import RunConfig
@@ -31,6 +32,16 @@ def suite_get(*, project: Project, slug: str, number: int | None = None) -> Vers
     if suite is None:
         raise Http404(f"no eval suite {slug}{'@' + str(number) if number else ''} in project {project.slug}")
     return suite
+
+
+def training_bundle(*, suite: Version, model: Version) -> Version | None:
+    """The newest bundle version of the suite's project whose runs train `model` and are evaluated on `suite` (its
+    run_config names both), or None."""
+    bundles = (Version.objects.filter(definition__project_id=suite.definition.project_id, definition__kind="bundle",
+                                      spec__run_config__has_key="eval_suite")
+               .select_related("definition").order_by("-created_at", "-pk"))
+    return next((bundle for bundle in bundles if bundle.spec["run_config"].get("model") == model.ref
+                 and split_slug_ref(bundle.spec["run_config"]["eval_suite"])[0] == suite.definition.slug), None)
 
 
 def suite_task_ids(*, project: Project) -> frozenset[str]:

@@ -19,6 +19,7 @@ from workers.rl.evaluation import evaluation_steps, suite_tasks
 from workers.rl.overlap import overlap
 
 from .models import Endpoint, Evaluation, TargetKind
+from .selectors import training_bundle
 from .suites import NotASuite, suite_key, suite_settings
 
 # The settings of the checkpoint's run that make its model what it was (the rest of its config is training's).
@@ -92,6 +93,9 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
             raise EvalError(f"{model.ref} is not a model definition of project {project.slug}", field="model")
         overrides["model"] = model.ref
         kind, label = TargetKind.BASE, model.ref
+        trains = training_bundle(suite=suite, model=model)
+        if trains is not None:
+            plan["pretrained_on"] = trains.ref
     elif checkpoint is not None:
         source = checkpoint.run
         if source.project_id != project.pk:
@@ -101,7 +105,8 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         except CheckpointNotFound as exc:
             raise EvalError(str(exc), field="checkpoint") from None
         pinned.update({name: source.config[name] for name in MODEL_SETTINGS if name in source.config})
-        plan.update({"checkpoint": checkpoint.path, "checkpoint_step": checkpoint.step})
+        plan.update({"checkpoint": checkpoint.path, "checkpoint_step": checkpoint.step,
+                     "pretrained_on": source.bundle.ref})
         kind, label = TargetKind.CHECKPOINT, f"{source.name}@{checkpoint.step}"
     else:
         if endpoint.project_id != project.pk:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 import time
 
+from apps.registry.refs import parse_ref
+from apps.registry.selectors import version_resolve
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
+from workers.rl.taskset import TaskSet
 
 from . import services, wiring
 from .attempt import DatabaseTracker, fail_attempt
@@ -18,9 +21,22 @@ from .models import Run, RunStatus
 from .pins import bundle_tasks
 
 
-def evaluation_engine(config: RunConfig, tasks):
+def model_tasks(run: Run, config: RunConfig, suite: TaskSet) -> TaskSet:
+    """The tasks the evaluated model is built from: those of the bundle it trains on (the plan's pretrained_on: a
+    checkpoint's run's, or the bundle whose runs start from the base model), as a training run builds it. A base
+    model the studio pretrains from a bundle's tasks (the built-in demo model) built from the suite's would have
+    seen the answers it is scored on, and would not be the model those runs start from."""
+    ref = config.evaluation.get("pretrained_on")
+    if not ref:
+        return suite
+    return bundle_tasks(bundle=version_resolve(project=run.project, ref=parse_ref(ref)),
+                        config=RunConfig.from_dict(RunConfig.resolve({})))  # the tasks do not depend on the settings
+
+
+def evaluation_engine(config: RunConfig, tasks: TaskSet):
     """(engine, chat, model or None) answering for the evaluation: an endpoint's client, or the model at the
-    checkpoint it names (the base model without one). The caller closes what it gets."""
+    checkpoint it names (the base model without one), built from `tasks` (model_tasks). The caller closes what it
+    gets."""
     plan = config.evaluation
     endpoint = plan.get("endpoint")
     if endpoint:
@@ -67,7 +83,7 @@ def evaluation_run(*, run_id, attempt: int) -> dict:
     try:
         tasks = bundle_tasks(bundle=run.bundle, config=config)
         chosen = suite_tasks(tasks, per_template=plan.get("tasks_per_template", 0), seed=plan.get("seed", 0))
-        engine, chat, model = evaluation_engine(config, tasks)
+        engine, chat, model = evaluation_engine(config, model_tasks(run, config, tasks))
         pool = wiring.sandbox_pool()
         for template in tasks.templates.values():
             pool.warm(template.image)

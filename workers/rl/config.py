@@ -28,9 +28,10 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 SERVER_URL = re.compile(r"https?://[^\s,/]+(/[^\s,]*)?")
 # Pins a run's creation fills in from its model definition (apps/runs/services.py); nobody sets them by hand.
 SET_BY_THE_STUDIO = ("model_version", "model_sha256", "evaluation")
-# An evaluation's settings (RunConfig.evaluation), from its eval suite and the model it evaluates.
+# An evaluation's settings (RunConfig.evaluation), from its eval suite and the model it evaluates (pretrained_on:
+# the bundle whose tasks the model is built from, as a run on it builds it).
 EVALUATION_KEYS = {"suite", "key", "samples_per_task", "temperature", "tasks_per_template", "seed", "checkpoint",
-                   "checkpoint_step", "endpoint"}
+                   "checkpoint_step", "endpoint", "pretrained_on"}
 # What one run may ask of a worker. Far above what a single GPU node serves, far below what would exhaust one by
 # accident (a typo of group_size=1e9 queues a run that can never take a step).
 BOUNDS: dict[str, tuple[float, float]] = {

@@ -13,6 +13,7 @@ import time
 
 from apps.demo.seed import seed
 from apps.evals import results, statistics
+from apps.evals.selectors import training_bundle
 from apps.evals.services import evaluation_launch
 from apps.registry.refs import Ref, parse_ref
 from apps.registry.selectors import version_resolve
@@ -37,7 +38,10 @@ def _demo_suite() -> dict:
     model = version_resolve(project=project, ref=parse_ref("model/demo-tiny"))
     config = RunConfig.from_dict(RunConfig.resolve({}))
     began = time.perf_counter()
-    wiring.demo_base_model(bundle_tasks(bundle=suite, config=config))  # pretrained once per data directory
+    # Pretrained once per data directory, from the tasks of the bundle the demo run trains on (as the evaluation
+    # builds it), not the suite's held-out ones.
+    trains = training_bundle(suite=suite, model=model) or suite
+    wiring.demo_base_model(bundle_tasks(bundle=trains, config=config))
     pretrain_s = time.perf_counter() - began
     evaluation = evaluation_launch(project=project, suite=suite, actor=None, model=model, via="cli")
     began = time.perf_counter()

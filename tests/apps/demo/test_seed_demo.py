@@ -14,10 +14,15 @@ from django.core.management import call_command
 
 from apps.accounts.models import AuditEvent, Project
 from apps.demo import arithmetic, coding, docqa, modelling3d, smollm
+from apps.evals.suites import suite_settings
 from apps.registry.models import Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
+from apps.runs.pins import bundle_tasks
 from workers.definitions.specs import prompt_placeholders
+from workers.rl.config import RunConfig
+from workers.rl.evaluation import suite_tasks
+from workers.rl.overlap import overlap
 from workers.rl.packaged import SMOLLM2_135M, file_sha256, gguf_file
 from workers.verifiers import Item, verify
 from workers.verifiers.types import Sample
@@ -57,7 +62,8 @@ def test_seed_publishes_five_domains_with_hundreds_of_instances_per_template(see
         for slug in templates:
             version = latest(project, "task_template", slug)
             stored = InstanceSetMember.objects.filter(instance_set=version.instance_set).count()
-            assert stored == version.instance_set.count >= 200, slug
+            held_out = latest(project, "task_template", f"{slug}-held-out").instance_set.count
+            assert stored == version.instance_set.count and stored + held_out >= 200, slug
             needed = prompt_placeholders(version.spec["prompt_template"])
             first = stored_instances(version)[0]
             assert needed <= set(first.inputs), slug
@@ -70,12 +76,13 @@ def test_seed_publishes_five_domains_with_hundreds_of_instances_per_template(see
 
 
 def test_bundle_pins_every_definition_the_domains_need(seeded):
-    """The two bundles pin, between them, every definition the seed publishes; each pins its domains' closure and
-    the base model its run settings name."""
+    """The bundles pin, between them, every definition the seed publishes (the eval suite its held-out twins); each
+    training bundle pins its domains' closure and the base model its run settings name."""
     project, _ = seeded
     everything = {v.ref: v.content_hash for v in Version.objects.filter(definition__project=project)
                   .exclude(definition__kind__in=["bundle", "rubric"]).select_related("definition")}
-    pinned = {}
+    suite = latest(project, "bundle", "demo-suite")
+    pinned = {member["ref"]: member["content_hash"] for member in suite.spec["resolved"]}
     for slug, domains, model in (("demo", DOMAINS, "demo-tiny"), ("demo-smollm", SMOLLM_DOMAINS,
                                                                    "smollm2-135m-instruct")):
         bundle = latest(project, "bundle", slug)
@@ -103,8 +110,29 @@ def test_the_real_model_bundle_carries_the_settings_it_is_sized_for(seeded):
         "model": "model/demo-tiny@1", "eval_suite": "demo-suite", "eval_suite_every": 100}
     suite = latest(project, "bundle", "demo-suite").spec
     assert suite["evaluation"] == {"samples_per_task": 1, "temperature": 0.0, "tasks_per_template": 10, "seed": 7}
-    assert suite["members"] == latest(project, "bundle", "demo").spec["members"]
+    assert suite["members"] == [f"domain/{domain}-held-out@1" for domain in DOMAINS]
     assert latest(project, "model", "demo-tiny").spec["weights_sha256"] == ""
+
+
+def test_the_demo_suite_asks_only_tasks_the_demo_run_never_trains_on(seeded):
+    """Each template of the demo bundle holds out instances for the suite: the overlap check, as it runs on a
+    checkpoint's evaluation, finds none of the suite's tasks in the bundle, neither the same instance nor a prompt
+    sharing a 13-word sequence, so the leaderboard's cells are clean scores."""
+    project, _ = seeded
+    bundle, suite = latest(project, "bundle", "demo"), latest(project, "bundle", "demo-suite")
+    config = RunConfig.from_dict(RunConfig.resolve(bundle.spec["run_config"]))
+    settings = suite_settings(suite)
+    asked = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
+                        seed=settings["seed"])
+    assert len(asked) == 10 * len(DOMAINS)
+    assert {task.domain for task in asked} == {f"{domain}-held-out" for domain in DOMAINS}
+    assert overlap(asked, bundle_tasks(bundle=bundle, config=config)) == {"exact": [], "near": []}
+    for templates in DOMAINS.values():  # the held-out instances left the training templates
+        for slug in templates:
+            training = {m.instance.content_hash for m in InstanceSetMember.objects.filter(
+                instance_set=latest(project, "task_template", slug).instance_set).select_related("instance")}
+            held_out = stored_instances(latest(project, "task_template", f"{slug}-held-out"))
+            assert len(held_out) >= 10 and not training & {instance.content_hash for instance in held_out}
 
 
 def test_second_run_creates_no_versions_instances_or_audit_rows(seeded):

@@ -30,6 +30,8 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
     evaluations = list(Evaluation.objects.filter(source_run=run).order_by("checkpoint_step"))
     assert [e.checkpoint_step for e in evaluations] == [1, 2]
     assert [e.label for e in evaluations] == ["learner@1", "learner@2"]
+    # Built as the run built its model: from its bundle's tasks, not the suite's.
+    assert {e.run.config["evaluation"]["pretrained_on"] for e in evaluations} == {registry["bundle"].ref}
     # keep_checkpoints=1 removed step 1 from the run's directory; the evaluation's copy and row stay.
     first = Checkpoint.objects.get(run=run, step=1)
     assert first.kept and Path(first.path, "model.safetensors").is_file() and "/kept/" in first.path
