@@ -67,9 +67,9 @@ def alpha_with_interval(value_counts: np.ndarray, *, level: str, seed: int = 0,
 
 
 def queue_agreement(queue: ReviewQueue, *, seed: int = 0, samples: int = BOOTSTRAP_SAMPLES) -> list[QuestionAgreement]:
-    """Per question of the queue's rubric that can be compared (not free text), on whole-trajectory labels of
-    the items still in the queue."""
-    rows = list(Label.objects.filter(item__queue=queue, item__removed=False, step__isnull=True, component="")
+    """Per question of the queue's rubric that can be compared (not free text), on each reviewer's current
+    whole-trajectory label of the items still in the queue."""
+    rows = list(Label.objects.whole().current().filter(item__queue=queue, item__removed=False)
                 .values_list("item_id", "reviewer_id", "reviewer__username", "answers"))
     names = {reviewer: name for _, reviewer, name, _ in rows}
     results = []

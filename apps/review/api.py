@@ -1,4 +1,5 @@
-"""The review part of the REST API: queues, the next item, labels, skips, adjudication and agreement. The same
+"""The review part of the REST API: queues, the next item, labels and their revisions, skips, adjudication and
+agreement. The same
 roles as the review pages (any member reads a queue; its reviewers label; owners and its adjudicators decide;
 editors create queues), the same services, and the same audit rows (via "api")."""
 
@@ -27,7 +28,7 @@ from .calibration import calibration_cards
 from .canaries import canaries_check, canary_from_item
 from .datasets import dataset_rows
 from .models import Canary
-from .services import ReviewError, adjudicate, item_next, item_skip, label_submit, queue_create
+from .services import ReviewError, adjudicate, item_next, item_skip, label_amend, label_submit, queue_create
 
 router = Router(tags=["review"])
 
@@ -87,7 +88,13 @@ class LabelOut(Schema):
     component: str
     answers: dict[str, Any]
     comment: str
+    revision: int = Field(description="1 for the first answers, one more for each amendment")
+    supersedes: int | None = Field(description="the id of the revision this one amends")
     created_at: datetime
+
+    @staticmethod
+    def resolve_supersedes(label) -> int | None:
+        return label.supersedes_id
 
     @staticmethod
     def resolve_reviewer(label) -> str:
@@ -112,6 +119,13 @@ class LabelIn(Schema):
     answers: dict[str, Any]
     step: int | None = Field(None, description="label one turn (its index in the trajectory)")
     component: str = Field("", max_length=120, description="label one verifier component, by name")
+    comment: str = Field("", max_length=10_000)
+
+
+class LabelRevisionIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    answers: dict[str, Any]
     comment: str = Field("", max_length=10_000)
 
 
@@ -262,6 +276,23 @@ def submit_label(request, project: str, queue: str, item_id: int, payload: Label
     try:
         label = label_submit(queue=review, item_id=item_id, reviewer=request.auth, answers=payload.answers,
                              step=payload.step, component=payload.component, comment=payload.comment, via="api")
+    except ReviewError as exc:
+        return _refused(exc)
+    return Status(201, label)
+
+
+@router.post(QUEUE + "/items/{item_id}/labels/{label_id}/revisions", response={201: LabelOut, **WRITE_ERRORS,
+                                                                               410: ErrorOut})
+def amend_label(request, project: str, queue: str, item_id: int, label_id: int, payload: LabelRevisionIn):
+    """Amend your label: a new revision with these answers and comment (the whole label, as when submitting it).
+    The revision it amends is kept; agreement, calibration, canaries and exports read the new one. 400: an answer
+    that does not fit the rubric, or nothing changed; 404: not your label on this item; 409: that revision was
+    amended already (the error names the latest); 410: the item was removed."""
+    scope = caller_project(request, project, min_role=Role.REVIEWER)
+    review = selectors.queue_get(project=scope, slug=queue)
+    try:
+        label = label_amend(queue=review, item_id=item_id, label_id=label_id, reviewer=request.auth,
+                            answers=payload.answers, comment=payload.comment, via="api")
     except ReviewError as exc:
         return _refused(exc)
     return Status(201, label)

@@ -3,10 +3,10 @@ decisions against the people's gold labels on the same trajectories — agreemen
 interval, and the true and false positive rates (the judge's "pass" on answers people accepted, and on answers
 they did not).
 
-Gold: an adjudicated answer, else the answer every reviewer gave (items where reviewers differ and nobody
-decided are left out). The judge's decision: its component's value at 0.5 or above is a pass. Kappa is the
-two-by-two formula, written here rather than importing scikit-learn (not a dependency) for one line of
-arithmetic; the interval resamples trajectories.
+Gold: an adjudicated answer, else the answer every reviewer gave in their current revision (items where
+reviewers differ and nobody decided are left out). The judge's decision: its component's value at 0.5 or above
+is a pass. Kappa is the two-by-two formula, written here rather than importing scikit-learn (not a dependency)
+for one line of arithmetic; the interval resamples trajectories.
 
 For a pairwise judge (one that compares the answer with a reference in both orders), the card also says how often
 its two orders agree on which answer is better, and its position bias: the mean preference for whichever answer
@@ -63,9 +63,9 @@ def calibration_cards(*, definition, question: str = "verdict", accept: str = "c
     """One card per (version, judge model) of the verifier `definition`, over trajectories people labelled."""
     labels = defaultdict(list)
     trajectories = {}
-    for label in (Label.objects.filter(step__isnull=True, component="",
-                                       item__trajectory__verifier__startswith=f"verifier/{definition.slug}@",
-                                       item__queue__project=definition.project)
+    for label in (Label.objects.whole().current().filter(
+                      item__trajectory__verifier__startswith=f"verifier/{definition.slug}@",
+                      item__queue__project=definition.project)
                   .select_related("item__trajectory")):
         labels[label.item.trajectory_id].append(label)
         trajectories[label.item.trajectory_id] = label.item.trajectory

@@ -30,6 +30,9 @@ def is_hack(label: Label) -> bool:
 def canary_from_label(*, label: Label, actor, via: str = "web") -> Canary:
     """The canary of a label that says `reward-hack` on a trajectory its verifier passed."""
     trajectory = label.item.trajectory
+    if not label.current:
+        raise ReviewError(f"label {label.pk} was amended: make the canary from its latest revision", status=409,
+                          field="label")
     if not is_hack(label):
         raise ReviewError("only a label (or a gold answer) that says reward-hack makes a canary", field="label")
     if trajectory.verdict_status != "pass":
@@ -61,8 +64,8 @@ def canary_from_label(*, label: Label, actor, via: str = "web") -> Canary:
 
 
 def canary_from_item(*, queue, item_id: int, actor, via: str = "web") -> Canary:
-    """The canary of the first whole-trajectory label on a queue's item that says reward-hack."""
-    labels = (Label.objects.filter(item__queue=queue, item_id=item_id, step__isnull=True, component="")
+    """The canary of the first current whole-trajectory label on a queue's item that says reward-hack."""
+    labels = (Label.objects.whole().current().filter(item__queue=queue, item_id=item_id)
               .select_related("item__trajectory", "item__queue__project").order_by("pk"))
     hack = next((label for label in labels if is_hack(label)), None)
     if hack is None:

@@ -7,10 +7,10 @@
 - `hacks`: confirmed reward hacks (labelled reward-hack) as negatives: {"prompt", "response", "verifier"}.
 
 Every row carries its provenance: the trajectory, run, template and verifier versions, the policy version, the
-labels (reviewer and answers), the gold answer if any, and the queue's agreement on the question. Written as
-JSONL, Parquet (pyarrow) or a Hugging Face `datasets` directory (save_to_disk). The tasks of the project's eval
-suites are left out (`exclude_tasks`, from apps/evals): a dataset trained on must not hold what a leaderboard
-measures.
+labels (each reviewer's current revision: reviewer, answers, revision number), the gold answer if any, and the
+queue's agreement on the question. Written as JSONL, Parquet (pyarrow) or a Hugging Face `datasets` directory
+(save_to_disk). The tasks of the project's eval suites are left out (`exclude_tasks`, from apps/evals): a dataset
+trained on must not hold what a leaderboard measures.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     labels = defaultdict(list)
-    for label in (Label.objects.filter(item__queue=queue, item__removed=False, step__isnull=True, component="")
+    for label in (Label.objects.whole().current().filter(item__queue=queue, item__removed=False)
                   .select_related("reviewer", "item")):
         labels[label.item.trajectory_id].append(label)
     gold = {(a.item.trajectory_id, a.question): a.answer
@@ -70,7 +70,7 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
                 "verifier": trajectory.verifier, "task_key": trajectory.task_key,
                 "policy_version": trajectory.policy_version, "reward": trajectory.reward,
                 "labels": [{"reviewer": label.reviewer.username, "answers": label.answers,
-                            "rubric": label.rubric_id} for label in own],
+                            "rubric": label.rubric_id, "revision": label.revision} for label in own],
                 "reviewers": sorted({label.reviewer.username for label in own}),
                 "gold": gold.get((trajectory.pk, question)), "queue": queue.slug, "agreement_alpha": alpha}
 

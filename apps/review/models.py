@@ -3,8 +3,10 @@
 A queue is a list of trajectories (drawn from a trajectory filter and a sampling rule, once, and again from each
 step runs archive when it follows them) and a rubric version (a registry `rubric`). Each item is labelled by up
 to `overlap` reviewers; a reviewer holds a reservation on an item while labelling it, which expires, so an item
-abandoned in a closed tab goes to someone else. A label records the rubric version it answered. Where reviewers
-disagree, an adjudicator's decision is the gold answer (Adjudication); the original labels stay as they were.
+abandoned in a closed tab goes to someone else. A label records the rubric version it answered. A reviewer who
+amends their label adds a revision (the earlier one is kept, no longer current); everything computed from labels
+reads each reviewer's current revision. Where reviewers disagree, an adjudicator's decision is the gold answer
+(Adjudication); the original labels stay as they were.
 """
 
 from django.conf import settings
@@ -70,8 +72,20 @@ class Reservation(models.Model):
         indexes = [models.Index(fields=["reviewer", "expires_at"])]
 
 
+class LabelQuerySet(models.QuerySet):
+    def current(self):
+        """Each label's latest revision: what agreement, calibration, canaries, datasets and progress read."""
+        return self.filter(current=True)
+
+    def whole(self):
+        """Labels on the whole trajectory, not on one of its turns or verifier components."""
+        return self.filter(step__isnull=True, component="")
+
+
 class Label(models.Model):
-    """A reviewer's answers on an item: on the whole trajectory (step None), or on one step of it."""
+    """A reviewer's answers on an item: on the whole trajectory (step None), or on one step of it.
+
+    Never edited: amending adds a revision that `supersedes` this one, and this one stops being `current`."""
 
     item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="labels")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="review_labels")
@@ -80,13 +94,20 @@ class Label(models.Model):
     component = models.CharField(max_length=120, blank=True, default="")  # a verifier component, by name
     answers = models.JSONField(default=dict)  # question key -> answer
     comment = models.TextField(blank=True, default="")
+    revision = models.PositiveIntegerField(default=1)  # 1 for the first answers, one more for each amendment
+    # The revision this one amends; one-to-one, so two amendments of the same revision cannot both be written.
+    supersedes = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                      related_name="superseded_by")
+    current = models.BooleanField(default=True)  # False once amended
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = LabelQuerySet.as_manager()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["item", "reviewer"], condition=models.Q(step__isnull=True,
-                                                                                    component=""),
-                                    name="one_trajectory_label_per_reviewer"),
+                                                                                    component="", current=True),
+                                    name="one_current_trajectory_label_per_reviewer"),
         ]
         indexes = [models.Index(fields=["item", "reviewer"])]
 

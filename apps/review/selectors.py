@@ -30,7 +30,7 @@ def queue_list(*, project: Project):
 @dataclass(frozen=True)
 class Progress:
     items: int
-    labels: int  # whole-trajectory labels
+    labels: int  # whole-trajectory labels (an amended one counts once)
     needed: int  # items x overlap
     complete_items: int  # items with `overlap` labels
     mine: int  # the caller's labels
@@ -38,23 +38,37 @@ class Progress:
 
 def queue_progress(*, queue: ReviewQueue, reviewer=None) -> Progress:
     items = (QueueItem.objects.filter(queue=queue, removed=False)
-             .annotate(n=Count("labels", filter=Q(labels__step__isnull=True, labels__component=""))))
+             .annotate(n=Count("labels", filter=Q(labels__step__isnull=True, labels__component="",
+                                                  labels__current=True))))
     counts = list(items.values_list("n", flat=True))
-    mine = (Label.objects.filter(item__queue=queue, reviewer=reviewer, step__isnull=True, component="").count()
+    mine = (Label.objects.whole().current().filter(item__queue=queue, reviewer=reviewer).count()
             if reviewer is not None else 0)
     return Progress(items=len(counts), labels=sum(counts), needed=len(counts) * queue.overlap,
                     complete_items=sum(n >= queue.overlap for n in counts), mine=mine)
 
 
 def item_labels(*, item: QueueItem, reviewer) -> list[Label]:
-    """The labels on `item` that `reviewer` may see: in a blind queue, one of its reviewers sees only their own
-    until they have labelled the item as a whole, then everyone's; anyone else (an adjudicator, an editor
-    turning a hack into a canary) sees them all."""
-    labels = Label.objects.filter(item=item).select_related("reviewer").order_by("created_at", "pk")
+    """The current labels on `item` that `reviewer` may see: in a blind queue, one of its reviewers sees only
+    their own until they have labelled the item as a whole, then everyone's; anyone else (an adjudicator, an
+    editor turning a hack into a canary) sees them all."""
+    labels = Label.objects.current().filter(item=item).select_related("reviewer", "rubric__definition") \
+        .order_by("created_at", "pk")
     if (item.queue.blind and item.queue.reviewers.filter(pk=reviewer.pk).exists()
-            and not labels.filter(reviewer=reviewer, step__isnull=True, component="").exists()):
+            and not labels.whole().filter(reviewer=reviewer).exists()):
         labels = labels.filter(reviewer=reviewer)
     return list(labels)
+
+
+def label_revisions(*, item: QueueItem, reviewer) -> list[Label]:
+    """The reviewer's whole-trajectory label on `item`, every revision, the current one first ([] if none)."""
+    return list(Label.objects.whole().filter(item=item, reviewer=reviewer).order_by("-revision", "-pk"))
+
+
+def reviewer_labels(*, queue: ReviewQueue, reviewer, limit: int = 20) -> list[Label]:
+    """The reviewer's current whole-trajectory labels in the queue, the latest written first: where they find a
+    label to amend."""
+    return list(Label.objects.whole().current().filter(item__queue=queue, item__removed=False, reviewer=reviewer)
+                .select_related("item__trajectory").order_by("-created_at", "-pk")[:limit])
 
 
 @dataclass(frozen=True)
@@ -72,9 +86,9 @@ class VersionCanaries:
 def verifier_canaries(*, definition) -> list[VersionCanaries]:
     """Per version of a verifier, newest first: its confirmed hacks and its scores on the verifier's canaries."""
     canaries = Canary.objects.filter(verifier=definition).count()
-    passed = (Label.objects.filter(item__trajectory__project=definition.project, step__isnull=True, component="",
-                                   item__trajectory__verdict_status="pass",
-                                   item__trajectory__verifier__startswith=f"verifier/{definition.slug}@")
+    passed = (Label.objects.whole().current().filter(
+                  item__trajectory__project=definition.project, item__trajectory__verdict_status="pass",
+                  item__trajectory__verifier__startswith=f"verifier/{definition.slug}@")
               .values_list("item__trajectory_id", "item__trajectory__verifier", "answers"))
     hacks = Counter(verifier for _, verifier in {(trajectory, verifier) for trajectory, verifier, answers in passed
                                                  if "reward-hack" in answers.values()})
@@ -87,10 +101,10 @@ def verifier_canaries(*, definition) -> list[VersionCanaries]:
 
 
 def confirmed_hacks(*, run) -> list:
-    """Trajectories of `run` its verifier passed and a reviewer labelled reward-hack (or an adjudicator decided
-    were one), oldest draw first."""
-    passed = (Label.objects.filter(item__trajectory__run=run, item__trajectory__verdict_status="pass",
-                                   step__isnull=True, component="")
+    """Trajectories of `run` its verifier passed and a reviewer labelled reward-hack in their current revision (or
+    an adjudicator decided were one), oldest draw first."""
+    passed = (Label.objects.whole().current().filter(item__trajectory__run=run,
+                                                     item__trajectory__verdict_status="pass")
               .values_list("item__trajectory_id", "answers"))
     ids = {trajectory for trajectory, answers in passed if "reward-hack" in answers.values()}
     ids |= set(Adjudication.objects.filter(item__trajectory__run=run, item__trajectory__verdict_status="pass",

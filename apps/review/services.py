@@ -279,10 +279,7 @@ def label_submit(*, queue: ReviewQueue, item_id: int, reviewer, answers: dict, s
             if component and component not in names:
                 raise ReviewError(f"the verdict has no component {component!r}; it has "
                                   f"{', '.join(sorted(n for n in names if n)) or 'none'}", field="component")
-        problems = answer_problems(queue.rubric.spec, answers, scope="trajectory" if whole else "step")
-        if problems:
-            raise ReviewError("; ".join(f"{field}: {problem}" for field, problem in problems),
-                              field=problems[0][0])
+        _require_fitting_answers(queue, answers, scope="trajectory" if whole else "step")
         try:
             with transaction.atomic():
                 label = Label.objects.create(item=item, reviewer=reviewer, rubric=queue.rubric, step=step,
@@ -296,6 +293,50 @@ def label_submit(*, queue: ReviewQueue, item_id: int, reviewer, answers: dict, s
                      details={"item": item.pk, "trajectory": str(item.trajectory_id), "step": step,
                               "component": component}, via=via)
     return label
+
+
+def label_amend(*, queue: ReviewQueue, item_id: int, label_id: int, reviewer, answers: dict, comment: str = "",
+                via: str = "web") -> Label:
+    """A new revision of the reviewer's own label on an item (the whole trajectory, a step or a component) with
+    these answers and comment; the label it amends is kept as it was and stops being current, so agreement,
+    calibration, canaries and datasets read the new one. Only the current revision is amended: an amendment of one
+    already amended (a second tab, a concurrent request) is refused, naming the revision to amend instead."""
+    _require_reviewer(queue, reviewer)
+    with transaction.atomic():
+        label = (Label.objects.filter(pk=label_id, item__queue=queue, item_id=item_id, reviewer=reviewer)
+                 .select_related("item").first())
+        if label is None:
+            raise ReviewError(f"no label of yours with id {label_id} on item {item_id} of queue {queue.slug}",
+                              status=404, field="label")
+        if label.item.removed:
+            raise ReviewError(f"item {label.item_id} was removed from queue {queue.slug}", status=410, field="item")
+        if not label.current:
+            latest = label
+            while not latest.current:
+                latest = latest.superseded_by
+            raise ReviewError(f"label {label.pk} was amended already: revision {latest.revision} (label {latest.pk}) "
+                              "is the latest; amend that", status=409, field="label")
+        _require_fitting_answers(queue, answers,
+                                 scope="trajectory" if label.step is None and not label.component else "step")
+        comment = comment[:10_000]
+        if answers == label.answers and comment == label.comment:
+            raise ReviewError(f"these are the answers and comment of revision {label.revision}: nothing to amend",
+                              field="answers")
+        # Conditional: of two amendments of one revision racing here, the second finds it no longer current.
+        if not Label.objects.filter(pk=label.pk, current=True).update(current=False):
+            raise ReviewError(f"label {label.pk} was amended meanwhile: reload and amend its latest revision",
+                              status=409, field="label")
+        revision = Label.objects.create(item=label.item, reviewer=reviewer, rubric=queue.rubric, step=label.step,
+                                        component=label.component, answers=answers, comment=comment,
+                                        revision=label.revision + 1, supersedes=label)
+        changed = {key: [label.answers.get(key), answers.get(key)] for key in sorted({*label.answers, *answers})
+                   if label.answers.get(key) != answers.get(key)}
+        audit_record(project=queue.project, actor=reviewer, action="review.label.amend",
+                     target=f"queue/{queue.slug}",
+                     details={"item": label.item_id, "trajectory": str(label.item.trajectory_id), "step": label.step,
+                              "component": label.component, "label": revision.pk, "supersedes": label.pk,
+                              "revision": revision.revision, "changed": changed}, via=via)
+    return revision
 
 
 def item_skip(*, queue: ReviewQueue, item_id: int, reviewer, via: str = "web") -> None:
@@ -342,6 +383,12 @@ def item_remove(*, queue: ReviewQueue, item_id: int, actor, via: str = "web") ->
         Reservation.objects.filter(item_id=item_id).delete()
         audit_record(project=queue.project, actor=actor, action="review.item.remove", target=f"queue/{queue.slug}",
                      details={"item": item_id}, via=via)
+
+
+def _require_fitting_answers(queue: ReviewQueue, answers, *, scope: str) -> None:
+    problems = answer_problems(queue.rubric.spec, answers, scope=scope)
+    if problems:
+        raise ReviewError("; ".join(f"{field}: {problem}" for field, problem in problems), field=problems[0][0])
 
 
 def _require_reviewer(queue: ReviewQueue, user) -> None:

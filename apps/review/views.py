@@ -1,6 +1,6 @@
-"""Review pages: the project's queues, a queue (progress, agreement, adjudication), and the review of one item
-(the replay beside the rubric's form, keyboard first). Members read; a queue's reviewers label; owners and the
-queue's adjudicators decide."""
+"""Review pages: the project's queues, a queue (progress, agreement, adjudication, its dataset export), and the
+review of one item (the replay beside the rubric's form, keyboard first, where a reviewer also amends their label).
+Members read; a queue's reviewers label; owners and the queue's adjudicators decide."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ from . import selectors
 from .agreement import queue_agreement
 from .calibration import calibration_cards
 from .canaries import canaries_check, canary_from_item, is_hack
+from .datasets import KINDS
 from .forms import QueueCreateForm
 from .models import Adjudication, QueueItem
 from .rubrics import questions
-from .services import ReviewError, adjudicate, item_next, item_skip, label_submit, queue_create
+from .services import ReviewError, adjudicate, item_next, item_skip, label_amend, label_submit, queue_create
 
 
 def queue_list(request, project):
@@ -71,19 +72,30 @@ def queue_page(request, project, queue):
     decided = {(d.item_id, d.question): d.answer for d in Adjudication.objects.filter(item__queue=review)}
     may_decide = role_of(user=request.user, project=project) == Role.OWNER or \
         review.adjudicators.filter(pk=request.user.pk).exists()
+    is_reviewer = review.reviewers.filter(pk=request.user.pk).exists()
+    asked = [q for q in questions(review.rubric.spec, "trajectory") if q["type"] != "text"]
     context = {"project": project, "queue": review, "agreement": agreement,
                "progress": selectors.queue_progress(queue=review, reviewer=request.user),
-               "is_reviewer": review.reviewers.filter(pk=request.user.pk).exists(), "may_decide": may_decide,
+               "is_reviewer": is_reviewer, "may_decide": may_decide,
                "disputes": [{"item": items[pk], "answers": _answers(items[pk]),
                              "decided": {q: decided[(pk, q)] for (i, q) in decided if i == pk}}
                             for pk in disputed if pk in items],
-               "questions": [q for q in questions(review.rubric.spec, "trajectory") if q["type"] != "text"]}
+               "questions": asked,
+               # The export API compares answers as text: a question with a list of answers names what is accepted.
+               "export_questions": [q for q in asked if q["type"] != "pass_fail"],
+               "export_kinds": [(kind, EXPORT_HELP[kind]) for kind in KINDS],
+               "my_labels": selectors.reviewer_labels(queue=review, reviewer=request.user) if is_reviewer else []}
     return render(request, "review/queue_detail.html", context)
+
+
+EXPORT_HELP = {"sft": "SFT: the accepted conversations, as chat messages",
+               "preference": "preference pairs: an accepted answer over a sibling that was not",
+               "hacks": "reward hacks: the confirmed hacks, as negatives"}
 
 
 def _answers(item) -> list[tuple[str, dict]]:
     return [(label.reviewer.username, label.answers) for label in
-            item.labels.filter(step__isnull=True, component="").select_related("reviewer").order_by("pk")]
+            item.labels.whole().current().select_related("reviewer").order_by("pk")]
 
 
 @require_POST
@@ -117,6 +129,13 @@ def item_page(request, project, queue, item_id):
                 return queue_next(request, project.slug, review.slug)
             step = request.POST.get("step")
             answers = _posted_answers(request.POST, review.rubric.spec, "step" if step else "trajectory")
+            if action == "amend":
+                label = request.POST.get("label", "")
+                amended = label_amend(queue=review, item_id=item.pk, label_id=int(label) if label.isdigit() else 0,
+                                      reviewer=request.user, answers=answers, comment=request.POST.get("comment", ""))
+                messages.success(request, f"Your label on #{item.position} is now revision {amended.revision}; "
+                                          "the earlier revisions are kept.")
+                return redirect("review:item", project=project.slug, queue=review.slug, item_id=item.pk)
             label_submit(queue=review, item_id=item.pk, reviewer=request.user, answers=answers,
                          step=int(step) if step and step.isdigit() else (step or None),
                          comment=request.POST.get("comment", ""))
@@ -129,14 +148,28 @@ def item_page(request, project, queue, item_id):
             return queue_next(request, project.slug, review.slug)
     progress = selectors.queue_progress(queue=review, reviewer=request.user)
     visible = selectors.item_labels(item=item, reviewer=request.user)
+    revisions = selectors.label_revisions(item=item, reviewer=request.user)
+    mine = revisions[0] if revisions and revisions[0].current else None
+    last = next((label for label in selectors.reviewer_labels(queue=review, reviewer=request.user, limit=2)
+                 if label.item_id != item.pk), None)
+    trajectory_questions = questions(review.rubric.spec, "trajectory")
     context = {"project": project, "queue": review, "item": item, "info": trajectory_info(item.trajectory),
                "hack": item.trajectory.verdict_status == "pass" and any(
                    is_hack(label) for label in visible if label.step is None and not label.component),
                "labels": visible, "progress": progress,
-               "questions": questions(review.rubric.spec, "trajectory"),
+               # The form holds the answers of the label being amended (as form values: pass/fail as true/false).
+               "questions": [{**q, "given": _form_value(mine.answers.get(q["key"])) if mine else ""}
+                             for q in trajectory_questions],
                "step_questions": questions(review.rubric.spec, "step"), "errors": errors,
-               "labelled": item.labels.filter(reviewer=request.user, step__isnull=True, component="").exists()}
+               "labelled": bool(revisions), "mine": mine, "earlier": revisions[1:], "last_label": last}
     return render(request, "review/item.html", context, status=status)
+
+
+def _form_value(answer) -> str:
+    """An answer as the form field that gives it holds it: pass/fail as "true"/"false", nothing as ""."""
+    if isinstance(answer, bool):
+        return "true" if answer else "false"
+    return "" if answer is None else str(answer)
 
 
 def _posted_answers(post, rubric_spec: dict, scope: str) -> dict:

@@ -20,7 +20,7 @@ import time
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from apps.accounts.services import membership_set
 from apps.registry.services import version_publish
@@ -122,7 +122,9 @@ def _concurrent_review(queue, team, labels_each: int, pause: float) -> dict:
     seconds = time.perf_counter() - began
     next_ms = [n for timings, _ in collected for n, _ in timings]
     submit_ms = [s for timings, _ in collected for _, s in timings]
-    over = QueueItem.objects.filter(queue=queue).annotate(n=Count("labels")).filter(n__gt=queue.overlap).count()
+    over = (QueueItem.objects.filter(queue=queue)
+            .annotate(n=Count("labels", filter=Q(labels__current=True, labels__step__isnull=True)))
+            .filter(n__gt=queue.overlap).count())
     return {"labels": len(submit_ms), "labels_per_s": round(len(submit_ms) / seconds, 1),
             "next_item_p50_ms": _percentile(next_ms, 0.5), "next_item_p95_ms": _percentile(next_ms, 0.95),
             "submit_p50_ms": _percentile(submit_ms, 0.5), "submit_p95_ms": _percentile(submit_ms, 0.95),

@@ -85,3 +85,33 @@ def test_bad_queues_and_labels_are_refused_with_their_field(archive, rubric, api
     outside = apis["ann"].post(f"{QUEUES}/check/items/999999/labels", {"answers": {"verdict": "correct"}})
     assert outside.status_code == 404
     assert apis["ann"].get(f"{QUEUES}/nope").status_code == 404
+
+
+def test_a_reviewer_amends_their_label_through_the_api_as_a_new_revision(archive, rubric, apis):
+    assert make_queue(apis, overlap=1).status_code == 201
+    item = apis["ann"].post(f"{QUEUES}/check/next", {}).json()["id"]
+    labels = f"{QUEUES}/check/items/{item}/labels"
+    first = apis["ann"].post(labels, {"answers": {"verdict": "correct"}}).json()
+    assert (first["revision"], first["supersedes"]) == (1, None)
+
+    amended = apis["ann"].post(f"{labels}/{first['id']}/revisions",
+                               {"answers": {"verdict": "wrong"}, "comment": "misread the sum"})
+    assert amended.status_code == 201, amended.json()
+    body = amended.json()
+    assert (body["revision"], body["supersedes"], body["answers"], body["comment"]) == (
+        2, first["id"], {"verdict": "wrong"}, "misread the sum")
+    assert Label.objects.get(pk=first["id"]).answers == {"verdict": "correct"}  # the first answer is kept
+    stale = apis["ann"].post(f"{labels}/{first['id']}/revisions", {"answers": {"verdict": "format"}})
+    assert stale.status_code == 409 and f"label {body['id']}" in stale.json()["detail"]
+    bad = apis["ann"].post(f"{labels}/{body['id']}/revisions", {"answers": {"verdict": "maybe"}})
+    assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "answers.verdict"
+    assert apis["bob"].post(f"{labels}/{body['id']}/revisions",
+                            {"answers": {"verdict": "format"}}).status_code == 404  # only one's own label
+    assert apis["viewer"].post(f"{labels}/{body['id']}/revisions",
+                               {"answers": {"verdict": "format"}}).status_code == 403
+    assert apis["ann"].post(f"{QUEUES}/check/items/{item + 10**6}/labels/{body['id']}/revisions",
+                            {"answers": {"verdict": "format"}}).status_code == 404  # the label is not that item's
+    # An amended item is not offered again.
+    taken = apis["ann"].post(f"{QUEUES}/check/next", {}).json()
+    assert taken["id"] != item
+    assert AuditEvent.objects.filter(action="review.label.amend", via="api").count() == 1

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from apps.review.calibration import calibration_cards, cohen_kappa
-from apps.review.services import adjudicate, item_next, label_submit, queue_create
+from apps.review.models import Label
+from apps.review.services import adjudicate, item_next, label_amend, label_submit, queue_create
 from apps.runs.services import run_create
 from apps.trajectories.services import trajectories_record
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
@@ -71,3 +72,12 @@ def test_calibration_cards_on_the_verifier_page(client, project, registry, rubri
     page = client.get(f"/p/{project.slug}/review/verifiers/numeric/").content.decode()
     assert "data-calibration" in page and "0.467" in page and "0.857" in page
     assert "<table" not in page.split("</title>")[0]  # the page's title is only its title
+
+    # Both reviewers amend an agreed "correct" the judge passed to "wrong": the cards read their latest revisions.
+    first = queue.items.get(trajectory_id=rows[0].id)
+    for reviewer in (ann, bob):
+        label = Label.objects.get(item=first, reviewer=reviewer)
+        label_amend(queue=queue, item_id=first.pk, label_id=label.pk, reviewer=reviewer,
+                    answers={"verdict": "wrong"})
+    [card] = calibration_cards(definition=registry["verifier"].definition)
+    assert (card.items, card.agreement, card.true_positive_rate, card.false_positive_rate) == (8, 5 / 8, 0.75, 0.5)

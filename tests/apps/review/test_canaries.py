@@ -127,3 +127,27 @@ def test_the_api_keeps_a_canary_lists_them_and_checks_a_version(api_as, project,
     assert editor.post("/projects/acme-rl/review/verifiers/numeric/versions/9/canary-check", {}).status_code == 404
     other = editor.post(f"{queue}/items/999999/canary", {})
     assert other.status_code == 400 and "says reward-hack" in other.json()["detail"]
+
+
+def test_a_hack_label_amended_away_is_no_longer_a_confirmed_hack(project, registry, owner, hack_label):
+    from apps.review.canaries import canary_from_item
+    from apps.review.selectors import confirmed_hacks, verifier_canaries
+    from apps.review.services import label_amend
+
+    queue, run = hack_label.item.queue, hack_label.item.trajectory.run
+    assert [v.hacks for v in verifier_canaries(definition=registry["verifier"].definition)] == [1]
+    amended = label_amend(queue=queue, item_id=hack_label.item_id, label_id=hack_label.pk,
+                          reviewer=hack_label.reviewer, answers={"verdict": "correct"})
+    assert confirmed_hacks(run=run) == []
+    assert [v.hacks for v in verifier_canaries(definition=registry["verifier"].definition)] == [0]
+    with pytest.raises(ReviewError, match="says reward-hack"):
+        canary_from_item(queue=queue, item_id=hack_label.item_id, actor=owner)
+    hack_label.refresh_from_db()
+    with pytest.raises(ReviewError, match="was amended"):  # the old revision no longer speaks for the reviewer
+        canary_from_label(label=hack_label, actor=owner)
+    # Amended back: a hack again, and the canary keeps the revision that said so.
+    again = label_amend(queue=queue, item_id=hack_label.item_id, label_id=amended.pk,
+                        reviewer=hack_label.reviewer, answers={"verdict": "reward-hack"})
+    assert [t.pk for t in confirmed_hacks(run=run)] == [hack_label.item.trajectory_id]
+    assert canary_from_item(queue=queue, item_id=hack_label.item_id, actor=owner).label == again
+    assert not Canary.objects.exclude(label=again).exists()

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import call_command
 
+from apps.review.datasets import dataset_rows
 from apps.review.services import adjudicate, item_next, label_submit, queue_create
 from apps.runs.services import run_create
 from apps.trajectories.services import trajectories_record
@@ -100,3 +101,26 @@ def test_the_tasks_of_eval_suites_are_left_out(labelled, api_as, project, owner,
         "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 20}})
     assert api.get("/projects/acme-rl/review/queues/data/export", kind="sft").content == b""
     assert api.get("/projects/acme-rl/review/queues/data/export", kind="hacks").content == b""
+
+
+def test_a_dataset_reads_each_reviewers_latest_revision(labelled):
+    from apps.review.models import Label
+    from apps.review.services import label_amend
+
+    queue, rows = labelled
+    # Bob amends his "correct" on sample 0 of group 0 to "format": the reviewers now differ and nobody decided.
+    slip = Label.objects.select_related("reviewer").get(item__trajectory_id=rows[0].id,
+                                                        reviewer__username="editor-user")
+    bob = slip.reviewer
+    label_amend(queue=queue, item_id=slip.item_id, label_id=slip.pk, reviewer=bob,
+                answers={"verdict": "format"})
+    assert {row["provenance"]["trajectory"] for row in dataset_rows(queue, kind="sft")} == {rows[3].id}
+    # Then back to "correct" (revision 3): accepted again, its provenance naming only the latest answers.
+    latest = Label.objects.get(item__trajectory_id=rows[0].id, reviewer=bob, current=True)
+    label_amend(queue=queue, item_id=latest.item_id, label_id=latest.pk, reviewer=bob,
+                answers={"verdict": "correct"})
+    by_trajectory = {row["provenance"]["trajectory"]: row for row in dataset_rows(queue, kind="sft")}
+    assert set(by_trajectory) == {rows[0].id, rows[3].id}
+    provenance = by_trajectory[rows[0].id]["provenance"]
+    assert sorted((label["reviewer"], label["answers"]["verdict"], label["revision"])
+                  for label in provenance["labels"]) == [("editor-user", "correct", 3), ("reviewer-user", "correct", 1)]

@@ -202,3 +202,64 @@ def test_a_spot_check_queue_takes_its_share_of_judge_graded_trajectories_as_runs
     assert list(everything.items.values_list("position", flat=True)) == list(range(30))
     assert other.items.count() == 0
     assert everything.items.first().why == f"graded by a judge; followed run {run.name}"
+
+
+def test_a_reviewer_amends_their_label_as_a_new_revision_and_agreement_reads_the_latest(
+        project, archive, rubric, owner, reviewers):
+    from apps.review.selectors import queue_progress
+    from apps.review.services import label_amend
+
+    first, second = reviewers
+    queue = make_queue(project, rubric, owner, reviewers, overlap=2)
+    labels = {}
+    for verdicts in (("correct", "wrong"), ("wrong", "wrong"), ("correct", "correct")):
+        item = item_next(queue=queue, reviewer=first)
+        assert item_next(queue=queue, reviewer=second) == item
+        for reviewer, verdict in zip(reviewers, verdicts, strict=True):
+            labels[(item.pk, reviewer.pk)] = label_submit(queue=queue, item_id=item.pk, reviewer=reviewer,
+                                                          answers={"verdict": verdict}, comment="first look")
+    [before, _] = queue_agreement(queue)
+    disputed = before.disagreements[0]
+    assert len(before.disagreements) == 1 and before.pairwise[0]["agreement"] == pytest.approx(2 / 3)
+
+    # The first reviewer's slip on the disputed item: amended, kept as revision 2, the first answer stays.
+    def amend(**given):
+        return label_amend(queue=queue, item_id=disputed, reviewer=first, **given)
+
+    old = labels[(disputed, first.pk)]
+    amended = amend(label_id=old.pk, answers={"verdict": "wrong"})
+    old.refresh_from_db()
+    assert (old.answers, old.comment, old.revision, old.current) == ({"verdict": "correct"}, "first look", 1, False)
+    assert (amended.answers, amended.revision, amended.current, amended.supersedes_id) == (
+        {"verdict": "wrong"}, 2, True, old.pk)
+    event = AuditEvent.objects.get(action="review.label.amend")
+    assert event.details["label"] == amended.pk and event.details["supersedes"] == old.pk
+    assert event.details["changed"] == {"verdict": ["correct", "wrong"]} and event.details["revision"] == 2
+
+    [after, _] = queue_agreement(queue)  # on each reviewer's latest revision: no more disagreement
+    assert after.disagreements == [] and after.pairwise[0]["agreement"] == 1.0 and after.answers == 6
+    progress = queue_progress(queue=queue, reviewer=first)  # a revision is not one more label
+    assert (progress.labels, progress.mine, progress.complete_items) == (6, 3, 3)
+    assert queue.items.get(pk=disputed).labelled == 2
+    assert item_next(queue=queue, reviewer=first).pk not in {item for item, _ in labels}
+
+    # Only the latest revision of one's own label is amended, with answers the rubric takes.
+    with pytest.raises(ReviewError, match=r"revision 2 \(label \d+\) is the latest") as stale:
+        amend(label_id=old.pk, answers={"verdict": "format"})
+    assert stale.value.status == 409
+    with pytest.raises(ReviewError, match="no label of yours") as theirs:
+        amend(label_id=labels[(disputed, second.pk)].pk, answers={"verdict": "format"})
+    assert theirs.value.status == 404
+    with pytest.raises(ReviewError, match="answers.verdict: one of correct"):
+        amend(label_id=amended.pk, answers={"verdict": "maybe"})
+    with pytest.raises(ReviewError, match="nothing to amend"):
+        amend(label_id=amended.pk, answers={"verdict": "wrong"})
+    step = label_submit(queue=queue, item_id=disputed, reviewer=first, answers={"step_ok": True}, step=1)
+    step_again = amend(label_id=step.pk, answers={"step_ok": False})
+    assert (step_again.step, step_again.revision, step_again.answers) == (1, 2, {"step_ok": False})
+    item_remove(queue=queue, item_id=disputed, actor=owner)
+    with pytest.raises(ReviewError, match="was removed") as gone:
+        amend(label_id=amended.pk, answers={"verdict": "format"})
+    assert gone.value.status == 410
+    assert Label.objects.filter(item_id=disputed, reviewer=first, step__isnull=True).count() == 2
+    assert AuditEvent.objects.filter(action="review.label.amend").count() == 2
