@@ -16,6 +16,7 @@ from apps.accounts.selectors import project_for_page, project_for_user, role_of
 from apps.registry.models import Definition, Version
 from apps.runs.selectors import run_list
 from apps.trajectories.replay import trajectory_info
+from workers.definitions.newlines import normalise_newlines
 
 from . import selectors
 from .agreement import queue_agreement
@@ -132,13 +133,14 @@ def item_page(request, project, queue, item_id):
             if action == "amend":
                 label = request.POST.get("label", "")
                 amended = label_amend(queue=review, item_id=item.pk, label_id=int(label) if label.isdigit() else 0,
-                                      reviewer=request.user, answers=answers, comment=request.POST.get("comment", ""))
+                                      reviewer=request.user, answers=answers,
+                                      comment=_posted_text(request.POST, "comment"))
                 messages.success(request, f"Your label on #{item.position} is now revision {amended.revision}; "
                                           "the earlier revisions are kept.")
                 return redirect("review:item", project=project.slug, queue=review.slug, item_id=item.pk)
             label_submit(queue=review, item_id=item.pk, reviewer=request.user, answers=answers,
                          step=int(step) if step and step.isdigit() else (step or None),
-                         comment=request.POST.get("comment", ""))
+                         comment=_posted_text(request.POST, "comment"))
         except ReviewError as exc:
             errors, status = [str(exc)], exc.status
         else:
@@ -172,11 +174,16 @@ def _form_value(answer) -> str:
     return "" if answer is None else str(answer)
 
 
+def _posted_text(post, name: str) -> str:
+    """A posted field's text with "\n" line endings (a browser sends a textarea's with "\r\n")."""
+    return normalise_newlines(post.get(name, ""))
+
+
 def _posted_answers(post, rubric_spec: dict, scope: str) -> dict:
     """Form fields a-<key> as the rubric's types: pass/fail as booleans, the rest as text ("" = unanswered)."""
     answers = {}
     for question in questions(rubric_spec, scope):
-        raw = post.get(f"a-{question['key']}", "")
+        raw = _posted_text(post, f"a-{question['key']}")
         if raw == "":
             continue
         answers[question["key"]] = {"true": True, "false": False}.get(raw, raw) \
@@ -229,7 +236,7 @@ def item_adjudicate(request, project, queue, item_id):
     answer = json.loads(raw) if kind == "pass_fail" and raw in ("true", "false") else raw
     try:
         adjudicate(queue=review, item_id=item_id, question=question, answer=answer, adjudicator=request.user,
-                   note=request.POST.get("note", ""))
+                   note=_posted_text(request.POST, "note"))
     except ReviewError as exc:
         messages.error(request, str(exc))
     else:
