@@ -8,6 +8,7 @@ this once (a session fixture) and stop it at the end.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 
@@ -19,7 +20,11 @@ class ThreadedServer:
         from channels.routing import get_default_application
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
+        from django.conf import settings
 
+        # Every view imported before the first request, not by it: the URLconf pulls in the whole studio (torch
+        # and Dash included), 10-30 s on a loaded machine, longer than a browser test's page timeout.
+        importlib.import_module(settings.ROOT_URLCONF)
         # settings.ASGI_APPLICATION, as `runserver` finds it (HTTP and websockets)
         self.server = Server(application=get_default_application(), signal_handlers=False, verbosity=0,
                              endpoints=build_endpoint_description_strings(host=host, port=0))

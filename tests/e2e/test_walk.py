@@ -79,7 +79,6 @@ def page_kind(path: str):
 
 def test_every_page_of_the_demo_opens_without_an_error(live_url, context):
     demo_content()
-    resolve("/")  # the URLconf's imports (Dash, torch) now, not in the first page's time
     origin = urlsplit(live_url).netloc
     failures: list[str] = []
     where = {"page": "the login page"}
