@@ -87,8 +87,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "apps.accounts.middleware.LoginRequiredEverywhere",
+    # Before the log-in wall, so that the wall's own redirects carry the policy too.
     "csp.middleware.CSPMiddleware",
+    "apps.accounts.middleware.LoginRequiredEverywhere",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it answers a locked-out login
 ]
 

@@ -176,6 +176,8 @@ def test_every_page_allows_scripts_from_the_studio_only(client, owner, project, 
     login_page = client.get(reverse("login"))
     assert login_page.status_code == 200
     assert csp(login_page)["script-src"] == ["'self'"]
+    walled = client.get(pages[1])  # a page asked for before logging in: the log-in wall's redirect
+    assert walled.status_code == 302 and csp(walled)["script-src"] == ["'self'"]
     client.force_login(owner)
     for url in pages:
         response = client.get(url)
