@@ -1,7 +1,7 @@
 """Settings come from the environment (12-factor); the defaults are the embedded, single-machine studio.
 
 This is the only module that reads environment variables; everything else reads `django.conf.settings`, and the
-engine (workers/) is handed what it needs by apps/runs/wiring.py. Importing it has no side effects: the
+engine (workers/) is handed what it needs by apps/common/wiring.py. Importing it has no side effects: the
 directories under STUDIO_DATA_DIR are made by whoever writes there.
 
 DATABASE_URL  defaults to a SQLite file under STUDIO_DATA_DIR; set postgres://... for PostgreSQL.
@@ -269,7 +269,7 @@ MODEL_DIRS = [Path(p) for p in os.environ.get("STUDIO_MODEL_DIRS", str(DATA_DIR 
 # Where blobs live (workers/storage): checkpoints, trajectory artifacts, converted models. Empty: DATA_DIR itself, the
 # embedded default. s3://bucket/prefix: an S3-compatible bucket that every host (web, workers) reads and writes, so
 # a run resumes on any worker and a page shows a render another host wrote; each host keeps what it downloaded
-# under DATA_DIR/cache. Built into a Storage by apps/runs/wiring.py.
+# under DATA_DIR/cache. Built into a Storage by apps/common/wiring.py.
 STORAGE_URL = os.environ.get("STUDIO_STORAGE_URL", "")
 # What a host's cache of the object store (DATA_DIR/cache) may hold, in bytes, before its least recently used
 # directories are evicted; and how long a storage call waits for an object store that does not answer before it

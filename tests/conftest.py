@@ -189,7 +189,7 @@ def api_as(client, token_for):
 @pytest.fixture
 def studio_run(project, registry, owner):
     """A running run with 30 synthetic steps (metrics, events, trajectories); returns (run, attempt)."""
-    from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
+    from apps.operations.synthetic import run_synthetic_create, run_synthetic_steps
 
     run = run_synthetic_create(project=project, bundle=registry["bundle"], steps=100, name="live-run", actor=owner)
     attempt = run_synthetic_steps(run=run, steps=30, finish=False)

@@ -2,7 +2,7 @@
 task module (workers/tasks.py, which is where Django starts).
 
 A run's attempt uses these in place of the in-process SandboxToolRunner and LocalVerifier when the studio runs
-on services with remote rollouts on (apps/runs/wiring.py decides): the `rollout` and `verify` queues then scale
+on services with remote rollouts on (apps/common/wiring.py decides): the `rollout` and `verify` queues then scale
 apart from the `gpu` workers. The calling rollout thread waits for each result.
 
 The wire: what crosses the queue is JSON; bytes (a verdict's rendered artifacts) cross it as base64, and only

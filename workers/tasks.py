@@ -1,5 +1,5 @@
 """Celery tasks: the only module under workers/ that touches Django. Each loads what it needs, calls the engine
-or a service, and hands back plain data; the wiring of engine objects is apps/runs/wiring.py's.
+or a service, and hands back plain data; the wiring of engine objects is apps/common/wiring.py's.
 
 Queues: `gpu` runs a run's attempt (the trainer and the inference engine); `rollout` runs tool calls in this
 worker's sandbox pool; `verify` runs verifications. A run's attempt sends tool calls and verifications to the
@@ -34,7 +34,7 @@ _lock = threading.Lock()
 
 def sandbox_pool():
     """This worker process's sandbox pool, made on first use and shared by its tasks."""
-    from apps.runs import wiring
+    from apps.common import wiring
 
     global _pool
     with _lock:
@@ -45,7 +45,7 @@ def sandbox_pool():
 
 def local_verifier() -> LocalVerifier:
     """This worker process's verifier: its sandbox pool and one judge client (one cache, one concurrency cap)."""
-    from apps.runs import wiring
+    from apps.common import wiring
 
     global _verifier
     pool = sandbox_pool()

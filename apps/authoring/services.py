@@ -2,7 +2,7 @@
 
 A verifier is tried on a response typed in (or taken from an archived trajectory) against one task instance; a
 task template is shown as the model will see it, and its instance's reference is rolled out and verified as the
-reference check does for one task. Both use the sandbox pool and the judge a run uses (apps/runs/wiring.py): a
+reference check does for one task. Both use the sandbox pool and the judge a run uses (apps/common/wiring.py): a
 hostile response or reference is contained exactly as in a rollout, and a judge that is not configured says so.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from apps.common import wiring
 from apps.registry.models import Version
-from apps.runs import wiring
-from apps.runs.pins import pinned_template, task_item
+from apps.registry.pins import pinned_template, task_item
 from workers.rl.config import RunConfig
 from workers.rl.reference import check_references, reference_answers
 from workers.rl.types import Task, TaskTemplate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from apps.runs.figures import COLOURS, LAYOUT
+from apps.common.figures import COLOURS, LAYOUT
 
 
 def timeline_figure(lines: dict) -> dict:

@@ -7,9 +7,9 @@ from django.http import Http404
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
+from apps.registry.pins import bundle_tasks
 from apps.registry.refs import split_slug_ref
 from apps.runs.models import Checkpoint, CheckpointAlias, MetricPoint
-from apps.runs.pins import bundle_tasks
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import suite_tasks
 from workers.rl.overlap import task_id

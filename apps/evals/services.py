@@ -7,12 +7,12 @@ from django.db import IntegrityError, transaction
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from apps.registry.models import Version
+from apps.registry.pins import PinnedBundleError, bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoint_resolve
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import Checkpoint
-from apps.runs.pins import PinnedBundleError, bundle_tasks
 from apps.runs.services import RunError, run_create
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import evaluation_steps, suite_tasks

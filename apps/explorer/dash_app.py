@@ -2,7 +2,7 @@
 policy version; reward distributions, cost and latency histograms, and the trainer's idle time over steps.
 
 One Dash app per project, built on first use, mounted at /p/<slug>/explore/ (views.py checks membership
-before a request reaches it). Its figures come from apps.runs.figures, as the run pages' do.
+before a request reaches it). Its figures come from apps.common.figures, as the run pages' do.
 
 Why plain Dash and not django-plotly-dash: that package re-implements Dash's callback dispatch through private
 APIs (it breaks on Dash 4.4) and its websocket consumer lets any client subscribe to any channel. Dash's own
@@ -18,7 +18,7 @@ from collections import defaultdict
 from dash import Dash, Input, Output, dcc, html
 from flask import Flask
 
-from apps.runs import figures
+from apps.common import figures
 from apps.runs.models import Run
 from apps.runs.selectors import metric_history, metric_names
 from apps.trajectories.selectors import BadFilter, trajectory_slice

@@ -44,7 +44,7 @@ class Published:
 def _model_weights_pinned(spec: dict) -> dict:
     """A model definition whose source a run may use, with the hash of its weights filled in (or checked, when
     the author gave one) where this host can read them."""
-    from apps.runs import wiring  # which directories models may be read from is the composition root's setting
+    from apps.common import wiring  # which directories models may be read from is the composition root's setting
 
     model = source_model(spec["source"])
     problem = wiring.model_problem(model)

@@ -269,7 +269,7 @@ def job_ensure(upload: Upload, *, fmt: str, mapping: ColumnMapping | None, head:
     if size <= background_bytes():
         job_run(upload.id, key)
     elif not settings.EMBEDDED:
-        from apps.runs.wiring import celery_app  # the studio's Celery app is the composition root's
+        from apps.common.wiring import celery_app  # the studio's Celery app is the composition root's
 
         celery_app().send_task(READ_TASK_UPLOAD, (upload.id, key), queue=UPLOAD_QUEUE)
     else:

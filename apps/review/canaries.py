@@ -10,9 +10,9 @@ from django.db import transaction
 from apps.accounts.services import audit_record
 from apps.registry.errors import VersionNotFound
 from apps.registry.models import Version
+from apps.registry.pins import task_item
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.pins import task_item
 from workers.rl.grading import tool_logs
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item, Sample, verify
@@ -76,7 +76,7 @@ def canary_from_item(*, queue, item_id: int, actor, via: str = "web") -> Canary:
 def canaries_check(*, version: Version) -> list[CanaryResult]:
     """Score every canary of the verifier on `version`, in this process's sandboxes (each canary in its own
     image), and keep the results; a canary holds when it scores 0."""
-    from apps.runs import wiring  # the sandbox pool and verification context are the composition root's
+    from apps.common import wiring  # the sandbox pool and verification context are the composition root's
 
     results = []
     pool = wiring.sandbox_pool()

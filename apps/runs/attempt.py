@@ -19,6 +19,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from apps.common import wiring
+from apps.registry.pins import PinnedBundleError, bundle_tasks
 from workers.rl import distributed
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.session import build_pipeline
@@ -26,9 +28,8 @@ from workers.rl.tracking import LeaseLost
 from workers.storage import StorageUnavailable
 from workers.telemetry import log_context
 
-from . import services, wiring
+from . import services
 from .models import Run, RunStatus
-from .pins import PinnedBundleError, bundle_tasks
 
 log = logging.getLogger(__name__)
 

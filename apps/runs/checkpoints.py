@@ -14,8 +14,8 @@ from django.db import transaction
 
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
+from apps.common import wiring
 
-from . import wiring
 from .models import Checkpoint, CheckpointAlias, Run
 
 

@@ -14,7 +14,7 @@ TRAIN_RUN = "workers.tasks.train_run"
 def run_enqueue(run) -> None:
     if settings.EMBEDDED:
         return  # never train inside a request: the embedded training thread picks queued runs up
-    from .wiring import celery_app
+    from apps.common.wiring import celery_app
 
     run_id = str(run.pk)
     transaction.on_commit(lambda: celery_app().send_task(TRAIN_RUN, (run_id,)))

@@ -9,16 +9,17 @@ from __future__ import annotations
 import os
 import time
 
+from apps.common import wiring
+from apps.registry.pins import bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
 from workers.rl.taskset import TaskSet
 
-from . import services, wiring
+from . import services
 from .attempt import DatabaseTracker, fail_attempt
 from .models import Run, RunStatus
-from .pins import bundle_tasks
 
 
 def model_tasks(run: Run, config: RunConfig, suite: TaskSet) -> TaskSet:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 
+from apps.common import wiring
+from apps.registry.pins import bundle_tasks
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.reference import OUTCOMES, check_references, reference_report, reference_tasks
 
-from . import services, wiring
+from . import services
 from .attempt import DatabaseTracker, fail_attempt
 from .models import EventKind, Run, RunStatus
-from .pins import bundle_tasks
 
 
 def reference_check(*, run_id, attempt: int) -> dict:

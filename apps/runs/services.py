@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
+from apps.common import wiring
 from apps.registry.errors import VersionNotFound
 from apps.registry.models import Version
 from apps.registry.refs import LATEST, Ref, parse_ref
@@ -23,7 +24,7 @@ from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, RunConfig, config_
 from workers.rl.types import Trajectory
 from workers.rl.weights import source_model
 
-from . import live, wiring
+from . import live
 from .models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,

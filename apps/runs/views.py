@@ -15,9 +15,10 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page
+from apps.common import figures
 from apps.registry.diff import spec_diff
 
-from . import figures, launch, selectors
+from . import launch, selectors
 from .dispatch import run_enqueue
 from .models import ACTIVE_STATUSES
 from .services import RunError, run_config_resolve, run_create, run_request

@@ -1,5 +1,5 @@
 """Where trajectory artifacts (rendered screenshots, logs) live: `artifacts/<run>/<trajectory>/<name>` in the blob
-storage (apps/runs/wiring.blob_storage: the data directory, or an S3-compatible bucket every host shares), so
+storage (apps/common/wiring.blob_storage: the data directory, or an S3-compatible bucket every host shares), so
 the replay page on the web host shows a render a worker host wrote.
 
 The archive row keeps only names and keys. Keys are derived from the trajectory id, so writing a replayed
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import mimetypes
 
-from apps.runs.wiring import blob_storage
+from apps.common.wiring import blob_storage
 from workers.storage import Storage
 
 

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from django.urls import reverse
 
-from apps.runs import figures, wiring
+from apps.common import figures, wiring
 from workers.rl.chat import END_OF_TURN, CharTokenizer
 from workers.rl.config import REFERENCE_MODEL
 

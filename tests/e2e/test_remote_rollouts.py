@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.runs import wiring
+from apps.common import wiring
 from tests.support.processes import wait_for
 from tests.support.servers import free_port
 from workers.definitions import validate_spec

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from apps.runs import wiring
+from apps.common import wiring
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import EventKind, MetricPoint, Run, RunStatus
 from apps.runs.services import run_create

@@ -5,7 +5,7 @@ playgrounds, the upload page, the audit log, the API tokens, the explorer). The 
 or more from the studio, any console error and any uncaught page error, and lists every one with its page.
 
 The demo is the one `make demo` seeds (apps/demo/seed.py), with what its first minutes add written the quick way:
-runs of synthetic steps (apps/runs/synthetic.py) instead of training, a review queue as `make demo` draws it, and
+runs of synthetic steps (apps/operations/synthetic.py) instead of training, a review queue as `make demo` draws it, and
 two evaluations of the demo model on the demo suite whose answers are synthetic too.
 """
 
@@ -20,10 +20,10 @@ from django.urls import Resolver404, resolve
 
 from apps.demo.seed import PASSWORD, USERNAME, seed
 from apps.evals.services import evaluation_launch
+from apps.operations.synthetic import run_synthetic_create, run_synthetic_steps
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
 from apps.runs.models import Run
-from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
 from tests.e2e.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.browser

@@ -535,7 +535,7 @@ ModelSource = Annotated[Union[BuiltinModelSource, PackageModelSource, LocalModel
 
 class ModelSpec(Spec):
     """A base model a run starts from. A run pins the version, and with it the weights' content hash: a worker
-    whose copy of the weights hashes otherwise refuses to train (apps/runs/wiring.py)."""
+    whose copy of the weights hashes otherwise refuses to train (apps/common/wiring.py)."""
 
     source: ModelSource
     weights_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$",

@@ -1,6 +1,6 @@
 """A run's tasks as the engine sees them: pinned task templates, their instances, and the domain mix.
 
-The studio builds one from a bundle version (apps/runs/pins.py); tests and benchmarks build one by hand
+The studio builds one from a bundle version (apps/registry/pins.py); tests and benchmarks build one by hand
 (`TaskSet.single_template`). Every task is identified by (template key, task key); a draw numbers it with `seq`.
 """
 

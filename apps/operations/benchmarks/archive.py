@@ -51,9 +51,9 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
+from apps.operations.synthetic import render_png, synthetic_step_points
 from apps.runs.models import Run
 from apps.runs.services import run_claim, run_create, run_step_record
-from apps.runs.synthetic import render_png, synthetic_step_points
 from workers.rl.types import ToolCall, Trajectory, Turn, trajectory_id
 from workers.verifiers import Verdict
 from workers.verifiers.types import Component

@@ -11,15 +11,15 @@ from __future__ import annotations
 import random
 import time
 
+from apps.common import wiring
 from apps.demo.seed import seed
 from apps.evals import results, statistics
 from apps.evals.selectors import training_bundle
 from apps.evals.services import evaluation_launch
+from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, parse_ref
 from apps.registry.selectors import version_resolve
-from apps.runs import wiring
 from apps.runs.attempt import run_attempt
-from apps.runs.pins import bundle_tasks
 from apps.runs.services import run_claim
 from workers.rl.config import RunConfig
 

@@ -84,9 +84,9 @@ def push_latency(*, streams: int, steps: int, warmup: int, step_seconds: float) 
     processes that have just loaded a page compile Plotly's code paths on their first redraws (their first steps
     took 0.4-2 s here, the same pages' later steps ~0.1 s)."""
     first, last = warmup + 2, warmup + steps + 1  # step 1 is history, already on the pages when streaming starts
+    from apps.operations.synthetic import synthetic_step_points, synthetic_trajectories
     from apps.runs.models import Run
     from apps.runs.services import run_claim, run_step_record
-    from apps.runs.synthetic import synthetic_step_points, synthetic_trajectories
 
     if not os.path.exists(CHROMIUM):
         return {"skipped": f"needs Chromium at {CHROMIUM} (apt-get install chromium)"}

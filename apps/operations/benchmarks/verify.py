@@ -16,9 +16,9 @@ from django.core.management import call_command
 from django.db import transaction
 
 from apps.accounts.models import Project
+from apps.common import wiring
 from apps.registry.models import InstanceSetMember
-from apps.runs import wiring
-from apps.runs.pins import pinned_template
+from apps.registry.pins import pinned_template
 from workers.verifiers import Item, Sample, verify
 
 

@@ -16,9 +16,9 @@ from apps.accounts.models import AuditEvent, Project
 from apps.demo import arithmetic, coding, docqa, modelling3d, smollm
 from apps.evals.suites import suite_settings
 from apps.registry.models import Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
+from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
-from apps.runs.pins import bundle_tasks
 from workers.definitions.specs import prompt_placeholders
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import suite_tasks

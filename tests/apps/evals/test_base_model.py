@@ -8,10 +8,10 @@ from django.core.management import call_command
 
 from apps.accounts.models import Project
 from apps.evals.services import evaluation_launch
+from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, parse_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.evaluation import model_tasks
-from apps.runs.pins import bundle_tasks
 from workers.rl.config import RunConfig
 from workers.rl.policies import demo_corpus
 

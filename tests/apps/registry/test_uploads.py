@@ -240,7 +240,7 @@ def _read_in_the_background(client, project):
 def test_on_services_a_large_file_is_read_by_a_celery_worker_on_the_studio_queue(login, owner, project, quiz,
                                                                                  settings):
     """The `studio` queue's worker (docker-compose's studio-worker) shares the web server's data directory."""
-    from apps.runs import wiring
+    from apps.common import wiring
 
     settings.EMBEDDED, settings.TASK_UPLOAD_BACKGROUND_BYTES = False, 1000
     env = {**os.environ, "STUDIO_DATA_DIR": str(settings.DATA_DIR)}

@@ -4,7 +4,7 @@ then loads."""
 
 import pytest
 
-from apps.runs import wiring
+from apps.common import wiring
 from apps.runs.checkpoints import alias_move, checkpoint_resolve
 from apps.runs.evaluation import checkpoint_weights
 from apps.runs.models import Checkpoint

@@ -6,10 +6,10 @@ import re
 
 from django.urls import reverse
 
+from apps.operations.synthetic import run_synthetic_create, run_synthetic_steps
 from apps.runs.models import Run
 from apps.runs.selectors import metric_history
 from apps.runs.services import run_step_record
-from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
 
 
 def test_history_is_downsampled_on_the_server_and_fetched_after_a_step(client, owner, project, studio_run):

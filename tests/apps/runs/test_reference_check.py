@@ -123,7 +123,7 @@ def test_a_reference_only_a_judge_could_grade_is_ungraded_not_a_zero(demo, capsy
 
 
 def test_a_reference_check_is_never_trained(demo, tmp_path):
-    from apps.runs.pins import bundle_tasks
+    from apps.registry.pins import bundle_tasks
     from workers.rl.config import RunConfig
     from workers.rl.policies import build_model
 

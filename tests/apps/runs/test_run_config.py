@@ -107,7 +107,7 @@ def test_the_packaged_real_model_is_built_in_and_an_unknown_built_in_name_is_ref
 def test_a_page_finds_a_models_tokenizer_directory_only_where_this_machine_has_it(model_dirs, settings, tmp_path):
     """The replay colours tokens with the run's tokenizer: a Hugging Face directory, or a packaged model once it
     is converted (a page never converts: that takes half a minute)."""
-    from apps.runs import wiring
+    from apps.common import wiring
     from workers.rl.packaged import SMOLLM2_135M, cache_directory
 
     settings.DATA_DIR = tmp_path / "data"

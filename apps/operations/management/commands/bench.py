@@ -9,7 +9,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from apps.runs import wiring
+from apps.common import wiring
 
 AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
          "ui": "apps.operations.benchmarks.ui", "review": "apps.operations.benchmarks.review",

@@ -8,10 +8,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
+from apps.common import wiring
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs import wiring
 from workers.sandbox import DEFAULT_IMAGE, Execution, SandboxImage
 from workers.sandbox.backends import BACKENDS
 from workers.sandbox.soak import soak

@@ -13,11 +13,11 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
+from apps.common import wiring
 from apps.registry.errors import VersionNotFound
+from apps.registry.pins import pinned_template, task_item
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs import wiring
-from apps.runs.pins import pinned_template, task_item
 from workers.verifiers import Sample, verify
 
 

@@ -11,13 +11,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
+from apps.common import wiring
 from apps.registry.errors import VersionNotFound
+from apps.registry.pins import bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
-from apps.runs import wiring
 from apps.runs.checkpoints import CheckpointNotFound, checkpoint_resolve
 from apps.runs.evaluation import checkpoint_model
-from apps.runs.pins import bundle_tasks
 from apps.runs.services import _model_pinned
 from workers.rl.config import RunConfig
 

@@ -23,14 +23,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from apps.accounts.selectors import project_for_command
+from apps.common import wiring
 from apps.registry.errors import VersionNotFound
+from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs import wiring
 from apps.runs.attempt import run_attempt
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import ACTIVE_STATUSES, Run, RunStatus
-from apps.runs.pins import bundle_tasks
 from apps.runs.services import RunError, run_claim, run_create, run_request
 from workers.rl import distributed
 from workers.rl.config import RunConfig

@@ -3,8 +3,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
+from apps.operations.synthetic import run_synthetic_create, run_synthetic_steps
 from apps.registry.models import Version
-from apps.runs.synthetic import run_synthetic_create, run_synthetic_steps
 
 
 class Command(BaseCommand):
