@@ -14,8 +14,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
+
+if TYPE_CHECKING:
+    from workers.definitions.specs import VerifierSpec
 
 VERIFIER_LAYER_SECONDS = Histogram(
     "studio_verifier_layer_seconds", "Time a verifier layer took on one response (its checks, retries included)",
@@ -33,9 +37,9 @@ _context: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.Cont
                                                                                       default=())
 
 
-def verdict_observed(spec: dict, verdict) -> None:
+def verdict_observed(spec: VerifierSpec, verdict) -> None:
     """Record one verdict: each layer's time, the deciding layer and status, the judge calls and their cost."""
-    kinds = {layer["name"]: layer["kind"] for layer in spec["layers"]}
+    kinds = {layer.name: layer.kind for layer in spec.layers}
     seconds: dict[str, float] = {}
     for component in verdict.components:
         seconds[component.layer] = seconds.get(component.layer, 0.0) + component.latency_ms / 1000

@@ -694,6 +694,11 @@ def _problem(error: dict, model: type[BaseModel] | None = None) -> str:
 
 
 def validate_spec(kind: str, data: Any) -> dict:
+    return parse_spec(kind, data).model_dump(mode="json")
+
+
+def parse_spec(kind: str, data: Any) -> Spec:
+    """The spec as its typed object (what `validate_spec` normalises), or SpecError."""
     if kind not in SPEC_MODELS:
         raise SpecError([FieldError("kind", f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")])
     if not isinstance(data, dict):
@@ -704,8 +709,7 @@ def validate_spec(kind: str, data: Any) -> dict:
         # and deep data into a RecursionError.
         raise SpecError([FieldError("spec", problem)])
     try:
-        model = SPEC_MODELS[kind].model_validate(data)
+        return SPEC_MODELS[kind].model_validate(data)
     except ValidationError as exc:
         raise SpecError([FieldError(_field_path(e["loc"], data), _problem(e, SPEC_MODELS[kind]))
                          for e in exc.errors()]) from None
-    return model.model_dump(mode="json")

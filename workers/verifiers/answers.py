@@ -18,6 +18,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from workers.definitions.specs import ScoreModel, VerifierSpec
+
+from .checks import verifier_spec
 from .types import Item
 
 FENCED_BLOCK = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)```", re.S | re.I)
@@ -30,8 +33,8 @@ class ReferenceMissing(ValueError):
     """The spec's reference cannot be filled from the item: an authoring fault, not the sample's."""
 
 
-def reference_text(spec: dict, item: Item) -> str:
-    template = spec.get("reference", "{answer}")
+def reference_text(template: str, item: Item) -> str:
+    """A check's `reference` (a format string over the item's hidden fields) filled from the item."""
     try:
         return template.format_map(item.hidden)
     except KeyError as exc:
@@ -41,17 +44,17 @@ def reference_text(spec: dict, item: Item) -> str:
         raise ReferenceMissing(f"reference {template!r} cannot be filled from item {item.key!r}: {exc}")
 
 
-def references_unfilled(verifier_spec: dict, item: Item) -> str | None:
+def references_unfilled(spec: VerifierSpec | dict, item: Item) -> str | None:
     """Why the verifier's checks cannot fill their `reference` from this item's hidden fields, or None: a task
     that lacks what its verifier reads can never be graded (checked when tasks are uploaded)."""
-    for layer in verifier_spec.get("layers", []):
-        for check in layer["checks"]:
-            if "reference" not in check or (check["type"] == "score_model" and not check.get("pairwise")):
+    for layer in verifier_spec(spec).layers:
+        for check in layer.checks:
+            if not hasattr(check, "reference") or (isinstance(check, ScoreModel) and not check.pairwise):
                 continue
             try:
-                reference_text(check, item)
+                reference_text(check.reference, item)
             except ReferenceMissing as exc:
-                return f"{layer['name']}/{check.get('name') or check['type']}: {exc}"
+                return f"{layer.name}/{check.name or check.type}: {exc}"
     return None
 
 

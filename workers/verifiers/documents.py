@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
+from workers.definitions.specs import Citations
+
 from .answers import final_answer, json_payload, preview
 from .numbers import parse_numbers, same_number
 from .types import ERROR, INFRA_ERROR, Item, Outcome, Sample
@@ -93,7 +95,7 @@ def locate(quote: str, document: str, fuzzy_threshold: float) -> tuple[str | Non
     return haystack[alignment.dest_start:alignment.dest_end], f"fuzzy {alignment.score:.0f}"
 
 
-def citations_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
+def citations_check(spec: Citations, sample: Sample, item: Item, context) -> Outcome:
     image = getattr(context, "image", None)
     if image is None:
         return Outcome(value=None, status=INFRA_ERROR, evidence="no sandbox image in the context to read the "
@@ -107,7 +109,7 @@ def citations_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
         return Outcome.scored(0, problem or f"the response cites nothing: {preview(sample.response)}")
     if len(citations) > MAX_CITATIONS:
         return Outcome.scored(0, f"{len(citations)} citations; at most {MAX_CITATIONS} are read")
-    threshold = spec.get("fuzzy_threshold", 0.9)
+    threshold = spec.fuzzy_threshold
     covered, unmatched, notes = [], [], []
     for citation in citations:
         document = documents.get(citation.doc_id)
@@ -123,7 +125,7 @@ def citations_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
     shares = [len(covered) / len(citations)]
     evidence = [f"{len(covered)}/{len(citations)} citations found ({', '.join(notes) or 'none'})"]
     evidence += [f"not found: {u}" for u in unmatched]
-    if spec.get("check_numbers", True):
+    if spec.check_numbers:
         answer_numbers = parse_numbers(answer)
         cited_numbers = [n for span in covered for n in parse_numbers(span)]
         unsupported = [a for a in answer_numbers if not any(same_number(a, c) for c in cited_numbers)]
@@ -133,6 +135,3 @@ def citations_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
                             "the cited text")
         evidence += [f"not in the cited text: {a.show()}" for a in unsupported[:10]]
     return Outcome.scored(sum(shares) / len(shares), "; ".join(evidence))
-
-
-CHECKS = {"citations": citations_check}

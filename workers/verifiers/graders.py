@@ -9,6 +9,7 @@ import json
 import secrets
 from dataclasses import replace
 
+from workers.definitions.specs import PythonGrader
 from workers.sandbox import Execution, Status
 
 from .types import INFRA_ERROR, Outcome
@@ -23,15 +24,15 @@ print(_request["nonce"], json.dumps(float(_value)))
 """
 
 
-def python_grader_check(spec: dict, sample, item, context) -> Outcome:
+def python_grader_check(spec: PythonGrader, sample, item, context) -> Outcome:
     if context.pool is None or context.image is None:
         return Outcome(value=None, status=INFRA_ERROR, evidence="no sandbox to run the grader in")
     nonce = secrets.token_hex(16)
     request = {"nonce": nonce, "item": {"key": item.key, "inputs": item.inputs, "hidden": item.hidden},
                "sample": {"response": sample.response,
                           "files": {n: b.decode("utf-8", "replace") for n, b in sample.files.items()}}}
-    limits = replace(context.image.limits, wall_seconds=spec["timeout_seconds"], cpu_seconds=spec["timeout_seconds"])
-    result = context.pool.execute(context.image, Execution(program=spec["source"] + "\n" + DRIVER,
+    limits = replace(context.image.limits, wall_seconds=spec.timeout_seconds, cpu_seconds=spec.timeout_seconds)
+    result = context.pool.execute(context.image, Execution(program=spec.source + "\n" + DRIVER,
                                                            stdin=json.dumps(request).encode(), limits=limits))
     if result.status == Status.INFRA_ERROR:
         return Outcome(value=None, status=INFRA_ERROR, evidence=result.reason)
@@ -40,6 +41,3 @@ def python_grader_check(spec: dict, sample, item, context) -> Outcome:
             return Outcome.scored(json.loads(line.split(" ", 1)[1]))
     tail = result.stderr.decode("utf-8", "replace")[-400:]
     return Outcome(value=None, status=INFRA_ERROR, evidence=f"the grader gave no grade ({result.status}): {tail}")
-
-
-CHECKS = {"python_grader": python_grader_check}

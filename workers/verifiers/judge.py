@@ -34,6 +34,8 @@ from typing import Protocol
 import openai
 import redis
 
+from workers.definitions.specs import LabelModel, ScoreModel
+
 from .answers import ReferenceMissing, reference_text
 from .types import ERROR, INFRA_ERROR, SKIPPED, Context, Item, Outcome, Sample
 
@@ -236,11 +238,13 @@ def _first_json_object(text: str) -> dict:
     raise JudgeReplyInvalid("the reply holds no JSON object")
 
 
-def judge_version(spec: dict) -> str:
+def judge_version(spec: ScoreModel | LabelModel) -> str:
     """A hash of everything that can change a verdict: the spec without its name and weight, the prompt
     templates and the request settings. Not the endpoint: the same model behind another URL judges alike."""
-    settings = {key: value for key, value in spec.items() if key not in ("name", "weight")}
-    settings["score_range"] = list(spec.get("score_range", (0.0, 1.0)))
+    settings = spec.model_dump(mode="json", exclude={"name", "weight"})
+    # A label_model spec has no score range, but its versions were hashed with the default one: kept, so that
+    # the verdicts cached under them stay found.
+    settings["score_range"] = list(getattr(spec, "score_range", (0.0, 1.0)))
     material = {"spec": settings, "prompts": [FENCE_RULES, SCORE_PROMPT, PAIRWISE_PROMPT, LABEL_PROMPT],
                 "temperature": TEMPERATURE, "max_tokens": MAX_REPLY_TOKENS, "max_answer_chars": MAX_ANSWER_CHARS}
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -257,30 +261,25 @@ def _data(value) -> str:
 # --- checks -----------------------------------------------------------------------------------------------
 
 
-def score_model_check(spec: dict, sample: Sample, item: Item, context: Context) -> Outcome:
-    low, high = (float(bound) for bound in spec.get("score_range", (0.0, 1.0)))
-    if not low < high:
-        return Outcome(value=None, status=ERROR, evidence=f"score_range [{low}, {high}] must go from low to high")
-    if not spec.get("pairwise"):
+def score_model_check(spec: ScoreModel, sample: Sample, item: Item, context: Context) -> Outcome:
+    low, high = spec.score_range  # low < high: the spec class checks it
+    if not spec.pairwise:
         return _cached(context.judge, _cache_key(spec, sample.trajectory_id),
                        lambda judge: _score(spec, sample, item, low, high, judge))
     try:
-        reference = reference_text(spec, item)
+        reference = reference_text(spec.reference, item)
     except ReferenceMissing as exc:
         return Outcome(value=None, status=ERROR, evidence=f"pairwise judging compares with a reference: {exc}")
     return _cached(context.judge, _cache_key(spec, sample.trajectory_id),
                    lambda judge: _both_orders(spec, sample.response, reference, item, low, high, judge))
 
 
-def label_model_check(spec: dict, sample: Sample, item: Item, context: Context) -> Outcome:
+def label_model_check(spec: LabelModel, sample: Sample, item: Item, context: Context) -> Outcome:
     return _cached(context.judge, _cache_key(spec, sample.trajectory_id),
                    lambda judge: _label(spec, sample, item, judge))
 
 
-CHECKS = {"score_model": score_model_check, "label_model": label_model_check}
-
-
-def _cache_key(spec: dict, *trajectory_ids: str) -> str | None:
+def _cache_key(spec: ScoreModel | LabelModel, *trajectory_ids: str) -> str | None:
     # Without trajectory ids there is nothing stable to key on: judge every time.
     return ":".join([*trajectory_ids, judge_version(spec)]) if all(trajectory_ids) else None
 
@@ -313,10 +312,10 @@ def _ask(judge: JudgeClient, model: str, system: str, blocks: dict[str, str], pa
                        evidence=f"judge reply unusable: {exc}; reply: {_clip(reply.text)!r}"), reply
 
 
-def _score(spec, sample, item, low, high, judge) -> Outcome:
-    system = SCORE_PROMPT.format(rubric=spec["rubric"], fence_rules=FENCE_RULES, low=low, high=high)
+def _score(spec: ScoreModel, sample, item, low, high, judge) -> Outcome:
+    system = SCORE_PROMPT.format(rubric=spec.rubric, fence_rules=FENCE_RULES, low=low, high=high)
     blocks = {"TASK": _data(item.inputs), "REFERENCE": _data(item.hidden), "ANSWER": extract_answer(sample.response)}
-    parsed, reply = _ask(judge, spec["model"], system, blocks, lambda text: parse_score(text, low, high))
+    parsed, reply = _ask(judge, spec.model, system, blocks, lambda text: parse_score(text, low, high))
     if isinstance(parsed, Outcome):
         return parsed
     score, reason = parsed
@@ -324,31 +323,31 @@ def _score(spec, sample, item, low, high, judge) -> Outcome:
                           f"{_clip(reason)}", cost=reply.cost)
 
 
-def _label(spec, sample, item, judge) -> Outcome:
-    labels = list(spec["labels"])
-    system = LABEL_PROMPT.format(prompt=spec["prompt"], fence_rules=FENCE_RULES, labels=_data(labels))
+def _label(spec: LabelModel, sample, item, judge) -> Outcome:
+    labels = list(spec.labels)
+    system = LABEL_PROMPT.format(prompt=spec.prompt, fence_rules=FENCE_RULES, labels=_data(labels))
     blocks = {"TASK": _data(item.inputs), "REFERENCE": _data(item.hidden), "ANSWER": extract_answer(sample.response)}
-    parsed, reply = _ask(judge, spec["model"], system, blocks, lambda text: parse_label(text, labels))
+    parsed, reply = _ask(judge, spec.model, system, blocks, lambda text: parse_label(text, labels))
     if isinstance(parsed, Outcome):
         return parsed
     label, reason = parsed
-    value = 1.0 if label in spec["passing_labels"] else 0.0
+    value = 1.0 if label in spec.passing_labels else 0.0
     return Outcome.scored(value, evidence=f"judge label {label!r}: {_clip(reason)}", cost=reply.cost)
 
 
-def _one_order(spec, answer: str, other: str, item, low, high, judge) -> Outcome:
+def _one_order(spec: ScoreModel, answer: str, other: str, item, low, high, judge) -> Outcome:
     """How much the judge prefers `answer`, shown first, over `other`, shown second: a value in [0, 1]."""
-    system = PAIRWISE_PROMPT.format(rubric=spec["rubric"], fence_rules=FENCE_RULES, low=low, high=high,
+    system = PAIRWISE_PROMPT.format(rubric=spec.rubric, fence_rules=FENCE_RULES, low=low, high=high,
                                     mid=(low + high) / 2)
     blocks = {"TASK": _data(item.inputs), "ANSWER_A": extract_answer(answer), "ANSWER_B": extract_answer(other)}
-    parsed, reply = _ask(judge, spec["model"], system, blocks, lambda text: parse_score(text, low, high))
+    parsed, reply = _ask(judge, spec.model, system, blocks, lambda text: parse_score(text, low, high))
     if isinstance(parsed, Outcome):
         return parsed
     score, reason = parsed
     return Outcome.scored((score - low) / (high - low), evidence=f"{score:g}: {_clip(reason)}", cost=reply.cost)
 
 
-def _both_orders(spec, answer: str, other: str, item, low, high, judge) -> Outcome:
+def _both_orders(spec: ScoreModel, answer: str, other: str, item, low, high, judge) -> Outcome:
     """`answer` against `other` in both positions, averaged, so a judge that favours one position gains
     nothing from it. 0.5 means as good as `other`."""
     first = _one_order(spec, answer, other, item, low, high, judge)
@@ -368,13 +367,13 @@ def _both_orders(spec, answer: str, other: str, item, low, high, judge) -> Outco
 # --- group ranking ----------------------------------------------------------------------------------------
 
 
-def rank_group(samples: list[Sample], item: Item, spec: dict, judge: JudgeClient) -> list[Outcome]:
+def rank_group(samples: list[Sample], item: Item, spec: ScoreModel, judge: JudgeClient) -> list[Outcome]:
     """Samples of one task judged against each other: every ordered pair once (so each pair in both
     positions), each sample's value its mean preference over the others, in [0, 1]. A comparison the judge
     could not make is left out of both samples' means; a sample left with none carries the first failure."""
-    if spec.get("type") != "score_model":
-        raise ValueError(f"rank_group needs a score_model spec, not {spec.get('type')!r}")
-    low, high = (float(bound) for bound in spec.get("score_range", (0.0, 1.0)))
+    if not isinstance(spec, ScoreModel):
+        raise ValueError(f"rank_group needs a score_model spec, not {getattr(spec, 'type', spec)!r}")
+    low, high = spec.score_range
     if len(samples) < 2:
         return [Outcome(value=None, status=SKIPPED, evidence="a group of one has nothing to rank against")
                 for _ in samples]

@@ -26,6 +26,8 @@ from concurrent.futures import wait
 
 from pebble import ProcessExpired, ProcessPool
 
+from workers.definitions.specs import MathMatch
+
 from .answers import ReferenceMissing, final_answer, reference_text
 from .types import ERROR, INFRA_ERROR, Item, Outcome, Sample
 
@@ -82,15 +84,15 @@ def _math_pool() -> ProcessPool:
         return _pool
 
 
-def math_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
+def math_check(spec: MathMatch, sample: Sample, item: Item, context) -> Outcome:
     try:
-        reference = reference_text(spec, item)
+        reference = reference_text(spec.reference, item)
     except ReferenceMissing as exc:
         return Outcome(value=None, status=ERROR, evidence=str(exc))
     answer = final_answer(sample.response)
     # math-verify reads \boxed{} and LaTeX delimiters itself, better than a cut-out fragment would read.
     text = answer.text if answer.source in ("json", "marker") else sample.response
-    seconds = spec.get("timeout_seconds", 5)
+    seconds = spec.timeout_seconds
     try:
         future = _math_pool().schedule(parse_and_verify, args=(text, reference), timeout=seconds)
     except Exception as exc:  # the pool itself failed: nothing the answer did
@@ -118,6 +120,3 @@ def math_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
     if not found:
         return Outcome.scored(0, f"no mathematical answer in {answer.where}; expected {expected}")
     return Outcome.scored(equal, f"{answer.where} reads {found}; expected {expected}")
-
-
-CHECKS = {"math": math_check}

@@ -69,8 +69,7 @@ class SubCheck:
     detail: str
 
 
-def mesh_geometry_check(spec: dict, sample, item, context) -> Outcome:
-    spec = MeshGeometry.model_validate(spec)
+def mesh_geometry_check(spec: MeshGeometry, sample, item, context) -> Outcome:
     data = sample.files.get(OUTPUT)
     if data is None:
         scripts = CODE_BLOCK.findall(sample.response)
@@ -325,6 +324,3 @@ def _per_axis(name: str, measured, expected, tolerance: float) -> SubCheck:
 def _tail(stderr: bytes, size: int = 600) -> str:
     text = stderr.decode("utf-8", "replace").strip()
     return ("…" + text[-size:]) if len(text) > size else (text or "(empty)")
-
-
-CHECKS = {"mesh_geometry": mesh_geometry_check}

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation, localcontext
 
+from workers.definitions.specs import NumericMatch
+
 from .answers import ReferenceMissing, final_answer, last_match, preview, reference_text
 from .types import ERROR, Item, Outcome, Sample
 
@@ -122,20 +124,20 @@ def same_number(answer: Quantity, reference: Quantity, abs_tolerance: float = 0,
         return False
 
 
-def numeric_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
-    parse_scale = spec.get("parse_scale", True)
+def numeric_check(spec: NumericMatch, sample: Sample, item: Item, context) -> Outcome:
+    parse_scale = spec.parse_scale
     try:
-        reference_source = reference_text(spec, item)
+        reference_source = reference_text(spec.reference, item)
     except ReferenceMissing as exc:
         return Outcome(value=None, status=ERROR, evidence=str(exc))
     reference = parse_number(reference_source, parse_scale)
     if reference is None:
         return Outcome(value=None, status=ERROR, evidence=f"the reference {reference_source!r} (from "
-                       f"{spec.get('reference', '{answer}')!r}) holds no number; point it at a numeric field")
+                       f"{spec.reference!r}) holds no number; point it at a numeric field")
     answer, where = final_number(sample.response, parse_scale)
     if answer is None:
         return Outcome.scored(0, f"no number in {where} {preview(sample.response)}; expected {reference.show()}")
-    abs_tolerance, rel_tolerance = spec.get("abs_tolerance", 0), spec.get("rel_tolerance", 1e-9)
+    abs_tolerance, rel_tolerance = spec.abs_tolerance, spec.rel_tolerance
     if same_number(answer, reference, abs_tolerance, rel_tolerance):
         return Outcome.scored(1, f"found {answer.show()} in {where}; expected {reference.show()}")
     try:
@@ -144,6 +146,3 @@ def numeric_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
     except ArithmeticError:
         off = "too large to compare"
     return Outcome.scored(0, f"found {answer.show()} in {where}; expected {reference.show()}: {off}")
-
-
-CHECKS = {"numeric": numeric_check}

@@ -27,6 +27,8 @@ from jsonschema.exceptions import SchemaError, best_match
 from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq
 
+from workers.definitions.specs import JsonSchemaCheck, RegexMatch, StringCheck, TextSimilarity
+
 from .answers import ReferenceMissing, json_payload, preview, reference_text
 from .types import ERROR, FAIL, PASS, Item, Outcome, Sample
 
@@ -34,12 +36,12 @@ REGEX_SECONDS = 1.0  # ample for any sane pattern on a 1 MB response; catastroph
 TOKEN = re.compile(r"[^\W_]+")
 
 
-def string_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
+def string_check(spec: StringCheck, sample: Sample, item: Item, context) -> Outcome:
     try:
-        reference = reference_text(spec, item)
+        reference = reference_text(spec.reference, item)
     except ReferenceMissing as exc:
         return Outcome(value=None, status=ERROR, evidence=str(exc))
-    operation, response = spec.get("operation", "eq"), sample.response
+    operation, response = spec.operation, sample.response
     passed = {
         "eq": lambda: response == reference,
         "ne": lambda: response != reference,
@@ -51,24 +53,24 @@ def string_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
                                   f"the reference {preview(reference)}")
 
 
-def regex_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
+def regex_check(spec: RegexMatch, sample: Sample, item: Item, context) -> Outcome:
     try:
-        pattern = regex.compile(spec["pattern"])
+        pattern = regex.compile(spec.pattern)
     except regex.error as exc:
-        return Outcome(value=None, status=ERROR, evidence=f"pattern {spec['pattern']!r} does not compile: {exc}")
+        return Outcome(value=None, status=ERROR, evidence=f"pattern {spec.pattern!r} does not compile: {exc}")
     seconds = min(REGEX_SECONDS, getattr(context, "timeout_seconds", REGEX_SECONDS) or REGEX_SECONDS)
     try:
         match = pattern.search(sample.response, timeout=seconds)
     except TimeoutError:
-        return Outcome.scored(0, f"pattern {spec['pattern']!r} timed out after {seconds:g}s on this response "
+        return Outcome.scored(0, f"pattern {spec.pattern!r} timed out after {seconds:g}s on this response "
                                  f"(catastrophic backtracking); scored as no match")
     if match is None:
-        return Outcome.scored(0, f"no match for {spec['pattern']!r} in {preview(sample.response)}")
-    return Outcome.scored(1, f"{spec['pattern']!r} matched {preview(match.group(0), 80)} at {match.start()}")
+        return Outcome.scored(0, f"no match for {spec.pattern!r} in {preview(sample.response)}")
+    return Outcome.scored(1, f"{spec.pattern!r} matched {preview(match.group(0), 80)} at {match.start()}")
 
 
-def json_schema_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
-    schema = spec["json_schema"]
+def json_schema_check(spec: JsonSchemaCheck, sample: Sample, item: Item, context) -> Outcome:
+    schema = spec.json_schema
     try:
         validator_class = jsonschema.validators.validator_for(schema)
         validator_class.check_schema(schema)
@@ -119,18 +121,14 @@ def _tokens(text: str) -> list[str]:
 METRICS = {"fuzzy_match": fuzzy_match, "bleu": bleu, "rouge_l": rouge_l, "cosine": cosine}
 
 
-def text_similarity_check(spec: dict, sample: Sample, item: Item, context) -> Outcome:
+def text_similarity_check(spec: TextSimilarity, sample: Sample, item: Item, context) -> Outcome:
     try:
-        reference = reference_text(spec, item)
+        reference = reference_text(spec.reference, item)
     except ReferenceMissing as exc:
         return Outcome(value=None, status=ERROR, evidence=str(exc))
-    metric, threshold = spec.get("metric", "fuzzy_match"), spec.get("pass_threshold", 0.8)
+    metric, threshold = spec.metric, spec.pass_threshold
     similarity = min(1.0, max(0.0, METRICS[metric](sample.response, reference)))
     passed = similarity >= threshold
     return Outcome(value=similarity, status=PASS if passed else FAIL,
                    evidence=f"{metric} {similarity:.3f} {'>=' if passed else '<'} {threshold:g} against "
                             f"{preview(reference)}")
-
-
-CHECKS = {"string_check": string_check, "regex": regex_check, "json_schema": json_schema_check,
-          "text_similarity": text_similarity_check}

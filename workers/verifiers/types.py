@@ -1,7 +1,8 @@
 """What verification takes and gives. Plain dataclasses; no Django.
 
 A check is a function `check(spec, sample, item, context) -> Outcome`:
-- `spec` is one check of a Verifier version's spec (workers/definitions/specs.py: StringCheck, UnitTests, ...);
+- `spec` is one check of a Verifier version's spec, the validated object of its class (workers/definitions/
+  specs.py: StringCheck, UnitTests, ...), its defaults filled in; checks.py names the function of each type;
 - `sample` is what the policy produced for one task; `item` is the task instance (inputs and hidden references);
 - `context` carries the shared machinery (the sandbox pool and image, the judge client) and the deadline.
 A check returns `Outcome(value=None)` when it does not apply to the sample (TRL's convention), a value in

@@ -19,6 +19,7 @@ import secrets
 from dataclasses import replace
 from pathlib import Path
 
+from workers.definitions.specs import UnitTests
 from workers.sandbox import Execution, Status
 
 from .types import INFRA_ERROR, Outcome
@@ -50,7 +51,7 @@ def expected_tests(hidden: dict) -> tuple[str, str, list[str]]:
     raise ValueError("the task has no hidden tests (hidden.tests, or hidden.test with hidden.entry_point)")
 
 
-def unit_tests_check(spec: dict, sample, item, context) -> Outcome:
+def unit_tests_check(spec: UnitTests, sample, item, context) -> Outcome:
     try:
         shape, tests, expected = expected_tests(item.hidden)
     except (SyntaxError, ValueError) as exc:
@@ -64,16 +65,16 @@ def unit_tests_check(spec: dict, sample, item, context) -> Outcome:
         return Outcome(value=None, status=INFRA_ERROR, evidence="no sandbox to run the tests in")
     nonce = secrets.token_hex(16)
     request = {"nonce": nonce, "format": shape, "tests": tests, "entry_point": item.hidden.get("entry_point"),
-               "call_timeout": spec.get("timeout_seconds", 30), "candidate_program": CANDIDATE}
+               "call_timeout": spec.timeout_seconds, "candidate_program": CANDIDATE}
     limits = context.image.limits
-    run_limits = replace(limits, wall_seconds=spec.get("timeout_seconds", 30) + 5,
-                         cpu_seconds=max(limits.cpu_seconds, spec.get("timeout_seconds", 30)))
+    run_limits = replace(limits, wall_seconds=spec.timeout_seconds + 5,
+                         cpu_seconds=max(limits.cpu_seconds, spec.timeout_seconds))
     result = context.pool.execute(context.image, Execution(
         program=RUNNER, files={"candidate/solution.py": source.encode()}, stdin=json.dumps(request).encode(),
         limits=run_limits))
     if result.status == Status.INFRA_ERROR:
         return Outcome(value=None, status=INFRA_ERROR, evidence=result.reason)
-    return _judge_report(result, nonce, expected, all_or_nothing=spec.get("scoring") == "all")
+    return _judge_report(result, nonce, expected, all_or_nothing=spec.scoring == "all")
 
 
 def _judge_report(result, nonce: str, expected: list[str], *, all_or_nothing: bool) -> Outcome:
@@ -104,6 +105,3 @@ def _judge_report(result, nonce: str, expected: list[str], *, all_or_nothing: bo
     if all_or_nothing and failing:
         return Outcome.scored(0, f"{len(passed)}/{len(expected)} tests passed (scoring: all) | {evidence}")
     return Outcome.scored(len(passed) / len(expected), evidence)
-
-
-CHECKS = {"unit_tests": unit_tests_check}

@@ -5,8 +5,9 @@ import time
 
 import pytest
 
+from workers.definitions.specs import Citations
 from workers.sandbox import SandboxImage
-from workers.verifiers.documents import CHECKS, MAX_CITATIONS, image_documents, normalise
+from workers.verifiers.documents import MAX_CITATIONS, citations_check, image_documents, normalise
 from workers.verifiers.types import ERROR, FAIL, INFRA_ERROR, PARTIAL, PASS, Context, Item, Sample
 
 REPORT_1 = ("NORTHWIND FOODS - ANNUAL REPORT, FISCAL 2023\n\n"
@@ -21,13 +22,13 @@ IMAGE = SandboxImage(key="sandbox_image/reports@1", layers=(
     {"type": "files", "files": {"docs/report-001.txt": REPORT_1, "docs/report-002.txt": REPORT_2,
                                 "docs/INDEX.tsv": "report-001\tNorthwind Foods\nreport-002\tBluefin Robotics\n"}},
 ))
-SPEC = {"type": "citations", "fuzzy_threshold": 0.9, "check_numbers": True}
+SPEC = Citations(type="citations", fuzzy_threshold=0.9, check_numbers=True)
 ITEM = Item("report-001-revenue", {}, {"answer": "12.4 million"})
 
 
 def cite(answer, *citations, spec=SPEC, image=IMAGE):
     response = json.dumps({"answer": answer, "citations": [{"doc_id": d, "quote": q} for d, q in citations]})
-    return CHECKS["citations"](spec, Sample(response), ITEM, Context(image=image))
+    return citations_check(spec, Sample(response), ITEM, Context(image=image))
 
 
 def test_documents_are_found_by_path_and_by_name():
@@ -60,7 +61,7 @@ def test_curly_quotes_and_dashes_normalise():
 def test_fuzzy_quote_passes_above_the_threshold_and_fails_below():
     paraphrase = "Revenue for fiscal 2023 came to $12.4 million, up 5% from $11.8 million in fiscal 2022."
     assert cite("12.4 million", ("report-001", paraphrase)).status == PASS
-    strict = cite("12.4 million", ("report-001", paraphrase), spec={**SPEC, "fuzzy_threshold": 0.99})
+    strict = cite("12.4 million", ("report-001", paraphrase), spec=SPEC.model_copy(update={"fuzzy_threshold": 0.99}))
     assert strict.value == 0 and "best fuzzy match" in strict.evidence
 
 
@@ -103,7 +104,7 @@ def test_fuzzy_quote_that_changes_a_figure_does_not_vouch_for_it():
 
 def test_check_numbers_off_scores_citations_only():
     outcome = cite("99", ("report-001", "Operating margin was \u22123.2% for the year."),
-                   spec={**SPEC, "check_numbers": False})
+                   spec=SPEC.model_copy(update={"check_numbers": False}))
     assert outcome.value == 1
 
 
@@ -115,24 +116,24 @@ def test_bare_number_quote_proves_nothing():
 def test_line_form_citations():
     response = ("The company employed 1,234 people.\n"
                 '[report-001] "At the end of fiscal 2023 the company employed 1,234 people across 3 offices."\n')
-    outcome = CHECKS["citations"](SPEC, Sample(response), ITEM, Context(image=IMAGE))
+    outcome = citations_check(SPEC, Sample(response), ITEM, Context(image=IMAGE))
     assert outcome.status == PASS, outcome.evidence
     marked = ('Answer: 1,300 people\n[report-001] \u201cAt the end of fiscal 2023 the company employed 1,234 people'
               ' across 3 offices.\u201d')
-    outcome = CHECKS["citations"](SPEC, Sample(marked), ITEM, Context(image=IMAGE))
+    outcome = citations_check(SPEC, Sample(marked), ITEM, Context(image=IMAGE))
     assert outcome.value == pytest.approx(0.5) and "1,300" in outcome.evidence
 
 
 def test_no_citations_scores_zero():
-    outcome = CHECKS["citations"](SPEC, Sample("Revenue was $12.4 million."), ITEM, Context(image=IMAGE))
+    outcome = citations_check(SPEC, Sample("Revenue was $12.4 million."), ITEM, Context(image=IMAGE))
     assert outcome.status == FAIL and "cites nothing" in outcome.evidence
-    outcome = CHECKS["citations"](SPEC, Sample('{"answer": "1", "citations": "report-001"}'), ITEM,
+    outcome = citations_check(SPEC, Sample('{"answer": "1", "citations": "report-001"}'), ITEM,
                                   Context(image=IMAGE))
     assert outcome.status == FAIL and "not a list" in outcome.evidence
 
 
 def test_missing_machinery_and_missing_documents():
-    assert CHECKS["citations"](SPEC, Sample("x"), ITEM, Context()).status == INFRA_ERROR
+    assert citations_check(SPEC, Sample("x"), ITEM, Context()).status == INFRA_ERROR
     bare = SandboxImage(key="sandbox_image/bare@1", layers=({"type": "base", "image": "python-3.11-slim"},))
     outcome = cite("1", ("report-001", "whatever it says here"), image=bare)
     assert outcome.status == ERROR and outcome.value is None and "files layer" in outcome.evidence
@@ -167,7 +168,7 @@ def test_every_demo_question_passes_with_its_own_hidden_citations():
         hidden = instance["hidden"]
         response = json.dumps({"answer": hidden["answer"], "citations": [
             {"doc_id": c["doc_id"], "quote": c["span"]} for c in hidden["citations"]]})
-        outcome = CHECKS["citations"](SPEC, Sample(response), Item(instance["key"], instance["inputs"], hidden),
+        outcome = citations_check(SPEC, Sample(response), Item(instance["key"], instance["inputs"], hidden),
                                       Context(image=image))
         values[instance["key"]] = outcome.value
     single = [v for key, v in values.items() if not key.startswith("compare-")]

@@ -5,6 +5,7 @@ guards the entry point, and never lets a candidate's function stand in for a bui
 import pytest
 
 from tests.support.sandbox import process_pool
+from workers.definitions.specs import UnitTests
 from workers.sandbox import SandboxImage
 from workers.verifiers import Context, Item, Sample
 from workers.verifiers.unit_tests import unit_tests_check
@@ -41,7 +42,8 @@ def context():
 
 
 def grade(context, solution: str, hidden: dict):
-    return unit_tests_check({}, Sample(response=f"```python\n{solution}```"), Item("task", {}, hidden), context)
+    return unit_tests_check(UnitTests(type="unit_tests"), Sample(response=f"```python\n{solution}```"),
+                            Item("task", {}, hidden), context)
 
 
 def test_a_check_calls_a_helper_the_prompt_defines(context):

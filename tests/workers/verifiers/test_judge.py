@@ -11,16 +11,18 @@ import pytest
 import redis
 
 from tests.support.judge_server import INJECTION, FakeJudgeServer
+from workers.definitions.specs import LabelModel, ScoreModel, validate_spec
 from workers.verifiers.judge import (
-    CHECKS,
     InMemoryJudgeCache,
     JudgeClient,
     JudgeReplyInvalid,
     RedisJudgeCache,
     judge_version,
+    label_model_check,
     parse_label,
     parse_score,
     rank_group,
+    score_model_check,
 )
 from workers.verifiers.types import ERROR, INFRA_ERROR, Context, Item, Sample
 
@@ -62,7 +64,8 @@ def sample(response: str) -> Sample:
 
 
 def score(judge, response, spec=None, item=ITEM):
-    return CHECKS["score_model"](spec or score_spec(), sample(response), item, Context(judge=judge))
+    return score_model_check(ScoreModel.model_validate(spec or score_spec()), sample(response), item,
+                             Context(judge=judge))
 
 
 def test_the_server_speaks_openai_to_the_official_client(server):
@@ -86,8 +89,9 @@ def test_score_is_normalised_over_the_score_range(make_judge):
 
 def test_label_model_passes_only_passing_labels(make_judge):
     judge = make_judge()
-    right = CHECKS["label_model"](label_spec(), sample("Paris"), ITEM, Context(judge=judge))
-    wrong = CHECKS["label_model"](label_spec(), sample("Marseille"), ITEM, Context(judge=judge))
+    spec = LabelModel.model_validate(label_spec())
+    right = label_model_check(spec, sample("Paris"), ITEM, Context(judge=judge))
+    wrong = label_model_check(spec, sample("Marseille"), ITEM, Context(judge=judge))
     assert (right.value, wrong.value) == (1.0, 0.0)
     assert "'correct'" in right.evidence and "'wrong'" in wrong.evidence
 
@@ -120,7 +124,7 @@ def test_an_out_of_range_score_is_an_error_not_a_reward(make_judge):
 def test_errors_are_not_cached(make_judge, server):
     judge, spec, answer = make_judge(), score_spec(model="malformed"), sample("Paris")
     for _ in range(2):
-        CHECKS["score_model"](spec, answer, ITEM, Context(judge=judge))
+        score_model_check(ScoreModel.model_validate(spec), answer, ITEM, Context(judge=judge))
     assert len(server.requests_for("malformed")) == 2
 
 
@@ -145,26 +149,44 @@ def test_no_judge_client_is_an_infra_error():
 
 def test_a_second_call_for_the_same_trajectory_and_judge_is_served_from_the_cache(make_judge, server):
     judge, answer = make_judge(price_per_1k_input_tokens=1.0), sample("Paris")
-    first = CHECKS["score_model"](score_spec(), answer, ITEM, Context(judge=judge))
-    second = CHECKS["score_model"](score_spec(), answer, ITEM, Context(judge=judge))
+
+    def judged(spec: dict, answer=answer):
+        return score_model_check(ScoreModel.model_validate(spec), answer, ITEM, Context(judge=judge))
+
+    first, second = judged(score_spec()), judged(score_spec())
     assert len(server.requests) == 1
     assert second.value == first.value == 1.0
     assert second.evidence.startswith("(cached)") and second.cost == 0.0  # nothing was spent the second time
     # a renamed or reweighted check is the same judge; a changed rubric is not
-    CHECKS["score_model"](score_spec(name="other", weight=3.0), answer, ITEM, Context(judge=judge))
+    judged(score_spec(name="other", weight=3.0))
     assert len(server.requests) == 1
-    CHECKS["score_model"](score_spec(rubric="Is it the capital? Be harsh."), answer, ITEM, Context(judge=judge))
+    judged(score_spec(rubric="Is it the capital? Be harsh."))
     assert len(server.requests) == 2
-    CHECKS["score_model"](score_spec(), sample("Paris"), ITEM, Context(judge=judge))  # another trajectory
+    judged(score_spec(), sample("Paris"))  # another trajectory
     assert len(server.requests) == 3
 
 
 def test_judge_version_ignores_where_the_judge_lives_but_not_what_it_is():
+    def version(spec: dict) -> str:
+        return judge_version((ScoreModel if spec["type"] == "score_model" else LabelModel).model_validate(spec))
+
     base = score_spec()
-    assert judge_version(base) == judge_version({**base, "name": "x", "weight": 0.0})
-    assert judge_version(base) != judge_version({**base, "model": "bigger-judge"})
-    assert judge_version(base) != judge_version({**base, "score_range": [1.0, 5.0]})
-    assert judge_version(label_spec()) != judge_version({**label_spec(), "passing_labels": ["correct", "partly"]})
+    assert version(base) == version({**base, "name": "x", "weight": 0.0})
+    assert version(base) != version({**base, "model": "bigger-judge"})
+    assert version(base) != version({**base, "score_range": [1.0, 5.0]})
+    assert version(label_spec()) != version({**label_spec(), "passing_labels": ["correct", "partly"]})
+
+
+def test_judge_versions_stay_those_the_cached_verdicts_were_stored_under():
+    # What the judge version of a published (normalised) spec was when checks read it as a dict: a change here
+    # orphans every verdict in the judges' caches.
+    scoring = validate_spec("verifier", {"layers": [{"name": "judge", "kind": "judge", "checks": [
+        {"type": "score_model", "model": "keyword-judge", "rubric": "Is it right?"}]}]})
+    labelling = validate_spec("verifier", {"layers": [{"name": "judge", "kind": "judge", "checks": [
+        {"type": "label_model", "model": "keyword-judge", "prompt": "Right?", "labels": ["a", "b"],
+         "passing_labels": ["a"]}]}]})
+    assert judge_version(ScoreModel.model_validate(scoring["layers"][0]["checks"][0])) == "d4b7baba8e9de11d"
+    assert judge_version(LabelModel.model_validate(labelling["layers"][0]["checks"][0])) == "41f3540b2b5b53cd"
 
 
 @pytest.mark.redis
@@ -177,7 +199,7 @@ def test_the_redis_cache_is_shared_between_workers(server):
         for _ in range(2):  # two workers, each with its own client and connection
             judge = JudgeClient(server.base_url, "test-key", timeout_seconds=5, max_concurrency=1,
                                 cache=RedisJudgeCache(redis_url, prefix=prefix, ttl_seconds=60))
-            outcome = CHECKS["score_model"](score_spec(), answer, ITEM, Context(judge=judge))
+            outcome = score_model_check(ScoreModel.model_validate(score_spec()), answer, ITEM, Context(judge=judge))
             assert outcome.value == 1.0
         assert len(server.requests) == 1
         assert outcome.evidence.startswith("(cached)")
@@ -198,7 +220,7 @@ def test_pairwise_runs_both_orders_and_cancels_position_bias(make_judge, server)
                 hidden={"answer": "Sunlight, chlorophyll and water make glucose."})
     spec = score_spec(model="position-biased", rubric=KEYWORD_RUBRIC, pairwise=True)
     judge, answer = make_judge(), sample("Plants like sunlight.")
-    outcome = CHECKS["score_model"](spec, answer, item, Context(judge=judge))
+    outcome = score_model_check(ScoreModel.model_validate(spec), answer, item, Context(judge=judge))
     first, second = server.requests_for("position-biased")
     assert first["blocks"]["ANSWER_A"] == second["blocks"]["ANSWER_B"] == "Plants like sunlight."
     assert first["blocks"]["ANSWER_B"] == second["blocks"]["ANSWER_A"] == item.hidden["answer"]
@@ -208,7 +230,7 @@ def test_pairwise_runs_both_orders_and_cancels_position_bias(make_judge, server)
     # Each call's preference for whichever answer it showed first, kept for calibration: 0.45, then the
     # reference first at 0.75 + 0.2 = 0.95.
     assert outcome.orders == pytest.approx([0.45, 0.95])
-    cached = CHECKS["score_model"](spec, answer, item, Context(judge=judge))
+    cached = score_model_check(ScoreModel.model_validate(spec), answer, item, Context(judge=judge))
     assert cached.evidence.startswith("(cached)") and cached.orders == pytest.approx([0.45, 0.95])
 
 
@@ -245,7 +267,7 @@ def test_each_call_gets_a_fresh_fence(make_judge, server):
     judge = make_judge(cache=None)
     answer = sample("Paris")
     for _ in range(2):
-        CHECKS["score_model"](score_spec(), answer, ITEM, Context(judge=judge))
+        score_model_check(ScoreModel.model_validate(score_spec()), answer, ITEM, Context(judge=judge))
     nonces = {r["user"].split("<<<BEGIN TASK ", 1)[1][:16] for r in server.requests}
     assert len(nonces) == 2
 
@@ -264,7 +286,7 @@ def test_cost_is_usage_tokens_times_prices(make_judge, server):
 def test_rank_group_orders_samples_by_the_judges_preferences(make_judge, server):
     samples = [sample("nothing relevant"), sample("sunlight, chlorophyll and glucose"), sample("sunlight")]
     spec = score_spec(rubric=KEYWORD_RUBRIC)
-    outcomes = rank_group(samples, ITEM, spec, make_judge(max_concurrency=2))
+    outcomes = rank_group(samples, ITEM, ScoreModel.model_validate(spec), make_judge(max_concurrency=2))
     values = [o.value for o in outcomes]
     assert all(0.0 <= v <= 1.0 for v in values)
     assert values[1] > values[2] > values[0]
@@ -275,7 +297,8 @@ def test_rank_group_orders_samples_by_the_judges_preferences(make_judge, server)
 
 
 def test_rank_group_leaves_out_failed_comparisons_and_reports_infra_errors(make_judge):
-    outcomes = rank_group([sample("a"), sample("b")], ITEM, score_spec(model="error-500"), make_judge())
+    outcomes = rank_group([sample("a"), sample("b")], ITEM, ScoreModel.model_validate(score_spec(model="error-500")),
+                          make_judge())
     assert [(o.status, o.value) for o in outcomes] == [(INFRA_ERROR, None)] * 2
 
 
@@ -307,8 +330,8 @@ def test_parse_label_accepts_only_offered_labels():
 def test_the_pipeline_finds_the_judge_checks():
     from workers.verifiers.checks import check_function
 
-    assert check_function("score_model") is CHECKS["score_model"]
-    assert check_function("label_model") is CHECKS["label_model"]
+    assert check_function("score_model") is score_model_check
+    assert check_function("label_model") is label_model_check
 
 
 # --- the judge inside the layered pipeline ---------------------------------------------------------------

@@ -5,14 +5,15 @@ import time
 
 import pytest
 
+from workers.definitions.specs import MathMatch
 from workers.verifiers import mathcheck
-from workers.verifiers.mathcheck import CHECKS
+from workers.verifiers.mathcheck import math_check
 from workers.verifiers.types import ERROR, FAIL, INFRA_ERROR, PASS, Item, Sample
 
 
 def check(response, reference, timeout_seconds=5):
-    spec = {"type": "math", "reference": "{answer}", "timeout_seconds": timeout_seconds}
-    return CHECKS["math"](spec, Sample(response), Item("k", {}, {"answer": reference}), None)
+    spec = MathMatch(type="math", reference="{answer}", timeout_seconds=timeout_seconds)
+    return math_check(spec, Sample(response), Item("k", {}, {"answer": reference}), None)
 
 
 @pytest.mark.parametrize("response, reference, status", [
@@ -76,8 +77,8 @@ def test_a_pool_that_cannot_start_is_an_infra_error(monkeypatch):
 
 
 def test_reference_faults_are_the_authors():
-    missing = CHECKS["math"]({"type": "math", "reference": "{solution}"}, Sample("Answer: 1"),
-                             Item("k", {}, {"answer": 1}), None)
+    missing = math_check(MathMatch(type="math", reference="{solution}"), Sample("Answer: 1"),
+                         Item("k", {}, {"answer": 1}), None)
     assert missing.status == ERROR and "solution" in missing.evidence
     unparseable = check("Answer: 1", "")
     assert unparseable.status == ERROR and unparseable.value is None

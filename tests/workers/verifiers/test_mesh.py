@@ -11,13 +11,14 @@ from PIL import Image
 
 from apps.demo import modelling3d
 from tests.support.sandbox import process_pool
+from workers.definitions.specs import MeshGeometry
 from workers.sandbox import ExecutionResult, Limits, SandboxImage, Status
-from workers.verifiers.mesh import CHECKS, MAX_FACES, MAX_STL_BYTES, render
+from workers.verifiers.mesh import MAX_FACES, MAX_STL_BYTES, mesh_geometry_check, render
 from workers.verifiers.types import INFRA_ERROR, Context, Item, Sample
 
-check = CHECKS["mesh_geometry"]
-SPEC = {"type": "mesh_geometry", "require_watertight": True, "volume_rel_tolerance": 0.02,
-        "bbox_abs_tolerance": 0.05, "iou_threshold": 0.9, "render_views": ["iso", "front"]}
+check = mesh_geometry_check
+SPEC = MeshGeometry(type="mesh_geometry", require_watertight=True, volume_rel_tolerance=0.02, bbox_abs_tolerance=0.05,
+                    iou_threshold=0.9, render_views=["iso", "front"])
 STUB_IMAGE = SandboxImage(key="test/stub@1", layers=())
 
 

@@ -5,7 +5,8 @@ from decimal import Decimal
 
 import pytest
 
-from workers.verifiers.numbers import CHECKS, final_number, numeric_check, parse_numbers
+from workers.definitions.specs import NumericMatch
+from workers.verifiers.numbers import final_number, numeric_check, parse_numbers
 from workers.verifiers.types import ERROR, FAIL, PASS, Item, Sample
 
 
@@ -60,8 +61,8 @@ def test_final_number_prefers_marked_answer_then_last(response, value, where):
 
 
 def check(reference, response, **spec):
-    spec = {"type": "numeric", "reference": "{answer}", **spec}
-    return CHECKS["numeric"](spec, Sample(response), Item("k", {}, {"answer": reference}), None)
+    spec = NumericMatch.model_validate({"type": "numeric", "reference": "{answer}", **spec})
+    return numeric_check(spec, Sample(response), Item("k", {}, {"answer": reference}), None)
 
 
 @pytest.mark.parametrize("answer, tolerance, status", [
@@ -124,7 +125,7 @@ def test_no_number_scores_zero_and_says_so():
 
 
 def test_authoring_faults_are_errors_not_zeros():
-    missing = numeric_check({"type": "numeric", "reference": "{total}"}, Sample("Answer: 3"),
+    missing = numeric_check(NumericMatch(type="numeric", reference="{total}"), Sample("Answer: 3"),
                             Item("k", {}, {"answer": 3}), None)
     assert missing.status == ERROR and missing.value is None and "total" in missing.evidence
     not_a_number = check("seven", "Answer: 7")

@@ -69,16 +69,17 @@ def test_an_escalation_with_nothing_after_it_keeps_the_uncertain_score(context):
 
 
 def test_weight_zero_is_recorded_but_never_counted(context):
-    spec = {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [
-        {**SCRIPTED, "name": "counted"}, {**LOGS, "name": "log-only", "weight": 0.0}]}]}
+    spec = {"pass_threshold": 1.0, "layers": [{"name": "environment", "kind": "environment", "escalate": None,
+                                               "checks": [{**SCRIPTED, "name": "counted"},
+                                                          {**LOGS, "name": "log-only", "weight": 0.0}]}]}
     verdict = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)
     assert verdict.reward == 1.0
     assert [(c.name, c.value) for c in verdict.components] == [("counted", 1.0), ("log-only", 0.0)]
 
 
 def test_weights_combine_checks_within_a_layer(context):
-    spec = {"pass_threshold": 0.5, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [
-        {**SCRIPTED, "weight": 3.0}, {**LOGS, "weight": 1.0}]}]}
+    spec = {"pass_threshold": 0.5, "layers": [{"name": "environment", "kind": "environment", "escalate": None,
+                                               "checks": [{**SCRIPTED, "weight": 3.0}, {**LOGS, "weight": 1.0}]}]}
     verdict = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)
     assert verdict.reward == 0.75 and verdict.status == "pass"
 

@@ -5,14 +5,16 @@ import time
 
 import pytest
 
-from workers.verifiers.text import CHECKS, REGEX_SECONDS, bleu, cosine, fuzzy_match, rouge_l
+from workers.verifiers.checks import SPEC_CLASSES, check_function
+from workers.verifiers.text import REGEX_SECONDS, bleu, cosine, fuzzy_match, rouge_l
 from workers.verifiers.types import ERROR, FAIL, PASS, Context, Item, Sample
 
 ITEM = Item("k", {}, {"answer": "Paris", "city": "Lyon"})
 
 
 def run(spec, response, item=ITEM, context=None):
-    return CHECKS[spec["type"]](spec, Sample(response), item, context or Context())
+    typed = SPEC_CLASSES[spec["type"]].model_validate(spec)
+    return check_function(spec["type"])(typed, Sample(response), item, context or Context())
 
 
 @pytest.mark.parametrize("operation, response, status", [
