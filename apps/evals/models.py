@@ -3,7 +3,7 @@
 An eval suite is a bundle version marked for evaluation (its spec's `evaluation`: samples per task, temperature,
 tasks per template, seed); everything it evaluates with — templates and their instances, sandbox images,
 verifiers and the judge they name — is pinned by content hash in the bundle's closure. An evaluation is a run
-(apps/runs/evaluation.py) whose trajectories are the answers; this row says which suite, which comparability
+(apps/runs/attempts/evaluation.py) whose trajectories are the answers; this row says which suite, which comparability
 key, and what answered: a base model definition, a run's checkpoint, or an endpoint.
 """
 

@@ -47,7 +47,7 @@ def training_bundle(*, suite: Version, model: Version) -> Version | None:
 def suite_task_ids(*, project: Project) -> frozenset[str]:
     """Every task an eval suite of the project asks (template slug / task key): what review datasets leave out."""
     ids: set[str] = set()
-    config = RunConfig.from_dict(RunConfig.resolve({}))  # the tasks do not depend on the model
+    config = RunConfig.resolve({})  # the tasks do not depend on the model
     for suite in suite_list(project=project):
         settings = suite_settings(suite)
         tasks = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],

@@ -11,8 +11,7 @@ from apps.registry.pins import PinnedBundleError, bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoint_resolve
-from apps.runs.dispatch import run_enqueue
-from apps.runs.models import Checkpoint
+from apps.runs.models import Checkpoint, RunKind
 from apps.runs.services import RunError, run_create
 from workers.rl.config import RunConfig
 from workers.rl.evaluation import evaluation_steps, suite_tasks
@@ -116,7 +115,7 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         kind, label = TargetKind.ENDPOINT, f"endpoint/{endpoint.slug}"
     pinned["evaluation"] = plan
     try:
-        config = RunConfig.from_dict(RunConfig.resolve({**suite.spec.get("run_config", {}), **overrides}))
+        config = RunConfig.resolve({**suite.spec.get("run_config", {}), **overrides})
         tasks = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
                             seed=settings["seed"])
     except (PinnedBundleError, ValueError) as exc:
@@ -127,10 +126,11 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
     if checkpoint is not None:  # what it trained on is known: the suite's tasks found there
         source = checkpoint.run
         found = {"training": source.bundle.ref,
-                 **overlap(tasks, bundle_tasks(bundle=source.bundle, config=RunConfig.from_dict(source.config)))}
+                 **overlap(tasks, bundle_tasks(bundle=source.bundle, config=source.run_config))}
     with transaction.atomic():
         try:
             run = run_create(project=project, bundle=suite, steps=evaluation_steps(len(tasks)), overrides=overrides,
+                             kind=RunKind.EVALUATION, enqueue=True,
                              pinned=pinned, name=f"eval {label} on {suite.ref}"[:200], actor=actor, via=via)
         except RunError as exc:
             raise EvalError(str(exc), field="model") from None
@@ -142,5 +142,4 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         audit_record(project=project, actor=actor, action="eval.launch", target=f"evaluation/{evaluation.pk}",
                      details={"suite": suite.ref, "what": label, "key": key, "tasks": len(tasks), "run": str(run.pk)},
                      via=via)
-    run_enqueue(run)
     return evaluation

@@ -12,7 +12,7 @@ from django.dispatch import receiver
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
-from apps.runs.models import Checkpoint
+from apps.runs.models import TRAINING_KINDS, Checkpoint
 
 from .services import EvalError, evaluation_launch
 
@@ -20,10 +20,10 @@ log = logging.getLogger(__name__)
 
 
 def due(checkpoint: Checkpoint) -> bool:
-    config = checkpoint.run.config
-    if not config.get("eval_suite") or config.get("evaluation"):
+    config = checkpoint.run.run_config
+    if not config.eval_suite or checkpoint.run.kind not in TRAINING_KINDS:
         return False
-    every = config.get("eval_suite_every") or 0
+    every = config.eval_suite_every
     return checkpoint.step == checkpoint.run.steps_total or bool(every and checkpoint.step % every == 0)
 
 

@@ -18,7 +18,6 @@ from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 
 from . import selectors
-from .dispatch import run_enqueue
 from .models import RunStatus
 from .services import RunError, run_create, run_request
 
@@ -102,10 +101,9 @@ def start_run(request, project: str, payload: RunIn):
     try:
         bundle = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.bundle)))
         run = run_create(project=scope, bundle=bundle, steps=payload.steps, overrides=payload.config,
-                         name=payload.name, actor=request.auth, via="api")
+                         name=payload.name, actor=request.auth, via="api", enqueue=True)
     except RunError as exc:
         return _bad_request(exc)
-    run_enqueue(run)
     return Status(201, run)
 
 
@@ -145,6 +143,4 @@ def steer_run(request, project: str, run_id: UUID,
         run = run_request(run=run, action=action, actor=request.auth, via="api")
     except RunError as exc:  # the request conflicts with the run's state
         return Status(409, {"detail": str(exc), "errors": []})
-    if action == "resume":
-        run_enqueue(run)
     return run

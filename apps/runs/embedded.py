@@ -2,7 +2,7 @@
 lane: one trains, one evaluates (so a checkpoint's evaluation does not wait for the training run to end).
 
 There is no Celery broker in the embedded studio, so this thread does what the `gpu` workers and the watchdog
-do on services: it claims the oldest queued run, runs its attempt (apps/runs/attempt.py), and queues again runs
+do on services: it claims the oldest queued run, runs its attempt (apps/runs/attempts/), and queues again runs
 whose heartbeat went stale (a process that was killed mid-run), which it then resumes from their last
 checkpoint. Training in the web process is what lets the in-memory channel layer push live points to the pages.
 On when settings.EMBEDDED_TRAINING is (`make demo` turns it on); never in tests or management commands.
@@ -15,6 +15,8 @@ import threading
 import time
 
 from django.conf import settings
+
+from .models import RunKind
 
 log = logging.getLogger(__name__)
 _started = threading.Event()
@@ -41,14 +43,15 @@ def _loop(lane: str) -> None:
         time.sleep(POLL_SECONDS)
 
 
-# An evaluation's config holds its suite (RunConfig.evaluation); a training run's does not.
-LANES = {"training": lambda runs: runs.exclude(config__evaluation__has_key="suite"),
-         "evaluation": lambda runs: runs.filter(config__evaluation__has_key="suite")}
+# The kinds each lane runs: evaluations have their own, so a checkpoint's evaluation does not wait for the
+# training run to end.
+LANES = {"training": lambda runs: runs.exclude(kind=RunKind.EVALUATION),
+         "evaluation": lambda runs: runs.filter(kind=RunKind.EVALUATION)}
 
 
 def train_next_queued(lane: str = "training") -> bool:
     """Requeue lost runs, then claim and run the oldest queued one of the lane. Returns whether one was attempted."""
-    from .attempt import run_attempt
+    from .attempts import run_attempt
     from .models import Run, RunStatus
     from .services import run_claim, runs_requeue_lost
 

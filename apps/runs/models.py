@@ -13,6 +13,7 @@ from django.db import models
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
+from workers.rl.config import RunConfig
 
 
 class RunStatus(models.TextChoices):
@@ -28,6 +29,18 @@ ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED)
 
 
+class RunKind(models.TextChoices):
+    """What a run does, set when it is created: which attempt runs it (apps/runs/attempts/), which embedded lane
+    picks it up, how its pages read it. SFT and DPO runs will be kinds beside GRPO."""
+
+    GRPO = "grpo", "GRPO training"
+    EVALUATION = "evaluation", "evaluation"  # an eval suite's tasks answered by a model; nothing is trained
+    REFERENCE = "reference", "reference check"  # a bundle's own reference answers verified; nothing is trained
+
+
+TRAINING_KINDS = (RunKind.GRPO,)  # the kinds that train a model (and so have checkpoints)
+
+
 class RunRequest(models.TextChoices):
     """What the run's owner asked a running worker to do at its next step boundary."""
 
@@ -40,6 +53,7 @@ class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.GRPO)
     bundle = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="runs")
     config = models.JSONField()  # the resolved RunConfig (workers/rl/config.py), every field present
     config_hash = models.CharField(max_length=64)  # sha256 of the bundle's content hash and the config
@@ -59,10 +73,21 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["project", "-created_at"]), models.Index(fields=["status"])]
+        indexes = [models.Index(fields=["project", "-created_at"]), models.Index(fields=["status"]),
+                   models.Index(fields=["kind", "status"])]
 
     def __str__(self) -> str:
         return f"run {self.name} ({self.id})"
+
+    @property
+    def is_reference_check(self) -> bool:
+        """Its answers are the tasks' own references, not a model's."""
+        return self.kind == RunKind.REFERENCE
+
+    @property
+    def run_config(self) -> RunConfig:
+        """The resolved config as the engine reads it (`config` is its stored form)."""
+        return RunConfig.from_dict(self.config)
 
 
 class Checkpoint(models.Model):

@@ -20,11 +20,12 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.models import Version
 from apps.registry.refs import LATEST, Ref, parse_ref
 from apps.registry.selectors import version_resolve
-from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, RunConfig, config_hash
+from workers.rl.config import REFERENCE_MODEL, SET_BY_THE_STUDIO, ConfigError, RunConfig, config_hash
 from workers.rl.types import Trajectory
 from workers.rl.weights import source_model
 
 from . import live
+from .dispatch import run_enqueue
 from .models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
@@ -33,6 +34,7 @@ from .models import (
     MetricPoint,
     Run,
     RunEvent,
+    RunKind,
     RunRequest,
     RunStatus,
 )
@@ -53,21 +55,32 @@ def worker_name() -> str:
 
 
 def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict | None = None, name: str = "",
-               actor=None, via: str = "web", pinned: dict | None = None) -> Run:
-    """A queued run pinned to `bundle` (an exact bundle version) and the resolved config. `pinned` holds settings
-    only the studio sets (an evaluation's plan, the model of the checkpoint it evaluates): callers pass them
-    from what they resolved themselves, never from a request."""
+               kind: str = RunKind.GRPO, actor=None, via: str = "web", pinned: dict | None = None,
+               enqueue: bool = False) -> Run:
+    """A queued run of `kind` pinned to `bundle` (an exact bundle version) and the resolved config. `pinned` holds
+    settings only the studio sets (an evaluation's plan, the model of the checkpoint it evaluates): callers pass
+    them from what they resolved themselves, never from a request. With `enqueue`, it is handed to whatever
+    runs queued runs once the transaction commits (dispatch.run_enqueue); without, the caller runs it itself
+    (`train --headless`) or leaves it queued."""
     if not isinstance(steps, int) or steps < 1:
         raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
     config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides, pinned=pinned)
+    if (config["model"] == REFERENCE_MODEL) != (kind == RunKind.REFERENCE):
+        raise RunError(f"config: model: {REFERENCE_MODEL} is the model of a reference check (manage.py "
+                       "reference_check), and a reference check's only" if kind != RunKind.REFERENCE else
+                       f"config: model: a reference check answers with {REFERENCE_MODEL}")
+    if bool(config["evaluation"]) != (kind == RunKind.EVALUATION):
+        raise RunError("an evaluation is launched from its eval suite (apps/evals), with its plan")
     with transaction.atomic():
         run = Run.objects.create(
-            project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}",
+            project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}", kind=kind,
             bundle=bundle, config=config, config_hash=hashed,
             steps_total=steps, created_by=actor if getattr(actor, "is_authenticated", False) else None)
         _event(run, EventKind.CREATED, f"created: {steps} steps on {bundle.ref}", details={"config": overrides or {}})
         audit_record(project=project, actor=actor, action="run.create", target=f"run/{run.id}",
                      details={"bundle": bundle.ref, "steps": steps, "config_hash": run.config_hash}, via=via)
+        if enqueue:
+            run_enqueue(run)
     return run
 
 
@@ -86,10 +99,11 @@ def run_config_resolve(*, project: Project, bundle: Version, overrides: dict | N
                                                     project=project, bundle=bundle), **(pinned or {})})
     except ConfigError as exc:
         raise RunError(f"config: {exc}") from None
-    problem = wiring.model_problem(config["model"])
+    problem = wiring.model_problem(config.model)
     if problem:
         raise RunError(f"config: {problem}")
-    return config, config_hash(bundle_hash=bundle.content_hash, config=config)
+    stored = config.to_dict()
+    return stored, config_hash(bundle_hash=bundle.content_hash, config=stored)
 
 
 def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:
@@ -117,8 +131,9 @@ def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:
     return pinned
 
 
-def run_request(*, run: Run, action: str, actor, via: str = "web") -> Run:
-    """pause | resume | cancel, from the page, the API or the CLI."""
+def run_request(*, run: Run, action: str, actor, via: str = "web", enqueue: bool = True) -> Run:
+    """pause | resume | cancel, from the page, the API or the CLI. A resumed run is queued again for a worker
+    (dispatch.run_enqueue), unless `enqueue` is off: the caller trains it itself (`train --resume`)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if action == "pause":
@@ -135,6 +150,8 @@ def run_request(*, run: Run, action: str, actor, via: str = "web") -> Run:
                 raise RunError(f"only a paused run can be resumed; this one is {run.status}")
             run.status, run.requested = RunStatus.QUEUED, RunRequest.NONE
             _event(run, EventKind.REQUESTED, "resume requested: queued for a worker")
+            if enqueue:
+                run_enqueue(run)
         elif action == "cancel":
             if run.status in FINISHED_STATUSES:
                 raise RunError(f"the run is already {run.status}")
@@ -195,9 +212,12 @@ def runs_requeue_lost(*, stale_after: float) -> list[Run]:
 def _resume_point(run: Run) -> str:
     """Where a run whose worker was lost goes on from, in words. A training run restarts from its newest
     checkpoint (workers/rl/pipeline.py), so the steps after it are trained again: the step it stopped at is not
-    the step it resumes from. An evaluation goes on after the last batch it archived (apps/runs/evaluation.py)."""
-    if (run.config or {}).get("evaluation"):
+    the step it resumes from. An evaluation goes on after the last batch it archived (attempts/evaluation.py); a
+    reference check is checked again from its start."""
+    if run.kind == RunKind.EVALUATION:
         return f"to resume after batch {run.step}, the last it archived"
+    if run.kind == RunKind.REFERENCE:
+        return "to be checked again from the start"
     newest = run.checkpoints.order_by("-step").values_list("step", flat=True).first()
     if newest is None:
         return "to resume from the start: it saved no checkpoint"

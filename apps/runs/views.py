@@ -19,8 +19,7 @@ from apps.common import figures
 from apps.registry.diff import spec_diff
 
 from . import launch, selectors
-from .dispatch import run_enqueue
-from .models import ACTIVE_STATUSES
+from .models import ACTIVE_STATUSES, TRAINING_KINDS
 from .services import RunError, run_config_resolve, run_create, run_request
 
 COMPARE_LIMIT = 8
@@ -50,7 +49,7 @@ def run_new(request, project):
         form.initial["bundle"] = int(request.GET["bundle"])
     context = {"project": project, "can_edit": can_edit, "form": form, "earlier": earlier,
                "earlier_choices": [r for r in selectors.run_list(project=project)[:100]
-                                   if not (r.config or {}).get("evaluation")]}
+                                   if r.kind in TRAINING_KINDS]}
     if source and earlier is None:
         context["missing_run"] = source
     action = request.POST.get("action", "review")
@@ -67,11 +66,11 @@ def run_new(request, project):
     if action == "queue" and form.cleaned_data["reviewed"] == hashed:
         try:
             run = run_create(project=project, bundle=bundle, steps=form.cleaned_data["steps"],
-                             name=form.cleaned_data["name"], overrides=overrides, actor=request.user, via="web")
+                             name=form.cleaned_data["name"], overrides=overrides, actor=request.user, via="web",
+                             enqueue=True)
         except RunError as exc:
             form.add_config_error(str(exc))
             return render(request, "runs/run_new.html", context, status=400)
-        run_enqueue(run)
         messages.success(request, f"Run {run.name} is queued.")
         return redirect("runs:run_detail", project=project.slug, run_id=run.pk)
     context.update(review=True, config_hash=hashed, overrides=overrides,
@@ -133,8 +132,6 @@ def run_control(request, project, run_id):
     else:
         messages.success(request, {"pause": "Pause requested.", "resume": "Resumed: queued for a worker.",
                                    "cancel": "Cancel requested."}[action])
-        if action == "resume":
-            run_enqueue(run)
     return redirect("runs:run_detail", project=project.slug, run_id=run.pk)
 
 

@@ -15,7 +15,6 @@ from django.urls import reverse
 
 from apps.common import figures, wiring
 from workers.rl.chat import END_OF_TURN, CharTokenizer
-from workers.rl.config import REFERENCE_MODEL
 
 from .models import Trajectory
 
@@ -103,7 +102,7 @@ def artifact_url(row: Trajectory, name: str) -> str:
 
 def _author(row: Trajectory) -> str:
     """Who wrote the assistant turns: the policy, or, in a reference check, the tasks' references."""
-    return "reference" if row.run.config.get("model") == REFERENCE_MODEL else "model"
+    return "reference" if row.run.is_reference_check else "model"
 
 
 def trajectory_info(row: Trajectory) -> TrajectoryInfo:

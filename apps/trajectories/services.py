@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 from workers.rl.types import Trajectory as EngineTrajectory
@@ -19,24 +20,20 @@ def _timestamp(seconds: float) -> datetime:
 
 def trajectory_row(*, run, attempt: int, trajectory: EngineTrajectory, stored: list[dict]) -> Trajectory:
     """An archive row from the engine's trajectory; `stored`: its artifacts' entries, already in the store."""
-    data = trajectory.to_json()
-    verdict = data.get("verdict") or {}
-    turns = data.get("turns", [])
+    t = trajectory
+    verdict = t.verdict  # already JSON data: Verdict.to_json()
     return Trajectory(
-        id=data["id"], project_id=run.project_id, run=run, seq=data["seq"], sample=data["sample"], attempt=attempt,
-        domain=data["domain"], template=data["template"], task_key=data["task_key"], task_hash=data["task_hash"],
-        image=data["image"], verifier=data["verifier"], policy_version=data["policy_version"],
-        step=data["step"], effective=data.get("effective"), advantage=data.get("advantage"),
-        status=data["status"], status_reason=data.get("status_reason", ""), reward=data.get("reward"),
+        id=t.id, project_id=run.project_id, run=run, seq=t.seq, sample=t.sample, attempt=attempt,
+        domain=t.domain, template=t.template, task_key=t.task_key, task_hash=t.task_hash, image=t.image,
+        verifier=t.verifier, policy_version=t.policy_version, step=t.step, effective=t.effective,
+        advantage=t.advantage, status=str(t.status), status_reason=t.status_reason, reward=t.reward,
         verdict_status=verdict.get("status", ""),
         deciding_layer=(verdict.get("layers_run") or [""])[-1],  # the last layer that ran is the one that decided
-        num_turns=sum(t["role"] == "assistant" for t in turns),
-        num_tool_calls=sum(len(t.get("tool_calls", [])) for t in turns),
-        completion_tokens=sum(len(t.get("token_ids", [])) for t in turns if t["role"] == "assistant"),
-        duration_s=data.get("timings", {}).get("total", 0.0), cost=data.get("costs", {}).get("total", 0.0),
-        prompt_ids=data.get("prompt_ids", []), turns=turns, verdict=verdict, timings=data.get("timings", {}),
-        costs=data.get("costs", {}), artifacts=stored, started_at=_timestamp(data.get("started_at")),
-        finished_at=_timestamp(data.get("finished_at")))
+        num_turns=sum(turn.role == "assistant" for turn in t.turns),
+        num_tool_calls=sum(len(turn.tool_calls) for turn in t.turns), completion_tokens=t.completion_tokens,
+        duration_s=t.timings.get("total", 0.0), cost=t.costs.get("total", 0.0), prompt_ids=list(t.prompt_ids),
+        turns=[asdict(turn) for turn in t.turns], verdict=verdict, timings=t.timings, costs=t.costs,
+        artifacts=stored, started_at=_timestamp(t.started_at), finished_at=_timestamp(t.finished_at))
 
 
 def trajectories_record(*, run, attempt: int, trajectories: list[EngineTrajectory]) -> int:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from apps.runs.attempt import run_attempt
+from apps.runs.attempts import run_attempt
 from apps.runs.models import Run, RunStatus
 from apps.runs.services import run_claim, run_create
 from apps.trajectories.models import Trajectory

@@ -1,7 +1,7 @@
 """The embedded studio (`make demo`) stopped with SIGTERM in the middle of a run, then started again: the run
 is not marked failed; it stays running with a stale heartbeat, and the next embedded studio resumes it from
 its last checkpoint. (The demo once marked its run failed here, when its pipeline hit the exiting interpreter's
-executors: apps/runs/attempt.py now leaves such a run to be resumed. That race did not reproduce in this test,
+executors: apps/runs/attempts/ now leaves such a run to be resumed. That race did not reproduce in this test,
 where the process dies in torch's teardown before the pipeline notices; what it checks is the restart.)
 
 A real `manage.py runserver` process with embedded training, on the test database (PostgreSQL)."""

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from celery import Celery
 
-from apps.runs.attempt import run_attempt
+from apps.runs.attempts import run_attempt
 from apps.runs.models import EventKind, MetricPoint, Run, RunStatus
 from apps.runs.services import run_claim, run_create
 from apps.trajectories.models import Trajectory

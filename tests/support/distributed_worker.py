@@ -37,7 +37,7 @@ GROUPS = {0: [4, 6, 3, 5, 4], 1: [6, 2, 5], 2: [5]}
 
 
 def make_config() -> RunConfig:
-    return RunConfig.from_dict(RunConfig.resolve(CONFIG))
+    return RunConfig.resolve(CONFIG)
 
 
 def make_policy() -> TinyLMPolicy:

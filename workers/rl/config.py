@@ -30,8 +30,6 @@ SERVER_URL = re.compile(r"https?://[^\s,/]+(/[^\s,]*)?")
 SET_BY_THE_STUDIO = ("model_version", "model_sha256", "evaluation")
 # An evaluation's settings (RunConfig.evaluation), from its eval suite and the model it evaluates (pretrained_on:
 # the bundle whose tasks the model is built from, as a run on it builds it).
-EVALUATION_KEYS = {"suite", "key", "samples_per_task", "temperature", "tasks_per_template", "seed", "checkpoint",
-                   "checkpoint_step", "endpoint", "pretrained_on"}
 # What one run may ask of a worker. Far above what a single GPU node serves, far below what would exhaust one by
 # accident (a typo of group_size=1e9 queues a run that can never take a step).
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -44,6 +42,48 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "keep_checkpoints": (1, 1000), "eval_tasks_per_domain": (0, 100_000), "max_tool_output_chars": (100, 1_000_000),
     "reference_per_template": (1, 1000), "data_parallel": (1, 64),
 }
+
+
+@dataclass(frozen=True)
+class EndpointTarget:
+    """An OpenAI-compatible endpoint an evaluation asks (apps/evals' Endpoint, as the evaluation pinned it)."""
+
+    base_url: str
+    model: str
+    api_key_env: str = ""  # the variable the key is read from where the work runs; the key is never stored
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """What an evaluation run answers and how: its suite's decoding settings and comparability key, and what
+    answers — the run's model (at a checkpoint of another run when `checkpoint` names its directory) or an
+    endpoint. Set by apps/evals as RunConfig.evaluation (stored as a dict, so a config's hash stays what it was);
+    read through RunConfig.evaluation_plan."""
+
+    suite: str = ""
+    key: str = ""
+    samples_per_task: int = 1
+    temperature: float = 0.0
+    tasks_per_template: int = 0
+    seed: int = 0
+    checkpoint: str = ""
+    checkpoint_step: int = 0
+    endpoint: EndpointTarget | None = None
+    pretrained_on: str = ""
+    """The bundle whose tasks the evaluated model is built from, as a run on it builds it (empty: the suite's)."""
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EvaluationPlan:
+        values = {name: data[name] for name in EVALUATION_KEYS if name in data}
+        if values.get("endpoint"):
+            values["endpoint"] = EndpointTarget(**values["endpoint"])
+        else:
+            values.pop("endpoint", None)
+        return cls(**values)
+
+
+EVALUATION_KEYS = frozenset(f.name for f in dataclasses.fields(EvaluationPlan))
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -80,7 +120,7 @@ class RunConfig:
     directly: builtin:demo-tiny (pretrained here on first use), builtin:smollm2-135m-instruct (a real LLM from
     the package index, converted on first use) or the local path of a Hugging Face causal LM. A definition is
     replaced by what its source names when the run is created. builtin:reference marks a reference check
-    (apps/runs/reference.py), which is never trained."""
+    (apps/runs/attempts/reference.py), which is never trained."""
     model_version: str = ""
     """Set by the studio: the model definition's exact version (model/SLUG@N) the run pinned, if any."""
     model_sha256: str = ""
@@ -156,8 +196,9 @@ class RunConfig:
     (endpoint: base_url, model, api_key_env)."""
 
     @classmethod
-    def resolve(cls, overrides: dict | None = None) -> dict:
-        """Defaults with `overrides` applied and checked; the dict a Run stores."""
+    def resolve(cls, overrides: dict | None = None) -> RunConfig:
+        """Defaults with `overrides` applied and checked (ConfigError naming every problem); a Run stores its
+        `to_dict()`."""
         overrides = dict(overrides or {})
         known = {f.name: f for f in dataclasses.fields(cls)}
         errors = [f"{name}: unknown setting" for name in overrides if name not in known]
@@ -188,7 +229,11 @@ class RunConfig:
                 errors.append(str(exc))
         if errors:
             raise ConfigError("; ".join(errors))
-        return dataclasses.asdict(config)
+        return config
+
+    def to_dict(self) -> dict:
+        """Every field, as a Run stores it and its config hash reads it."""
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> RunConfig:
@@ -239,6 +284,11 @@ class RunConfig:
             problems.append(f"evaluation: unknown settings {', '.join(unknown)}")
         if problems:
             raise ConfigError("; ".join(problems))
+
+    @property
+    def evaluation_plan(self) -> EvaluationPlan | None:
+        """An evaluation's plan; None for a run that is not an evaluation."""
+        return EvaluationPlan.from_dict(self.evaluation) if self.evaluation else None
 
     def server_urls(self) -> list[str]:
         """The inference servers' base URLs (engines/server.py), in the order given; none: in-process engine."""

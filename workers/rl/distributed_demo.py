@@ -101,9 +101,9 @@ def main(argv=None) -> None:
             updates = distributed.follow()
             print(f"rank {topology.rank}: took part in {updates} updates", flush=True)
             return
-        config = RunConfig.from_dict(RunConfig.resolve({
+        config = RunConfig.resolve({
             "mode": args.mode, "groups_per_step": 4, "group_size": 6, "micro_batch_size": 8, "learning_rate": 3e-3,
-            "eval_tasks_per_domain": 0, "checkpoint_every": 1, "device": "cpu"}))
+            "eval_tasks_per_domain": 0, "checkpoint_every": 1, "device": "cpu"})
         with distributed.leading():
             base = base_model(args.base_model, pretrain_steps=args.pretrain_steps)
             attempts = [attempt(base, steps=args.steps, checkpoint_dir=args.checkpoint_dir, config=config)]

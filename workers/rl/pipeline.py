@@ -220,7 +220,7 @@ class Pipeline:
                 pipeline_state=self.pipeline_state(), keep=self.config.keep_checkpoints, attempt=self.tracker.attempt)
         except (LeaseLost, StorageUnavailable):
             # Not the run's fault (a newer attempt resumed it; the object store stayed away): this attempt stops,
-            # and the run goes on from its newest checkpoint (apps/runs/attempt.py).
+            # and the run goes on from its newest checkpoint (apps/runs/attempts/).
             raise
         except Exception as exc:  # a full disk, a lost mount: the run cannot go on safely, and says where
             raise CheckpointError(f"could not write the checkpoint of step {self.trainer.step} to "

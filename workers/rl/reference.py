@@ -6,7 +6,7 @@ task, image or verifier, and a run on it would learn from noise (SWE-bench valid
 way). The assistant's turns are the task's reference instead of samples — the canonical solution first run on
 the prompt's example with the template's tool, when it has one, in the sandbox, then the answer — and
 everything else is what a training rollout does: the same tool runner and accounting, the same grading.
-The studio's side (apps/runs/reference.py) archives the result as a run of one step.
+The studio's side (apps/runs/attempts/reference.py) archives the result as a run of one step.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One place that assembles a training session: the pipeline and the parts it owns, from a run's config,
 its tasks, its model and the runners it is given.
 
-Used by the studio's run attempt (apps/runs/attempt.py), the tests and the benchmarks alike: what differs
+Used by the studio's run attempt (apps/runs/attempts/), the tests and the benchmarks alike: what differs
 between them is what they pass in (a database tracker or a memory one; tool calls and verification here or on
 other workers), never how the engine is put together.
 """

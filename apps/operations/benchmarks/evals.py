@@ -19,7 +19,7 @@ from apps.evals.services import evaluation_launch
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, parse_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.attempt import run_attempt
+from apps.runs.attempts import run_attempt
 from apps.runs.services import run_claim
 from workers.rl.config import RunConfig
 
@@ -36,7 +36,7 @@ def _demo_suite() -> dict:
     project = seed().project
     suite = version_resolve(project=project, ref=Ref("bundle", "demo-suite"))
     model = version_resolve(project=project, ref=parse_ref("model/demo-tiny"))
-    config = RunConfig.from_dict(RunConfig.resolve({}))
+    config = RunConfig.resolve({})
     began = time.perf_counter()
     # Pretrained once per data directory, from the tasks of the bundle the demo run trains on (as the evaluation
     # builds it), not the suite's held-out ones.

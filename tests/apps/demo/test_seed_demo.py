@@ -120,7 +120,7 @@ def test_the_demo_suite_asks_only_tasks_the_demo_run_never_trains_on(seeded):
     sharing a 13-word sequence, so the leaderboard's cells are clean scores."""
     project, _ = seeded
     bundle, suite = latest(project, "bundle", "demo"), latest(project, "bundle", "demo-suite")
-    config = RunConfig.from_dict(RunConfig.resolve(bundle.spec["run_config"]))
+    config = RunConfig.resolve(bundle.spec["run_config"])
     settings = suite_settings(suite)
     asked = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
                         seed=settings["seed"])

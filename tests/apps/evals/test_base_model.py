@@ -11,8 +11,7 @@ from apps.evals.services import evaluation_launch
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, parse_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.evaluation import model_tasks
-from workers.rl.config import RunConfig
+from apps.runs.attempts.evaluation import model_tasks
 from workers.rl.policies import demo_corpus
 
 
@@ -23,9 +22,9 @@ def test_the_demo_base_model_on_the_held_out_suite_is_pretrained_from_the_demo_b
     bundle = version_resolve(project=project, ref=Ref("bundle", "demo"))
     model = version_resolve(project=project, ref=parse_ref("model/demo-tiny"))
     evaluation = evaluation_launch(project=project, suite=suite, actor=None, model=model, via="cli")
-    config = RunConfig.from_dict(evaluation.run.config)
-    assert config.evaluation["pretrained_on"] == bundle.ref  # the bundle whose run_config names the model and suite
+    config = evaluation.run.run_config
+    assert config.evaluation_plan.pretrained_on == bundle.ref  # the bundle whose run_config names the model and suite
     asked = bundle_tasks(bundle=suite, config=config)
-    built_from = model_tasks(evaluation.run, config, asked)
+    built_from = model_tasks(evaluation.run, config.evaluation_plan, asked)
     assert demo_corpus(built_from) == demo_corpus(bundle_tasks(bundle=bundle, config=config))
     assert not {prompt for prompt, _ in demo_corpus(asked)} & {prompt for prompt, _ in demo_corpus(built_from)}

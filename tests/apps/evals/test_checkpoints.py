@@ -11,7 +11,7 @@ from django.core.management import call_command
 from apps.accounts.models import AuditEvent
 from apps.evals import results, selectors
 from apps.evals.models import Evaluation
-from apps.runs.attempt import run_attempt
+from apps.runs.attempts import run_attempt
 from apps.runs.checkpoints import alias_move, checkpoint_resolve
 from apps.runs.models import Checkpoint, RunStatus
 from apps.runs.services import run_claim, run_create
@@ -81,7 +81,7 @@ def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(proj
 
     from apps.evals.services import endpoint_create, evaluation_launch
     from apps.registry.services import version_publish
-    from apps.runs.evaluation import checkpoint_model
+    from apps.runs.attempts.evaluation import checkpoint_model
     from apps.trajectories.models import Trajectory
     from workers.rl.serving import build_app
 

@@ -8,7 +8,7 @@ from apps.evals import results
 from apps.evals.models import Evaluation
 from apps.evals.services import EvalError, evaluation_launch
 from apps.registry.services import version_publish
-from apps.runs.attempt import run_attempt
+from apps.runs.attempts import run_attempt
 from apps.runs.embedded import LANES
 from apps.runs.models import Run, RunStatus
 from apps.runs.services import run_claim, run_create

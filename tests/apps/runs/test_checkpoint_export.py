@@ -9,9 +9,9 @@ import torch
 from django.core.management import CommandError, call_command
 
 from apps.registry.services import version_publish
-from apps.runs.attempt import run_attempt
+from apps.runs.attempts import run_attempt
+from apps.runs.attempts.evaluation import checkpoint_model
 from apps.runs.checkpoints import checkpoint_resolve
-from apps.runs.evaluation import checkpoint_model
 from apps.runs.services import run_claim, run_create
 from workers.rl.hf_tiny import make_tiny_hf_model
 from workers.storage import Storage

@@ -5,8 +5,8 @@ then loads."""
 import pytest
 
 from apps.common import wiring
+from apps.runs.attempts.evaluation import checkpoint_weights
 from apps.runs.checkpoints import alias_move, checkpoint_resolve
-from apps.runs.evaluation import checkpoint_weights
 from apps.runs.models import Checkpoint
 from apps.runs.services import run_checkpoint_record, run_claim, run_create
 from workers.rl.checkpoint import checkpoints, save_checkpoint

@@ -60,7 +60,7 @@ def test_a_run_on_a_model_definition_pins_its_version_and_the_hash_of_its_weight
     # again pins the new hash as a new version, which a new run (the bundle's lock aside) can name.
     nudge_weights(tiny)
     with pytest.raises(WeightsMismatch, match="the run pinned"):
-        build_model(RunConfig.from_dict(run.config), None, models_dir=tmp_path, pretrain_seconds=0)
+        build_model(run.run_config, None, models_dir=tmp_path, pretrain_seconds=0)
     again = publish("model", "tiny", {"source": {"type": "local", "path": str(tiny)}, "licence": "MIT",
                                       "context_length": 48})
     assert again.number == 2 and again.spec["weights_sha256"] == directory_weights_sha256(tiny)

@@ -127,7 +127,7 @@ def test_a_reference_check_is_never_trained(demo, tmp_path):
     from workers.rl.config import RunConfig
     from workers.rl.policies import build_model
 
-    config = RunConfig.from_dict(RunConfig.resolve({"model": "builtin:reference"}))
+    config = RunConfig.resolve({"model": "builtin:reference"})
     bundle = Version.objects.get(definition__slug="demo", definition__kind="bundle")
     with pytest.raises(ValueError, match="trains nothing: run it with `manage.py reference_check`"):
         build_model(config, bundle_tasks(bundle=bundle, config=config), models_dir=tmp_path, pretrain_seconds=1)

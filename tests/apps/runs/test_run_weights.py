@@ -4,7 +4,7 @@ ends, locally and on an S3 bucket — unless the attempt ending lost the run to 
 import pytest
 
 from apps.common import wiring
-from apps.runs.attempt import fail_attempt
+from apps.runs.attempts.base import fail_attempt
 from apps.runs.models import Run, RunStatus
 from apps.runs.services import run_claim, run_create
 

@@ -58,9 +58,9 @@ def make_pipeline(addition_base_model, tmp_path):
     otherwise)."""
 
     def make(steps: int, *, checkpoint_dir=None, tracker=None, share: bool | None = None, **overrides):
-        config = RunConfig.from_dict(RunConfig.resolve({"groups_per_step": 4, "group_size": 6, "micro_batch_size": 32,
+        config = RunConfig.resolve({"groups_per_step": 4, "group_size": 6, "micro_batch_size": 32,
                                                         "learning_rate": 3e-3, "eval_tasks_per_domain": 0,
-                                                        "checkpoint_every": 2, **overrides}))
+                                                        "checkpoint_every": 2, **overrides})
         policy = TinyLMPolicy(copy.deepcopy(addition_base_model))
         engine = TorchEngine(policy.model, share=config.mode == "sync" if share is None else share)
         tracker = tracker or MemoryTracker()

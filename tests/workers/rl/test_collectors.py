@@ -42,8 +42,8 @@ TASKS = TaskSet.single_template(TEMPLATE, {f"t{n}": Item(key=f"t{n}", inputs={"n
 
 
 def config(**overrides) -> RunConfig:
-    return RunConfig.from_dict(RunConfig.resolve({"groups_per_step": 3, "group_size": 2, "eval_tasks_per_domain": 0,
-                                                  **overrides}))
+    return RunConfig.resolve({"groups_per_step": 3, "group_size": 2, "eval_tasks_per_domain": 0,
+                                                  **overrides})
 
 
 class FakeWorld:

@@ -2,6 +2,7 @@
 a device that is not one a worker can name are refused, each problem naming its field, before a run is queued.
 No Django: RunConfig is the engine's own."""
 
+import dataclasses
 import math
 
 import pytest
@@ -50,17 +51,19 @@ def test_the_bounds_themselves_are_accepted_and_stored_resolved():
              for name, (_, high) in BOUNDS.items()}
     edges["clip_low"] = 0.99  # the bound is 1, but a clip of 1 would clip everything: check() refuses it
     config = RunConfig.resolve(edges)
-    assert config["group_size"] == 1024 and config["rollout_concurrency"] == 4096
-    assert set(config) == set(RunConfig.resolve())  # every field present, as a run stores it
+    assert config.group_size == 1024 and config.rollout_concurrency == 4096
+    stored = config.to_dict()
+    assert set(stored) == {f.name for f in dataclasses.fields(RunConfig)}  # every field present, as a run stores it
+    assert RunConfig.from_dict(stored) == config
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:15"])
 def test_the_devices_a_worker_can_name_are_accepted(device):
-    assert RunConfig.resolve({"device": device})["device"] == device
+    assert RunConfig.resolve({"device": device}).device == device
 
 
 def test_the_defaults_are_within_bounds():
     config = RunConfig.resolve()
     for name, (low, high) in BOUNDS.items():
-        assert low <= config[name] <= high, name
-    RunConfig.from_dict(config).check()
+        assert low <= getattr(config, name) <= high, name
+    config.check()

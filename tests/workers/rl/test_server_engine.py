@@ -228,10 +228,10 @@ def test_the_weight_endpoint_needs_its_token_and_refuses_weights_that_do_not_fit
 def test_an_async_run_trains_on_rollouts_from_the_servers_within_its_staleness_bound(
         servers, addition_base_model, tmp_path):
     urls, _ = servers
-    config = RunConfig.from_dict(RunConfig.resolve({
+    config = RunConfig.resolve({
         "groups_per_step": 2, "group_size": 4, "micro_batch_size": 32, "learning_rate": 3e-3,
         "eval_tasks_per_domain": 0, "checkpoint_every": 10, "mode": "async", "max_staleness": 1,
-        "rollout_concurrency": 4, "inference_servers": " ".join(urls)}))
+        "rollout_concurrency": 4, "inference_servers": " ".join(urls)})
     engine = ServerEngine(config.server_urls(), weights=Storage(tmp_path / "weights"),
                           max_staleness=config.max_staleness)
     tracker = MemoryTracker()
@@ -257,8 +257,8 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
 
     TinyLMPolicy(copy.deepcopy(addition_base_model)).save_pretrained(tmp_path / "base")
     monkeypatch.setattr(policies, "demo_base_model", lambda *args, **kwargs: tmp_path / "base")
-    config = RunConfig.from_dict(RunConfig.resolve({"inference_servers": "http://a:1/v1 http://b:1/v1",
-                                                    "max_staleness": 2, "device": "cpu"}))
+    config = RunConfig.resolve({"inference_servers": "http://a:1/v1 http://b:1/v1",
+                                                    "max_staleness": 2, "device": "cpu"})
     tasks = TaskSet.single_template(addition_template(), ITEMS)
     model = policies.build_model(config, tasks, models_dir=tmp_path, pretrain_seconds=0,
                                  weights=Storage(tmp_path / "weights"), server_token="t")
@@ -276,7 +276,7 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
 
 
 def test_the_config_names_the_servers():
-    config = RunConfig.from_dict(RunConfig.resolve({"inference_servers": "http://a:8100/v1, http://b:8100/v1"}))
+    config = RunConfig.resolve({"inference_servers": "http://a:8100/v1, http://b:8100/v1"})
     assert config.server_urls() == ["http://a:8100/v1", "http://b:8100/v1"]
     assert RunConfig().server_urls() == []
     with pytest.raises(ConfigError, match="inference_servers"):

@@ -65,7 +65,7 @@ def _world(*, tasks: int, scale: float, verify_concurrency: int):
 def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: ModelConfig, overrides: dict) -> dict:
     import torch
 
-    config = RunConfig.from_dict(RunConfig.resolve({**overrides, "mode": mode}))
+    config = RunConfig.resolve({**overrides, "mode": mode})
     torch.manual_seed(0)
     policy = TinyLMPolicy(TinyLM(model_config))
     model = Model(policy=policy, engine=TorchEngine(policy.model), chat=CharChat())

@@ -102,13 +102,13 @@ def _ours(work: Workload, steps: int, target: float) -> dict:
                             limits={"max_turns": 1, "max_tokens": work.new_tokens, "max_seconds": 60},
                             image=SandboxImage(key="sandbox_image/none@1", layers=()), verifier_key="verifier/sum@1",
                             verifier_spec=verifier)
-    config = RunConfig.from_dict(RunConfig.resolve({
+    config = RunConfig.resolve({
         "mode": "sync", "groups_per_step": work.prompts, "group_size": work.group, "dynamic_sampling": False,
         "curriculum": False, "learning_rate": work.learning_rate,
         "micro_batch_size": work.micro_batch_size or work.prompts * work.group,
         "clip_low": 0.2, "clip_high": 0.28, "checkpoint_every": 10_000, "eval_tasks_per_domain": 0,
         "model": str(model_dir), "engine": "transformers", "lora_rank": work.lora_rank,
-        "lora_alpha": work.lora_alpha}))
+        "lora_alpha": work.lora_alpha})
     model = build_model(config, None, models_dir=model_dir.parent, pretrain_seconds=0)  # as a run builds it
     tracker = MemoryTracker()
     with tempfile.TemporaryDirectory() as checkpoints:

@@ -56,7 +56,7 @@ class Command(BaseCommand):
             self.stdout.write(f"evaluation {evaluation.pk} queued: {evaluation.label} on {version.ref} "
                               f"({evaluation.run.steps_total} batches)")
             return
-        from apps.runs.attempt import run_attempt
+        from apps.runs.attempts import run_attempt
         from apps.runs.services import run_claim
 
         attempt = run_claim(run_id=evaluation.run_id, stale_after=0)

@@ -11,7 +11,6 @@ from django.core.management.base import BaseCommand, CommandError
 from apps.accounts.selectors import project_for_command
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve, run_find
 from apps.runs.models import Checkpoint, CheckpointAlias
-from workers.rl.config import RunConfig
 from workers.storage import Storage
 
 
@@ -58,7 +57,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{row.run.name}@{row.step}\t{row.bytes / 1e6:.1f} MB\t{names}\t{row.path}")
 
     def _export(self, checkpoint, directory: str):
-        config = RunConfig.from_dict(checkpoint.run.config)
+        config = checkpoint.run.run_config
         if config.model.startswith("builtin:demo-tiny"):
             raise CommandError("the built-in demo model is the studio's own TinyLM, not a Hugging Face model: "
                                "it has no Hugging Face directory to export")
@@ -68,7 +67,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{directory}: name a folder inside the bucket to export to, such as "
                                    "s3://BUCKET/exports/NAME")
             parent, _, name = directory.rstrip("/").rpartition("/")
-        from apps.runs.evaluation import checkpoint_model
+        from apps.runs.attempts.evaluation import checkpoint_model
 
         model = checkpoint_model(checkpoint)
         try:

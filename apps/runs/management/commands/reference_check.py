@@ -1,5 +1,5 @@
 """`manage.py reference_check --bundle SLUG[@N] [--per-template N] [--project SLUG] [--if-absent] [--json]`:
-verify the bundle's reference answers in its sandboxes (apps/runs/reference.py); a run of its own that the
+verify the bundle's reference answers in its sandboxes (apps/runs/attempts/reference.py); a run of its own that the
 pages show like any other. Exits non-zero if a reference failed its verifier (one that could not be graded, for
 want of a judge say, is reported but is not a failure)."""
 
@@ -15,8 +15,8 @@ from apps.accounts.selectors import project_for_command
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.models import Run, RunStatus
-from apps.runs.reference import reference_check
+from apps.runs.attempts import run_attempt
+from apps.runs.models import Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create
 from workers.rl.config import REFERENCE_MODEL
 
@@ -40,20 +40,24 @@ class Command(BaseCommand):
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
             done = Run.objects.filter(project=scope, bundle=version, status=RunStatus.COMPLETED,
-                                      config__model=REFERENCE_MODEL).first()
+                                      kind=RunKind.REFERENCE).first()
             if if_absent and done is not None:
                 console.print(f"{version.ref} has a reference check already: run [bold]{done.name}[/]")
                 return
             run = run_create(project=scope, bundle=version, steps=1, name=f"reference check {version.ref}",
-                             overrides={"model": REFERENCE_MODEL, "reference_per_template": per_template}, via="cli")
+                             kind=RunKind.REFERENCE, via="cli",
+                             overrides={"model": REFERENCE_MODEL, "reference_per_template": per_template})
         except (LookupError, VersionNotFound, RunError) as exc:
             raise CommandError(str(exc))
         attempt = run_claim(run_id=run.pk, stale_after=0)
         with console.status(f"verifying the references of {version.ref} in their sandboxes"):
             try:
-                summary = reference_check(run_id=run.pk, attempt=attempt)
+                summary = run_attempt(run_id=run.pk, attempt=attempt)
             except ValueError as exc:
                 raise CommandError(str(exc))
+        if summary is None:
+            raise CommandError(f"the check stopped before its end (see the log); run {run.name} is left to be "
+                               "checked again by a worker")
         if as_json:
             self.stdout.write(json.dumps(summary))
         else:

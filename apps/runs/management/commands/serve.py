@@ -16,8 +16,8 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
+from apps.runs.attempts.evaluation import checkpoint_model
 from apps.runs.checkpoints import CheckpointNotFound, checkpoint_resolve
-from apps.runs.evaluation import checkpoint_model
 from apps.runs.services import _model_pinned
 from workers.rl.config import RunConfig
 
@@ -54,8 +54,8 @@ class Command(BaseCommand):
                 suite = (version_resolve(project=scope, ref=parse_ref(f"bundle/{bundle}")) if bundle else
                          Version.objects.filter(definition__project=scope, definition__kind="bundle")
                          .order_by("definition__slug", "-number").first())
-                config = RunConfig.from_dict(RunConfig.resolve(_model_pinned(
-                    {"model": definition.ref, "mode": "sync"}, project=scope, bundle=suite)))
+                config = RunConfig.resolve(_model_pinned(
+                    {"model": definition.ref, "mode": "sync"}, project=scope, bundle=suite))
                 built = wiring.run_model(config, bundle_tasks(bundle=suite, config=config))
                 label = name or definition.ref
         except (CheckpointNotFound, VersionNotFound, ValueError, FileNotFoundError) as exc:

@@ -10,8 +10,7 @@ Data-parallel: `torchrun --nproc-per-node N manage.py train ... --headless` trai
 (workers/rl/distributed.py). Rank 0 does everything this command does alone (creates or claims the run, rolls
 out, writes the database, the archive and the checkpoints, prints); the other ranks compute gradients on their
 shard of each step, sample rollouts for rank 0, and print how many updates they took part in. A run whose config
-asks for `data_parallel: N` starts those processes itself wherever it trains (apps/runs/attempt.py), through
-`--attempt ID:N`: the attempt the studio already claimed, trained under torchrun.
+asks for `data_parallel: N` starts those processes itself wherever it trains (apps/runs/attempts/ranks.py).
 """
 
 import json
@@ -28,12 +27,11 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.attempt import run_attempt
+from apps.runs.attempts import run_attempt
 from apps.runs.dispatch import run_enqueue
-from apps.runs.models import ACTIVE_STATUSES, Run, RunStatus
+from apps.runs.models import ACTIVE_STATUSES, TRAINING_KINDS, Run, RunStatus
 from apps.runs.services import RunError, run_claim, run_create, run_request
 from workers.rl import distributed
-from workers.rl.config import RunConfig
 from workers.rl.packaged import PACKAGED_MODELS
 
 
@@ -62,8 +60,6 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="", help="the run's name (default: bundle and time)")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                             help="a RunConfig field (workers/rl/config.py), VALUE as JSON or text; repeatable")
-        parser.add_argument("--attempt", metavar="ID:N", help="train attempt N of run ID, already claimed (how the "
-                                 "studio starts a data-parallel run's processes under torchrun)")
         parser.add_argument("--headless", action="store_true", help="train in this process until the run ends")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the summary as one JSON object")
         parser.add_argument("--if-idle", action="store_true",
@@ -88,11 +84,8 @@ class Command(BaseCommand):
         finally:
             distributed.teardown()
 
-    def start(self, *, bundle, steps, run_id, project, name, overrides, headless, as_json, if_idle, prepare, attempt,
-              **_):
+    def start(self, *, bundle, steps, run_id, project, name, overrides, headless, as_json, if_idle, prepare, **_):
         console = Console(stderr=True)
-        if attempt:
-            return self.claimed(attempt, console, as_json)
         if run_id:
             if not headless:
                 raise CommandError("--resume trains the run here: add --headless")
@@ -103,19 +96,19 @@ class Command(BaseCommand):
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
             # Training runs only: an evaluation queued meanwhile (a run that trains nothing) does not count.
-            active = (Run.objects.filter(project=scope, status__in=ACTIVE_STATUSES)
-                      .exclude(config__evaluation__has_key="suite").first())
+            active = Run.objects.filter(project=scope, status__in=ACTIVE_STATUSES, kind__in=TRAINING_KINDS).first()
             if if_idle and active is not None:
                 console.print(f"run [bold]{active.name}[/] is already {active.status}; queued nothing")
                 return
             run = run_create(project=scope, bundle=version, steps=steps, name=name, via="cli",
-                             overrides=dict(parse_setting(s) for s in overrides))
+                             overrides=dict(parse_setting(s) for s in overrides), enqueue=not headless and not prepare)
         except (LookupError, VersionNotFound, RunError) as exc:
             raise CommandError(str(exc))
         if prepare:
             self.prepare(run, console)
         if not headless:
-            run_enqueue(run)
+            if prepare:  # queued once its base model is ready, so the worker starts training at once
+                run_enqueue(run)
             console.print(f"queued run [bold]{run.name}[/] ({run.id}) on {version.ref}; "
                           f"its page: /p/{scope.slug}/runs/{run.id}/")
             return
@@ -127,22 +120,11 @@ class Command(BaseCommand):
         except (Run.DoesNotExist, ValueError, ValidationError):
             raise CommandError(f"no run {run_id}") from None
         if run.status == RunStatus.PAUSED:
-            run = run_request(run=run, action="resume", actor=None, via="cli")
+            run = run_request(run=run, action="resume", actor=None, via="cli", enqueue=False)
         attempt = run_claim(run_id=run.pk, stale_after=settings.RUN_STALE_SECONDS)
         if attempt is None:
             raise CommandError(f"run {run.name} is {run.status}: only a queued or paused run, or a running one whose "
                                f"worker has not heartbeaten for {settings.RUN_STALE_SECONDS:g} s, can train here")
-        self.train_and_report(run, attempt, console, as_json)
-
-    def claimed(self, reference: str, console, as_json):
-        run_id, _, number = reference.partition(":")
-        try:
-            run, attempt = Run.objects.get(pk=run_id), int(number)
-        except (Run.DoesNotExist, ValueError, ValidationError):
-            raise CommandError(f"--attempt {reference!r}: write RUN_ID:N for an attempt the studio claimed") from None
-        if run.attempt != attempt or run.status != RunStatus.RUNNING:
-            raise CommandError(f"run {run.name} is {run.status} at attempt {run.attempt}, not running attempt "
-                               f"{attempt}")
         self.train_and_report(run, attempt, console, as_json)
 
     def train_and_report(self, run, attempt, console, as_json):
@@ -152,7 +134,7 @@ class Command(BaseCommand):
         self.stdout.write(_dumps(summary, indent=None if as_json else 2))
 
     def prepare(self, run, console):
-        config = RunConfig.from_dict(run.config)
+        config = run.run_config
         if config.model in PACKAGED_MODELS:
             with console.status(f"converting {config.model} to safetensors (once per data directory, ~30-45 s)"):
                 path = wiring.packaged_model(config.model)

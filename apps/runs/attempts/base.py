@@ -1,0 +1,126 @@
+"""One attempt at a run, whatever its kind, and its one failure policy.
+
+An attempt is what a worker does with a run it claimed (`run_claim` hands it the attempt number, its fencing
+token): the kinds (training.py, evaluation.py, reference.py) write only their work, `execute`; what happens when
+it stops early is decided here, once, for all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+
+from django.db import InterfaceError, OperationalError, connection
+
+from apps.common import wiring
+from apps.registry.pins import PinnedBundleError
+from workers.rl.tracking import LeaseLost
+from workers.storage import StorageUnavailable
+
+from .. import services
+from ..models import Run, RunStatus
+from .tracker import DatabaseTracker, DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+# Set when the interpreter starts exiting (the embedded studio stopped with Ctrl-C or SIGTERM). Registered with
+# threading's exit hooks, the ones concurrent.futures uses to make executors refuse new work at exit: those run
+# while the main thread still counts as alive, and hooks run newest first, so this is set before the pipeline's
+# executors start refusing. (Checking `main_thread().is_alive()` instead raced with them.)
+process_exiting = threading.Event()
+threading._register_atexit(process_exiting.set)
+
+OUTCOME_STATUS = {"completed": RunStatus.COMPLETED, "paused": RunStatus.PAUSED, "cancelled": RunStatus.CANCELLED}
+# Where the infrastructure, not the run, stopped the attempt: nothing can be written (or nothing should be), and
+# the run is left running, so its heartbeat goes stale and the watchdog (or the next embedded studio) resumes it.
+LEFT_TO_RESUME = (DatabaseUnavailable, OperationalError, InterfaceError, StorageUnavailable)
+# The run's own mistakes (a bundle that no longer resolves, a config a worker cannot serve, a checkpoint that is
+# gone): its error says them in their words; anything else also carries the traceback's tail.
+RUN_MISTAKES = (PinnedBundleError, ValueError, FileNotFoundError)
+
+
+class Attempt:
+    """One attempt at a run; a kind subclasses it and writes `execute`. The failure policy, the same for every
+    kind:
+
+    - another attempt took the run over (the lease is lost): stop, write nothing more;
+    - the database or the object store stayed away past their outage windows, or the process is exiting: stop
+      without a verdict; the run is left to be resumed from where it last recorded progress;
+    - anything else: the run fails, with the error.
+
+    What `execute` opens it hands to `closing`, which closes it on every way out."""
+
+    def __init__(self, run: Run, attempt: int, *, progress=None, pretrain_progress=None):
+        self.run, self.attempt = run, attempt
+        self.config = run.run_config
+        self.tracker = DatabaseTracker(run.pk, attempt)
+        self.progress, self.pretrain_progress = progress, pretrain_progress
+        self._opened: list = []
+
+    def execute(self) -> dict:
+        """The run's work, to its end: returns the summary, whose `outcome` is completed, paused or cancelled."""
+        raise NotImplementedError
+
+    def finished(self, summary: dict) -> None:
+        """After the run's last word is written: what the kind leaves tidy."""
+
+    def closing(self, resource):
+        """`resource` (anything with close()) is closed when the attempt ends, newest first."""
+        self._opened.append(resource)
+        return resource
+
+    def carry_out(self) -> dict | None:
+        """The attempt to its end. Returns the summary, or None when the attempt stopped without a verdict."""
+        run_id, attempt = self.run.pk, self.attempt
+        try:
+            summary = self.execute()
+            self.tracker.finish(status=OUTCOME_STATUS[summary["outcome"]], summary=summary)
+            self.finished(summary)
+            return summary
+        except LeaseLost:
+            log.warning("run %s attempt %s was taken over; stopping without writing", run_id, attempt)
+            return None
+        except LEFT_TO_RESUME as exc:
+            log.exception("run %s attempt %s stopped: the %s is unavailable; it will be resumed", run_id, attempt,
+                          "object store" if isinstance(exc, StorageUnavailable) else "database")
+            return None
+        except Exception as exc:
+            if process_exiting.is_set() or not threading.main_thread().is_alive():
+                # The process is exiting: its executors refuse new work and the work fails on that. The run is
+                # not at fault: it is left running, and resumed, as after a kill.
+                log.warning("run %s attempt %s stopped by the process exiting; it will be resumed", run_id, attempt)
+                return None
+            fail_attempt(run_id, attempt, str(exc) if isinstance(exc, RUN_MISTAKES)
+                         else f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-4000:]}")
+            raise
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        for resource in reversed(self._opened):
+            try:
+                resource.close()
+            except Exception:  # closing must not hide why the attempt ended
+                log.exception("run %s attempt %s: could not close %r", self.run.pk, self.attempt, resource)
+        self._opened.clear()
+        connection.close()
+
+
+def fail_attempt(run_id, attempt: int, error: str) -> None:
+    """Mark the run failed with `error`, unless another attempt has taken it over meanwhile."""
+    try:
+        services.run_finish(run_id=run_id, attempt=attempt, status=RunStatus.FAILED, error=error)
+    except services.RunLeaseLost:
+        return  # the attempt that took it over still serves its weights
+    remove_weights(run_id)
+
+
+def remove_weights(run_id) -> None:
+    """The weights a run that ended published for its inference servers (`weights/<run id>/`, the engine keeps
+    the two newest versions there while it runs): nobody loads them any more. Not removing them costs space,
+    never the run: a storage error is logged."""
+    try:
+        wiring.weights_storage(run_id).remove("")
+    except OSError:
+        log.warning("run %s: could not remove its published weights from the storage", run_id, exc_info=True)

@@ -1,0 +1,106 @@
+"""An evaluation's attempt: an eval suite's tasks answered by a model — a base model, a run's checkpoint, or an
+OpenAI-compatible endpoint — through the real sandboxes and verifiers, archived batch by batch as the run's
+steps (so the pages show its progress and replay every answer, and an attempt that stops resumes after the last
+batch it archived). Nothing is trained. apps/evals launches these runs and reads their trajectories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+from apps.common import wiring
+from apps.registry.pins import bundle_tasks
+from apps.registry.refs import parse_ref
+from apps.registry.selectors import version_resolve
+from workers.rl.config import EvaluationPlan, RunConfig
+from workers.rl.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
+from workers.rl.taskset import TaskSet
+
+from ..models import Run
+from .base import Attempt
+
+
+class EvaluationAttempt(Attempt):
+    def execute(self) -> dict:
+        run, config = self.run, self.config
+        plan = config.evaluation_plan
+        tasks = bundle_tasks(bundle=run.bundle, config=config)
+        chosen = suite_tasks(tasks, per_template=plan.tasks_per_template, seed=plan.seed)
+        engine, chat = evaluation_engine(config, model_tasks(run, plan, tasks), opened=self.closing)
+        pool = self.closing(wiring.sandbox_pool())
+        for template in tasks.templates.values():
+            pool.warm(template.image)
+        tool_runner, verifier = wiring.local_runners(pool, config)
+        batches = [chosen[start:start + BATCH_TASKS] for start in range(0, len(chosen), BATCH_TASKS)]
+        for step, batch in enumerate(batches, start=1):
+            if step <= run.step:
+                continue  # archived by an earlier attempt
+            if self.tracker.heartbeat() == "cancel":
+                return {"run": str(run.pk), "outcome": "cancelled", "kind": "evaluation", "batches": step - 1}
+            trajectories = evaluate_batch(
+                batch, run_id=str(run.pk), step=step, engine=engine, chat=chat, tool_runner=tool_runner,
+                verifier=verifier, prices=wiring.prices(), samples=plan.samples_per_task,
+                temperature=plan.temperature, seed=plan.seed,
+                rollout_concurrency=config.rollout_concurrency, verify_concurrency=config.verify_concurrency)
+            graded = [t for t in trajectories if t.reward is not None]
+            points = {"eval/done_tasks": float(min(len(chosen), step * BATCH_TASKS)),
+                      "eval/infra_errors": float(len(trajectories) - len(graded))}
+            if graded:
+                points["reward/mean"] = sum(t.reward for t in graded) / len(graded)
+            self.tracker.step(step=step, wall_time=time.time(), points=points, trajectories=trajectories, events=[])
+        return {"run": str(run.pk), "outcome": "completed", "kind": "evaluation", "tasks": len(chosen),
+                "samples_per_task": plan.samples_per_task}
+
+
+def model_tasks(run: Run, plan: EvaluationPlan, suite: TaskSet) -> TaskSet:
+    """The tasks the evaluated model is built from: those of the bundle it trains on (the plan's pretrained_on: a
+    checkpoint's run's, or the bundle whose runs start from the base model), as a training run builds it. A base
+    model the studio pretrains from a bundle's tasks (the built-in demo model) built from the suite's would have
+    seen the answers it is scored on, and would not be the model those runs start from."""
+    if not plan.pretrained_on:
+        return suite
+    return bundle_tasks(bundle=version_resolve(project=run.project, ref=parse_ref(plan.pretrained_on)),
+                        config=RunConfig.resolve({}))  # the tasks do not depend on the settings
+
+
+def evaluation_engine(config: RunConfig, tasks: TaskSet, *, opened):
+    """(engine, chat) answering for the evaluation: an endpoint's client, or the model at the checkpoint the plan
+    names (the base model without one), built from `tasks` (model_tasks). What it opens goes to `opened`, which
+    closes it when the attempt ends."""
+    plan = config.evaluation_plan
+    if plan.endpoint is not None:
+        from workers.rl.engines.endpoint import EndpointEngine, MessagesChat
+
+        # The key is read where the work runs, from the variable the endpoint names: never stored in the studio.
+        engine = opened(EndpointEngine(base_url=plan.endpoint.base_url, model=plan.endpoint.model,
+                                       api_key=os.environ.get(plan.endpoint.api_key_env, ""),
+                                       max_concurrency=config.rollout_concurrency))
+        return engine, MessagesChat()
+    model = opened(wiring.run_model(config, tasks))
+    if plan.checkpoint:
+        checkpoint_weights(model, plan.checkpoint, plan.checkpoint_step)
+    return model.engine, model.chat
+
+
+def checkpoint_model(checkpoint):
+    """The model of a run at one of its checkpoints (what `serve --checkpoint` serves); the caller closes it."""
+    config = dataclasses.replace(checkpoint.run.run_config, mode="sync")  # no weight copy: nothing trains
+    model = wiring.run_model(config, bundle_tasks(bundle=checkpoint.run.bundle, config=config))
+    try:
+        checkpoint_weights(model, checkpoint.path, checkpoint.step)
+    except Exception:
+        model.close()
+        raise
+    return model
+
+
+def checkpoint_weights(model, location: str, step: int) -> None:
+    """The model's policy and engine at a run's checkpoint (its model.safetensors), wherever the checkpoint row
+    says it is: a local directory, or the object store (read through this host's cache)."""
+    path = wiring.stored_directory(location)
+    if not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"checkpoint {location} has no model.safetensors: it was removed or never written")
+    model.policy.restore(path / "model.safetensors")
+    model.engine.load_weights(None if model.engine.shares_weights else model.policy.inference_state(), step)

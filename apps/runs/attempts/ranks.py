@@ -1,0 +1,53 @@
+"""torchrun's entry point for a data-parallel attempt the studio already claimed (training.py starts it):
+
+    python -m torch.distributed.run --standalone --nproc-per-node N \
+        --module apps.runs.attempts.ranks RUN:ATTEMPT SUMMARY
+
+Rank 0 runs the attempt as a worker's process would (workers/rl/distributed.py leads the others through each step)
+and writes the run's summary to SUMMARY (JSON), where the waiting worker reads it; the other ranks compute
+gradients on their shard and sample rollouts for rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or ":" not in argv[0]:
+        print(__doc__, file=sys.stderr)
+        return 2
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    import django
+
+    django.setup()
+    from workers.rl import distributed
+
+    from . import run_attempt
+
+    run_id, _, attempt = argv[0].partition(":")
+    summary_path = Path(argv[1])
+    topology = distributed.setup()
+    try:
+        if not topology.leader:  # no database, no archive, no checkpoints: gradients and rollouts for rank 0
+            updates = distributed.follow()
+            print(f"rank {topology.rank}: took part in {updates} updates", file=sys.stderr)
+            return 0
+        with distributed.leading():
+            summary = run_attempt(run_id=run_id, attempt=int(attempt))
+        if summary is None:
+            print(f"run {run_id} attempt {attempt} was taken over", file=sys.stderr)
+            return 1
+        written = summary_path.with_suffix(".partial")
+        written.write_text(json.dumps(summary, default=str))
+        written.replace(summary_path)  # the waiting worker never reads half a summary
+        return 0
+    finally:
+        distributed.teardown()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
