@@ -28,10 +28,10 @@ def verifier_usage(*, verifier: Definition) -> dict:
     """Which bundles pin a version of it; over its RECENT newest trajectories, the pass rate, the deciding
     layers and the judge calls made; its canaries (confirmed reward hacks it must keep failing)."""
     prefix = f"verifier/{verifier.slug}@"
-    bundles = [version.ref + " pins " + member["ref"] for version in
+    bundles = [f"{version.ref} pins {pinned.ref}" for version in
                Version.objects.filter(definition__project=verifier.project, definition__kind="bundle")
                .select_related("definition").order_by("definition__slug", "number")
-               for member in version.spec.get("resolved", []) if member["ref"].startswith(prefix)]
+               if (pinned := version.lock.get("verifier", verifier.slug)) is not None]
     recent = list(Trajectory.objects.filter(project=verifier.project, verifier__startswith=prefix)
                   .order_by("-finished_at").values("verdict_status", "deciding_layer", "verdict")[:RECENT])
     graded = [row for row in recent if row["verdict_status"] in ("pass", "fail", "partial")]

@@ -28,8 +28,8 @@ def suite_settings(version: Version) -> dict:
 
 def suite_key(version: Version) -> tuple[str, dict]:
     """(key, the parts it hashes): the pinned closure without the bundle's training model, and the settings."""
-    pinned = {entry["ref"].partition("@")[0]: {"version": entry["ref"], "content_hash": entry["content_hash"]}
-              for entry in version.spec.get("resolved", []) if not entry["ref"].startswith("model/")}
+    pinned = {p.name: {"version": str(p.ref), "content_hash": p.content_hash}
+              for p in version.lock.pinned if p.ref.kind != "model"}
     parts = {"pinned": dict(sorted(pinned.items())), "settings": suite_settings(version)}
     key = hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return key, parts

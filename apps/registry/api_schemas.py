@@ -250,4 +250,4 @@ class BundleOut(VersionOut):
 
     @staticmethod
     def resolve_resolved(version: Version) -> list[dict]:
-        return version.spec["resolved"]
+        return version.lock.to_json()

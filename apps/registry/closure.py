@@ -13,8 +13,9 @@ from django.db.models import F, Max
 from apps.accounts.models import Project
 
 from .errors import FieldError, ReferenceNotFound, SpecError, VersionNotFound
+from .lock import BundleLock, PinnedVersion
 from .models import Version
-from .refs import LATEST, Ref, parse_ref, split_slug_ref
+from .refs import Ref, parse_ref, split_slug_ref
 from .selectors import version_resolve
 
 
@@ -49,13 +50,13 @@ def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:
     that needs two versions of one definition.
     """
     check_references(project=project, kind="bundle", spec=spec)
-    locks, errors = _locks(project=project, resolved=spec.get("resolved", []))
+    lock, errors = _lock(project=project, resolved=spec.get("resolved", []))
     pinned: dict[tuple[str, str], Version] = {}
     members = []
     for field, ref in spec_references("bundle", spec):
-        version = version_resolve(project=project, ref=_locked(ref, locks))
+        version = version_resolve(project=project, ref=lock.pin(ref))
         members.append(version.ref)
-        for path, member in _closure(project=project, version=version, path=(version.ref,), locks=locks):
+        for path, member in _closure(project=project, version=version, path=(version.ref,), lock=lock):
             key = (member.definition.kind, member.definition.slug)
             if key == ("bundle", slug):
                 errors.append(FieldError(field, f"bundle cycle: {slug} -> {' -> '.join(path)}"))
@@ -68,7 +69,7 @@ def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:
     run_config = dict(spec.get("run_config", {}))
     try:  # the base model its run settings name is pinned with the rest
         model = run_model_ref(run_config)
-        version = None if model is None else version_resolve(project=project, ref=_locked(model, locks))
+        version = None if model is None else version_resolve(project=project, ref=lock.pin(model))
     except VersionNotFound as exc:
         errors.append(FieldError("run_config.model", str(exc)))
         version = None
@@ -98,8 +99,9 @@ def run_model_ref(run_config: dict) -> Ref | None:
     return parse_ref(model)
 
 
-def _locks(*, project: Project, resolved: list[dict]) -> tuple[dict[tuple[str, str], int], list[FieldError]]:
-    locks, errors = {}, []
+def _lock(*, project: Project, resolved: list[dict]) -> tuple[BundleLock, list[FieldError]]:
+    """The lock a draft carries (as written, perhaps by hand), each entry checked against this registry."""
+    pinned, errors = [], []
     for index, entry in enumerate(resolved):
         ref = parse_ref(entry["ref"])
         try:
@@ -111,27 +113,20 @@ def _locks(*, project: Project, resolved: list[dict]) -> tuple[dict[tuple[str, s
             errors.append(FieldError(f"resolved[{index}].content_hash",
                                      f"{version.ref} hashes to {version.content_hash[:12]} in this registry, not "
                                      f"{entry['content_hash'][:12]}; remove the entry to pin the newest version"))
-        locks[(ref.kind, ref.slug)] = version.number
-    return locks, errors
+        pinned.append(PinnedVersion(Ref(ref.kind, ref.slug, str(version.number)), entry["content_hash"]))
+    return BundleLock(tuple(pinned)), errors
 
 
-def _locked(ref: Ref, locks: dict[tuple[str, str], int]) -> Ref:
-    """A floating reference pinned by the lock; explicit numbers and aliases are left as written."""
-    if ref.selector in (None, LATEST) and (ref.kind, ref.slug) in locks:
-        return Ref(ref.kind, ref.slug, str(locks[(ref.kind, ref.slug)]))
-    return ref
-
-
-def _closure(*, project: Project, version: Version, path: tuple[str, ...], locks: dict):
+def _closure(*, project: Project, version: Version, path: tuple[str, ...], lock: BundleLock):
     """Yields (path, version) for the version and everything it references, depth first."""
     yield path, version
     if version.definition.kind == "bundle":
-        for member in version.spec["resolved"]:
-            yield path + (member["ref"],), version_resolve(project=project, ref=parse_ref(member["ref"]))
+        for pinned in version.lock.pinned:
+            yield path + (str(pinned.ref),), version_resolve(project=project, ref=pinned.ref)
         return
     for _, ref in spec_references(version.definition.kind, version.spec):
-        child = version_resolve(project=project, ref=_locked(ref, locks))
-        yield from _closure(project=project, version=child, path=path + (child.ref,), locks=locks)
+        child = version_resolve(project=project, ref=lock.pin(ref))
+        yield from _closure(project=project, version=child, path=path + (child.ref,), lock=lock)
 
 
 def dependents(*, project: Project, kind: str, slug: str) -> dict[str, list[str]]:
@@ -148,7 +143,7 @@ def dependents(*, project: Project, kind: str, slug: str) -> dict[str, list[str]
         for field, ref in spec_references(version.definition.kind, spec):
             if (ref.kind, ref.slug) == (kind, slug) and ref.number is None:
                 floating.append(f"{version.ref} ({field}: {ref.selector or 'latest'})")
-        for member in spec.get("resolved", []) if version.definition.kind == "bundle" else []:
-            if member["ref"].split("@")[0] == f"{kind}/{slug}":
-                pinned.append(f"{version.ref} (pins {member['ref']})")
+        locked = version.lock.get(kind, slug)
+        if locked is not None:
+            pinned.append(f"{version.ref} (pins {locked.ref})")
     return {"floating": floating, "pinned": pinned}

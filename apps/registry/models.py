@@ -6,11 +6,15 @@ aliases, diffs and import/export are one mechanism, and each kind differs only i
 instance sets, so tens of thousands of them cost one row each, once.
 """
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 
 from apps.accounts.models import Project, slug_validator
 from workers.definitions.specs import KINDS
+
+from .lock import BundleLock
 
 
 class Kind(models.TextChoices):
@@ -120,6 +124,12 @@ class Version(models.Model):
     @property
     def ref(self) -> str:
         return f"{self.definition.kind}/{self.definition.slug}@{self.number}"
+
+    @cached_property
+    def lock(self) -> BundleLock:
+        """What a bundle version pins (its `resolved` lock), parsed once: a version never changes. Empty for a
+        version of any other kind."""
+        return BundleLock.parse((self.spec or {}).get("resolved", []))
 
     def __str__(self) -> str:
         return self.ref

@@ -1,8 +1,9 @@
 """From pinned registry versions to the engine's plain objects: what a run, a reference check or a one-off
 verification needs to know about its tasks.
 
-Everything is looked up through exact versions — a bundle's `resolved` lock (exact versions with content
-hashes), never `latest` — so a run started last week samples the same tasks today, whatever was published since.
+The registry's "fetch" of what a bundle pins. Everything is looked up through exact versions — a bundle's lock
+(`Version.lock`, lock.py: exact versions with content hashes), never `latest` — so a run started last week
+samples the same tasks today, whatever was published since.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from apps.accounts.models import Project
 from apps.registry.errors import VersionNotFound
 from apps.registry.models import InstanceSetMember, Version
-from apps.registry.refs import Ref, parse_ref, split_slug_ref
+from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import RunConfig
 from workers.rl.scheduler import DomainMix, TemplateMix
@@ -29,13 +30,12 @@ class PinnedBundleError(ValueError):
 
 def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
     """The tasks of a bundle version, with the domain mix the run's config asks for."""
-    project = bundle.definition.project
-    refs = [parse_ref(entry["ref"]) for entry in bundle.spec["resolved"]]
-    numbers = {(ref.kind, ref.slug): ref.number for ref in refs}
+    project, lock = bundle.definition.project, bundle.lock
+    kinds = ("domain", "task_template", "sandbox_image", "verifier")
     versions = {(v.definition.kind, v.definition.slug): v for v in Version.objects.filter(
-        definition__project=project, definition__kind__in=["domain", "task_template", "sandbox_image", "verifier"],
-        definition__slug__in=[ref.slug for ref in refs]).select_related("definition")
-        if numbers.get((v.definition.kind, v.definition.slug)) == v.number}
+        definition__project=project, definition__kind__in=kinds,
+        definition__slug__in=[p.ref.slug for p in lock.of_kind(*kinds)]).select_related("definition")
+        if lock.number(v.definition.kind, v.definition.slug) == v.number}
 
     def pinned(kind: str, text: str) -> Version:
         slug, _ = split_slug_ref(text)

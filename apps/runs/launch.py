@@ -19,7 +19,6 @@ from django import forms
 
 from apps.common.forms import MultilineField
 from apps.registry.models import Version
-from apps.registry.refs import parse_ref
 from workers.definitions.specs import Limits
 from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
 from workers.rl.packaged import DEMO_MODEL
@@ -235,12 +234,11 @@ class StepEstimate:
 
 
 def first_step_estimate(*, bundle: Version, config: dict) -> StepEstimate:
-    refs = [parse_ref(entry["ref"]) for entry in (bundle.spec or {}).get("resolved", [])]
-    pinned = {(ref.kind, ref.slug): ref.number for ref in refs}
+    lock = bundle.lock
     versions = [v for v in Version.objects.filter(
         definition__project_id=bundle.definition.project_id, definition__kind="task_template",
-        definition__slug__in=[ref.slug for ref in refs if ref.kind == "task_template"]).select_related("definition")
-        if pinned.get(("task_template", v.definition.slug)) == v.number]
+        definition__slug__in=[p.ref.slug for p in lock.of_kind("task_template")]).select_related("definition")
+        if lock.number("task_template", v.definition.slug) == v.number]
     limits = Limits()
     templates = sorted((v.ref, int(v.spec.get("limits", {}).get("max_tokens", limits.max_tokens)),
                         int(v.spec.get("limits", {}).get("max_turns", limits.max_turns))) for v in versions)
@@ -248,7 +246,7 @@ def first_step_estimate(*, bundle: Version, config: dict) -> StepEstimate:
     max_turns = max((t[2] for t in templates), default=0)
     groups = config["groups_per_step"] * (config["oversampling"] if config["dynamic_sampling"] else 1)
     rollouts = groups * config["group_size"]
-    domains = sum(1 for ref in refs if ref.kind == "domain")
+    domains = len(lock.of_kind("domain"))
     eval_samples = config["eval_tasks_per_domain"] * domains
     return StepEstimate(groups=groups, dynamic_sampling=config["dynamic_sampling"], group_size=config["group_size"],
                         rollouts=rollouts, max_tokens=max_tokens, max_turns=max_turns, tokens=rollouts * max_tokens,

@@ -18,7 +18,7 @@ from apps.accounts.services import audit_record
 from apps.common import wiring
 from apps.registry.errors import VersionNotFound
 from apps.registry.models import Version
-from apps.registry.refs import LATEST, Ref, parse_ref
+from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import REFERENCE_MODEL, SET_BY_THE_STUDIO, ConfigError, RunConfig, config_hash
 from workers.rl.types import Trajectory
@@ -114,11 +114,7 @@ def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:
     if not isinstance(model, str) or not model.startswith("model/"):
         return settings
     try:
-        ref = parse_ref(model)
-        locked = {entry["ref"].partition("@")[0]: entry["ref"] for entry in bundle.spec.get("resolved", [])}
-        if ref.selector in (None, LATEST) and str(Ref(ref.kind, ref.slug)) in locked:
-            ref = parse_ref(locked[str(Ref(ref.kind, ref.slug))])
-        version = version_resolve(project=project, ref=ref)
+        version = version_resolve(project=project, ref=bundle.lock.pin(parse_ref(model)))
     except VersionNotFound as exc:
         raise ConfigError(f"model: {exc}") from None
     spec = version.spec

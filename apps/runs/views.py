@@ -157,8 +157,5 @@ def run_compare(request, project):
 
 def _bundle_lock(run) -> dict:
     """What a run pinned: its bundle version and the version it resolved for every member."""
-    pinned = {}
-    for entry in (run.bundle.spec or {}).get("resolved", []):
-        name, _, number = entry["ref"].rpartition("@")
-        pinned[name] = f"@{number} {entry.get('content_hash', '')[:12]}"
+    pinned = {p.name: f"@{p.ref.number} {p.content_hash[:12]}" for p in run.bundle.lock.pinned}
     return {"bundle": run.bundle.ref, "pinned": pinned}
