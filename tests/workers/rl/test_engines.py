@@ -11,8 +11,10 @@ import torch
 from workers.rl.chat import CharChat, HFChat
 from workers.rl.engines import GenerationRequest
 from workers.rl.engines.hf import TransformersEngine
+from workers.rl.engines.sampling import ContinuousBatch, SamplingRequest
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.hf_tiny import make_tiny_hf_model
+from workers.rl.model import merge_caches, select_rows
 from workers.rl.policy import HFPolicy, TinyLMPolicy
 from workers.rl.tools import RUN_PYTHON_TOOL, parse_tool_calls
 
@@ -151,6 +153,25 @@ def test_a_row_that_fills_the_context_stops_there_while_others_go_on(addition_ba
     assert all(len(c.token_ids) == 3 and c.finish_reason == "length" for c in full_group)
     assert all(len(c.token_ids) == 20 for c in short_group)
     engine.close()
+
+
+def test_the_running_batch_records_no_autograd_history_however_long_it_runs(addition_base_model):
+    """An async run's engine batch never drains: rollouts join it between two tokens. Sampled with autograd on,
+    each token's cache would hold the graph of every write before it (the embedded demo grew to 13 GB in 15
+    minutes). The model's parameters require gradients here, as the trainer's own model's do."""
+    model, chat = copy.deepcopy(addition_base_model), CharChat()
+    assert all(p.requires_grad for p in model.parameters())
+    batch = ContinuousBatch(model.sampling_step, select=select_rows, merge=merge_caches,
+                            context=model.config.block_size, device="cpu")
+    prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=")]
+    batch.admit([(SamplingRequest(prompts[0], n=3, max_new_tokens=30, stops=(), seed=1), "first")])
+    for _ in range(4):
+        batch.advance()
+    batch.admit([(SamplingRequest(prompts[1], n=2, max_new_tokens=2, stops=(), seed=2), "joins")])  # merged in
+    finished = [entry["handle"] for _ in range(3) for entry in batch.advance()]
+    assert finished == ["joins"] and len(batch) == 3  # its rows left; the first request's go on
+    held = [batch.last] + [tensor for keys, values, _ in batch.cache for tensor in (keys, values)]
+    assert not any(tensor.requires_grad or tensor.grad_fn is not None for tensor in held)
 
 
 def test_a_template_without_tools_is_taught_the_call_format_the_studio_parses(tiny_hf):

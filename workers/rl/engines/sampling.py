@@ -135,7 +135,11 @@ class ContinuousBatch:
     (`select`), so it is done in bulk. Each row's compute is its share of every forward pass it took part in.
 
     step(idx, cache, positions, key_mask) -> (logits, cache); select(cache, rows, first column) -> cache;
-    merge(cache, cache, width) -> cache."""
+    merge(cache, cache, width) -> cache.
+
+    Nothing here is recorded for autograd, whatever model it is given (the trainer's own requires gradients): the
+    batch never drains while rollouts keep joining it, so a recorded graph would chain each token's cache to every
+    write before it and keep all of them alive (the embedded demo's web process grew by gigabytes a minute)."""
 
     def __init__(self, step: SamplingStep, *, select: Callable, merge: Callable, context: int, device):
         self.step, self.select, self.merge, self.context, self.device = step, select, merge, context, device
@@ -149,6 +153,7 @@ class ContinuousBatch:
     def __len__(self) -> int:
         return sum(row["live"] for row in self.rows)
 
+    @torch.no_grad()
     def admit(self, items: list[tuple[SamplingRequest, object]]) -> list[tuple[object, Exception]]:
         """Prefill these requests and merge their rows in. Returns (handle, error) for requests refused."""
         refused, accepted = [], []
@@ -214,6 +219,7 @@ class ContinuousBatch:
         self.temperatures = self.temperatures.index_select(0, select)
         self.rows = [self.rows[p] for p in live]
 
+    @torch.no_grad()
     def advance(self) -> list[dict]:
         """One token for every live row. Returns the entries whose rows have all stopped (their `tokens`,
         `logprobs` and `compute` complete) and forgets them."""
