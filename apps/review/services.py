@@ -165,11 +165,11 @@ def _in_share(trajectory_id, share: float) -> bool:
     return int(hashlib.sha256(str(trajectory_id).encode()).hexdigest()[:8], 16) / 2**32 < share
 
 
-def queue_follow(*, run, trajectories) -> int:
+def queue_follow(*, run, trajectory_ids: list[str]) -> int:
     """Append to each following queue of the run's project its share of what its filters and sampling rule
-    select among these just-archived (engine) trajectories; called as a step's trajectories are archived, in that
-    transaction. Returns how many items were added."""
-    order = {t.id: index for index, t in enumerate(trajectories)}
+    select among these just-archived trajectories (ids in archive order); called once a step's archive has
+    committed (signals.py), each queue in a transaction of its own. Returns how many items were added."""
+    order = {trajectory_id: index for index, trajectory_id in enumerate(trajectory_ids)}
     added = 0
     for queue in ReviewQueue.objects.filter(project_id=run.project_id, follow_share__gt=0):
         drawn = _draw(project=run.project_id, filters=queue.filters, among=list(order),
@@ -178,15 +178,17 @@ def queue_follow(*, run, trajectories) -> int:
                         key=lambda d: order[str(d.trajectory_id)])
         if not chosen:
             continue
-        ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()  # one writer of positions at a time
-        last = QueueItem.objects.filter(queue=queue).order_by("-position").values_list("position", flat=True).first()
-        start = -1 if last is None else last
-        before = QueueItem.objects.filter(queue=queue).count()
-        QueueItem.objects.bulk_create(  # a trajectory already in the queue (an attempt archiving it again) is skipped
-            [QueueItem(queue=queue, trajectory_id=d.trajectory_id, position=start + 1 + i,
-                       why=f"{d.why}; followed run {run.name}"[:200]) for i, d in enumerate(chosen)],
-            ignore_conflicts=True)
-        added += QueueItem.objects.filter(queue=queue).count() - before
+        with transaction.atomic():
+            ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()  # one writer of positions at a time
+            last = (QueueItem.objects.filter(queue=queue).order_by("-position")
+                    .values_list("position", flat=True).first())
+            start = -1 if last is None else last
+            before = QueueItem.objects.filter(queue=queue).count()
+            QueueItem.objects.bulk_create(  # a trajectory already in the queue (archived again) is skipped
+                [QueueItem(queue=queue, trajectory_id=d.trajectory_id, position=start + 1 + i,
+                           why=f"{d.why}; followed run {run.name}"[:200]) for i, d in enumerate(chosen)],
+                ignore_conflicts=True)
+            added += QueueItem.objects.filter(queue=queue).count() - before
     return added
 
 

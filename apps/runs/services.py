@@ -7,6 +7,7 @@ transaction commits (live.py), never before, so a page never shows what a rollba
 
 from __future__ import annotations
 
+import logging
 import socket
 from datetime import timedelta
 
@@ -38,6 +39,9 @@ from .models import (
     RunRequest,
     RunStatus,
 )
+from .signals import trajectories_archived
+
+log = logging.getLogger(__name__)
 
 
 class RunError(ValueError):
@@ -240,8 +244,8 @@ def run_heartbeat(*, run_id, attempt: int) -> str:
 
 def run_step_record(*, run_id, attempt: int, step: int, wall_time: float, points: dict[str, float],
                     trajectories: list[Trajectory], events: list[tuple[str, str, dict]] = ()) -> None:
-    """One trainer step: its metric points, the trajectories it archived and its events, all or nothing."""
-    from apps.review.services import queue_follow
+    """One trainer step: its metric points, the trajectories it archived and its events, all or nothing; then,
+    once committed, `trajectories_archived` for the apps that react to them (signals.py)."""
     from apps.trajectories.services import trajectories_record
 
     with transaction.atomic():
@@ -252,12 +256,22 @@ def run_step_record(*, run_id, attempt: int, step: int, wall_time: float, points
                  for name, value in points.items()],
                 update_conflicts=True, unique_fields=["run", "name", "step"], update_fields=["value", "wall_time"])
         trajectories_record(run=run, attempt=attempt, trajectories=trajectories)
-        queue_follow(run=run, trajectories=trajectories)
+        if trajectories:
+            archived = [t.id for t in trajectories]
+            transaction.on_commit(lambda: _announce_archived(run, archived))
         for kind, message, details in events:
             _event(run, kind, message, step=step, attempt=attempt, details=details)
         Run.objects.filter(pk=run.pk).update(step=max(run.step, step), heartbeat_at=timezone.now())
         live.broadcast_step(run_id=run.pk, step=step, wall_time=wall_time, points=points,
                             events=[(kind, message) for kind, message, _ in events])
+
+
+def _announce_archived(run: Run, trajectory_ids: list[str]) -> None:
+    """A receiver that fails is logged, never the trainer's failure: its step is committed already."""
+    for receiver, result in trajectories_archived.send_robust(sender=Run, run=run, trajectory_ids=trajectory_ids):
+        if isinstance(result, Exception):
+            log.error("run %s: %s failed on a step's trajectories", run.name, getattr(receiver, "__name__", receiver),
+                      exc_info=result)
 
 
 def run_rollback(*, run_id, attempt: int, step: int) -> None:
