@@ -7,7 +7,6 @@ app_name = "registry"
 definition = "p/<slug:project>/registry/<str:kind>/<slug:slug>/"
 
 urlpatterns = [
-    path("", views.home, name="home"),
     path("p/<slug:project>/registry/", views.definition_list, name="definition_list"),
     path("p/<slug:project>/registry/new/", views.definition_create, name="definition_create"),
     path("p/<slug:project>/registry/validate/", views.spec_validate, name="spec_validate"),

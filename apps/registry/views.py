@@ -8,8 +8,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Role
-from apps.accounts.selectors import project_for_page, project_list_for_user
-from apps.runs.selectors import run_list_active
+from apps.accounts.selectors import project_for_page
 
 from . import selectors
 from .closure import dependents
@@ -59,20 +58,6 @@ def _definition_slugs(project) -> dict[str, list[str]]:
 
 def _is_htmx(request) -> bool:
     return request.headers.get("HX-Request") == "true"
-
-
-def home(request):
-    """Where logging in lands (LOGIN_REDIRECT_URL): what is running in the user's projects — training runs and
-    evaluations, each linked to its live page — or, with nothing running, the first project's registry."""
-    projects = list(project_list_for_user(user=request.user))
-    if not projects:
-        return render(request, "registry/no_project.html")
-    running = list(run_list_active(projects=projects))
-    if not running:
-        return redirect("registry:definition_list", project=projects[0].slug)
-    # One project: the page is that project's, with its navigation.
-    context = {"running": running, "projects": projects, "project": projects[0] if len(projects) == 1 else None}
-    return render(request, "registry/home.html", context)
 
 
 def definition_list(request, project):

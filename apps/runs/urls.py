@@ -7,6 +7,7 @@ app_name = "runs"
 run = "p/<slug:project>/runs/<uuid:run_id>/"
 
 urlpatterns = [
+    path("", views.home, name="home"),
     path("p/<slug:project>/runs/", views.run_list, name="run_list"),
     path("p/<slug:project>/runs/new/", views.run_new, name="run_new"),
     path("p/<slug:project>/runs/compare/", views.run_compare, name="run_compare"),

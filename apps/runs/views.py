@@ -1,5 +1,5 @@
-"""Run pages: the list, the form that starts a run (launch.py), one run live, compare runs; the history JSON
-the pages load.
+"""Run pages: what is running (where logging in lands), the list, the form that starts a run (launch.py), one
+run live, compare runs; the history JSON the pages load.
 
 Each view finds the project for the user first (404 for non-members), then one selector or service.
 """
@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from apps.accounts.models import Role
-from apps.accounts.selectors import project_for_page
+from apps.accounts.selectors import project_for_page, project_list_for_user
 from apps.common import figures
 from apps.registry.diff import spec_diff
 
@@ -23,6 +23,20 @@ from .models import ACTIVE_STATUSES, TRAINING_KINDS
 from .services import RunError, run_config_resolve, run_create, run_request
 
 COMPARE_LIMIT = 8
+
+
+def home(request):
+    """Where logging in lands (LOGIN_REDIRECT_URL): what is running in the user's projects — training runs and
+    evaluations, each linked to its live page — or, with nothing running, the first project's registry."""
+    projects = list(project_list_for_user(user=request.user))
+    if not projects:
+        return render(request, "registry/no_project.html")
+    running = list(selectors.run_list_active(projects=projects))
+    if not running:
+        return redirect("registry:definition_list", project=projects[0].slug)
+    # One project: the page is that project's, with its navigation.
+    context = {"running": running, "projects": projects, "project": projects[0] if len(projects) == 1 else None}
+    return render(request, "runs/home.html", context)
 
 
 @require_safe

@@ -9,13 +9,13 @@ Artifacts (rendered screenshots, logs) live in the artifact store (artifacts.py)
 from django.db import models
 
 from apps.accounts.models import Project
-from apps.runs.models import Run
 
 
 class Trajectory(models.Model):
     id = models.UUIDField(primary_key=True, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="trajectories")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trajectories")
+    # By name: the archive lies below the runs app (runs archives trajectories; a row only points at its run).
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="trajectories")
     seq = models.PositiveIntegerField()  # the run's task draw this trajectory answered
     sample = models.PositiveSmallIntegerField()  # its index in the GRPO group
     attempt = models.PositiveIntegerField()  # the run attempt that wrote it

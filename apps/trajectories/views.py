@@ -9,7 +9,6 @@ from django.http import FileResponse, Http404
 from django.shortcuts import render
 
 from apps.accounts.selectors import project_for_user
-from apps.runs.selectors import run_list
 
 from . import selectors
 from .artifacts import artifact_open
@@ -31,7 +30,7 @@ def trajectory_list(request, project):
     query = request.GET.copy()
     query.pop("after", None)
     context = {"project": project, "page": page, "filters": filters, "sorts": selectors.SORTS,
-               "statuses": STATUSES, "verdicts": VERDICTS, "runs": run_list(project=project)[:100],
+               "statuses": STATUSES, "verdicts": VERDICTS, "runs": selectors.run_choices(project=project),
                "base_query": query.urlencode(), "first_page": not request.GET.get("after")}
     template = ("trajectories/_trajectory_rows.html" if request.headers.get("HX-Request") == "true"
                 else "trajectories/trajectory_list.html")

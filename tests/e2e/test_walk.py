@@ -30,7 +30,7 @@ pytestmark = pytest.mark.browser
 
 # What a walk must reach by following links alone, by view name (and, for a run, what it is).
 REQUIRED = {
-    ("registry:home", None), ("registry:definition_list", None), ("registry:definition_detail", "task_template"),
+    ("runs:home", None), ("registry:definition_list", None), ("registry:definition_detail", "task_template"),
     ("registry:version_detail", "task_template"), ("registry:task_upload", "task_template"),
     ("runs:run_list", None), ("runs:run_detail", "training"), ("runs:run_detail", "evaluation"),
     ("trajectories:trajectory_list", None), ("trajectories:trajectory_detail", None),

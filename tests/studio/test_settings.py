@@ -151,7 +151,7 @@ def pages(project, registry, studio_run):
     trajectory = run.trajectories.order_by("seq").first()
     verifier = {"project": project.slug, "kind": "verifier", "slug": "numeric"}
     urls = [
-        reverse("registry:home"),  # the landing page: a run is running
+        reverse("runs:home"),  # the landing page: a run is running
         reverse("registry:definition_list", kwargs={"project": project.slug}),
         reverse("registry:definition_create", kwargs={"project": project.slug}),
         reverse("registry:definition_detail", kwargs=verifier),
