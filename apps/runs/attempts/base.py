@@ -15,7 +15,7 @@ from django.db import InterfaceError, OperationalError, connection
 
 from apps.common import wiring
 from apps.registry.pins import PinnedBundleError
-from workers.rl.tracking import LeaseLost
+from workers.rl.tracking import Heartbeat, LeaseLost
 from workers.storage import StorageUnavailable
 
 from .. import services
@@ -49,12 +49,19 @@ class Attempt:
       without a verdict; the run is left to be resumed from where it last recorded progress;
     - anything else: the run fails, with the error.
 
-    What `execute` opens it hands to `closing`, which closes it on every way out."""
+    What `execute` opens it hands to `closing`, which closes it on every way out. While it works, the run's
+    heartbeat is beaten on a thread of its own (`heartbeat`), so a long evaluation or reference check is never
+    taken for a lost one, unless `execute` beats it itself."""
+
+    # The training pipeline beats the heartbeat itself (on its own thread, and at every step's end, where a pause
+    # or a cancel is acted on).
+    beats_itself = False
 
     def __init__(self, run: Run, attempt: int, *, progress=None, pretrain_progress=None):
         self.run, self.attempt = run, attempt
         self.config = run.run_config
         self.tracker = DatabaseTracker(run.pk, attempt)
+        self.heartbeat = Heartbeat(self.tracker)
         self.progress, self.pretrain_progress = progress, pretrain_progress
         self._opened: list = []
 
@@ -74,6 +81,8 @@ class Attempt:
         """The attempt to its end. Returns the summary, or None when the attempt stopped without a verdict."""
         run_id, attempt = self.run.pk, self.attempt
         try:
+            if not self.beats_itself:
+                self.heartbeat.start()
             summary = self.execute()
             self.tracker.finish(status=OUTCOME_STATUS[summary["outcome"]], summary=summary)
             self.finished(summary)
@@ -95,6 +104,7 @@ class Attempt:
                          else f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-4000:]}")
             raise
         finally:
+            self.heartbeat.stop()
             self._close()
 
     def _close(self) -> None:

@@ -37,7 +37,7 @@ class EvaluationAttempt(Attempt):
         for step, batch in enumerate(batches, start=1):
             if step <= run.step:
                 continue  # archived by an earlier attempt
-            if self.tracker.heartbeat() == "cancel":
+            if self.heartbeat.beat() == "cancel":
                 return {"run": str(run.pk), "outcome": "cancelled", "kind": "evaluation", "batches": step - 1}
             trajectories = evaluate_batch(
                 batch, run_id=str(run.pk), step=step, engine=engine, chat=chat, tool_runner=tool_runner,

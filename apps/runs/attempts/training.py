@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 class TrainingAttempt(Attempt):
+    beats_itself = True
+
     def carry_out(self) -> dict | None:
         if self.config.data_parallel > 1 and distributed.current() is None:
             return self.run_on_ranks(self.config.data_parallel)
