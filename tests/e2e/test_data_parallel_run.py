@@ -1,6 +1,7 @@
 """A run whose config asks for `data_parallel: 2` trains on two processes wherever it is trained: the attempt the
-worker claimed starts torchrun (`manage.py train --attempt`), rank 0 trains it — the database, the archive and
-the checkpoints — and rank 1 takes part in every update and samples rollouts; the worker gets the summary."""
+worker claimed starts torchrun (apps/runs/ranks.py), rank 0 trains it — the database, the archive and
+the checkpoints — and rank 1 takes part in every update and samples rollouts; the worker gets the summary from
+the file rank 0 wrote."""
 
 import os
 

@@ -1,6 +1,6 @@
 """A GRPO training run's attempt: wire the engine from the run's pinned bundle and config, build its pipeline,
-run it. A data-parallel run (data_parallel: N) is trained by N processes under torchrun (ranks.py), which this
-attempt starts and waits for.
+run it. A data-parallel run (data_parallel: N) is trained by N processes under torchrun (apps/runs/ranks.py),
+which this attempt starts and waits for.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ class TrainingAttempt(Attempt):
             remove_weights(self.run.pk)
 
     def run_on_ranks(self, processes: int) -> dict | None:
-        """`processes` processes on this host started by torchrun (ranks.py), whose rank 0 runs this very attempt
-        (the lease, heartbeats, archive, checkpoints, the run's last word) and writes its summary to a file; this
-        process waits for them. They inherit this process's environment (database, storage, devices); their output
+        """`processes` processes on this host started by torchrun (apps/runs/ranks.py), whose rank 0 runs this very
+        attempt (the lease, heartbeats, archive, checkpoints, the run's last word) and writes its summary to a file;
+        this process waits for them. They inherit this process's environment (database, storage, devices); their output
         goes to a log file in the data directory. If they exit without finishing the run — a rank killed, out of
         memory — the attempt fails with the log's tail, unless another worker has taken the run over meanwhile."""
         run, attempt = self.run, self.attempt
@@ -64,7 +64,7 @@ class TrainingAttempt(Attempt):
         summary_path = logs / f"run-{run.pk}-attempt-{attempt}.summary.json"
         summary_path.unlink(missing_ok=True)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-                   "--module", "apps.runs.attempts.ranks", f"{run.pk}:{attempt}", str(summary_path)]
+                   "--module", "apps.runs.ranks", f"{run.pk}:{attempt}", str(summary_path)]
         log.info("run %s attempt %s: training on %d processes (%s)", run.pk, attempt, processes, log_path)
         with log_path.open("w") as output:
             done = subprocess.run(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)

@@ -10,7 +10,7 @@ Data-parallel: `torchrun --nproc-per-node N manage.py train ... --headless` trai
 (workers/rl/distributed.py). Rank 0 does everything this command does alone (creates or claims the run, rolls
 out, writes the database, the archive and the checkpoints, prints); the other ranks compute gradients on their
 shard of each step, sample rollouts for rank 0, and print how many updates they took part in. A run whose config
-asks for `data_parallel: N` starts those processes itself wherever it trains (apps/runs/attempts/ranks.py).
+asks for `data_parallel: N` starts those processes itself wherever it trains (apps/runs/ranks.py).
 """
 
 import json

@@ -1,11 +1,11 @@
-"""torchrun's entry point for a data-parallel attempt the studio already claimed (training.py starts it):
+"""torchrun's entry point for a data-parallel attempt the studio already claimed (attempts/training.py starts it):
 
-    python -m torch.distributed.run --standalone --nproc-per-node N \
-        --module apps.runs.attempts.ranks RUN:ATTEMPT SUMMARY
+    python -m torch.distributed.run --standalone --nproc-per-node N --module apps.runs.ranks RUN:ATTEMPT SUMMARY
 
 Rank 0 runs the attempt as a worker's process would (workers/rl/distributed.py leads the others through each step)
 and writes the run's summary to SUMMARY (JSON), where the waiting worker reads it; the other ranks compute
-gradients on their shard and sample rollouts for rank 0.
+gradients on their shard and sample rollouts for rank 0. It sits beside the attempts package, not in it: torchrun
+imports the module before Django is set up, and the package imports the models.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     django.setup()
     from workers.rl import distributed
 
-    from . import run_attempt
+    from .attempts import run_attempt
 
     run_id, _, attempt = argv[0].partition(":")
     summary_path = Path(argv[1])
