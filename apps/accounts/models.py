@@ -4,7 +4,9 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
-SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+from workers.definitions.specs import SLUG_RE
+
+SLUG_PATTERN = f"^{SLUG_RE}$"  # a project's slug is spelled as a definition's (the API's hints read SLUG_RE)
 slug_validator = RegexValidator(
     SLUG_PATTERN,
     "Use 1-63 lowercase letters, digits and hyphens, starting with a letter or digit (no '/', '.', spaces).",

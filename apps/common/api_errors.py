@@ -1,8 +1,9 @@
 """How the REST API answers a mistake: always JSON, always a 4xx that says what was wrong and where.
 
 Every error body has the same shape, `{"detail": "...", "errors": [{"field": ..., "problem": ...}]}`, whether
-the problem was found by ninja (a malformed request) or by the registry (a spec that does not validate), so a
-client needs one error handler.
+the problem was found by ninja (a malformed request), by an app (a StudioError: its status, message and fields)
+or by the engine (a spec or a run config that does not validate), so a client needs one error handler — and
+an endpoint lets the app's refusal through instead of answering it itself.
 """
 
 import logging
@@ -16,9 +17,10 @@ from django.http import Http404, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from apps.accounts.models import SLUG_PATTERN
-from apps.registry.errors import FieldError, PublishConflict, ReferenceNotFound, SpecError, VersionNotFound
-from workers.definitions.specs import ALIAS_RE
+from workers.definitions.specs import ALIAS_RE, SLUG_RE, FieldError, SpecError
+from workers.rl.config import ConfigError
+
+from .errors import StudioError
 
 logger = logging.getLogger(__name__)
 API_PREFIX = "/api/"
@@ -38,9 +40,11 @@ class ErrorOut(Schema):
 READ_ERRORS = {frozenset({401, 403, 404, 422}): ErrorOut}
 WRITE_ERRORS = {frozenset({400, 401, 403, 404, 409, 413, 422}): ErrorOut}
 
+# The engine's refusals name their fields but know no HTTP: the status each is answered with.
+ENGINE_ERRORS = {SpecError: 422, ConfigError: 400}
 # pydantic reports a pattern mismatch by quoting the regex; say in words what a valid value looks like.
 PATTERN_HINTS = {
-    SLUG_PATTERN: "use 1-63 lowercase letters, digits and hyphens, starting with a letter or digit "
+    f"^{SLUG_RE}$": "use 1-63 lowercase letters, digits and hyphens, starting with a letter or digit "
                   "(no '/', '.', spaces)",
     f"^{ALIAS_RE}$": "an alias is lowercase letters, digits and hyphens, starting with a letter, at most 63 "
                      "characters",
@@ -54,18 +58,19 @@ def register_exception_handlers(api: NinjaAPI) -> None:
         body = {"detail": detail, "errors": [{"field": e.field, "problem": e.problem} for e in errors]}
         return api.create_response(request, body, status=status)
 
-    @api.exception_handler(SpecError)
-    def spec_invalid(request, exc: SpecError):
-        return answer(request, 404 if isinstance(exc, ReferenceNotFound) else 422, str(exc), exc.errors)
+    def refused(request, exc: StudioError | SpecError | ConfigError):
+        """A refusal worded for the person who made it: an app's (its own status) or the engine's."""
+        status = exc.status if isinstance(exc, StudioError) else next(
+            status for kind, status in ENGINE_ERRORS.items() if isinstance(exc, kind))
+        return answer(request, status, str(exc), exc.errors)
+
+    for refusal in (StudioError, *ENGINE_ERRORS):
+        api.add_exception_handler(refusal, refused)
 
     @api.exception_handler(ValidationError)
     def request_invalid(request, exc: ValidationError):
         errors = [_request_problem(error) for error in exc.errors]
         return answer(request, 422, "Invalid request: " + "; ".join(map(str, errors)), errors)
-
-    @api.exception_handler(VersionNotFound)
-    def version_not_found(request, exc: VersionNotFound):
-        return answer(request, 404, str(exc))
 
     @api.exception_handler(Http404)
     def not_found(request, exc: Http404):
@@ -74,10 +79,6 @@ def register_exception_handlers(api: NinjaAPI) -> None:
     @api.exception_handler(PermissionDenied)
     def forbidden(request, exc: PermissionDenied):
         return answer(request, 403, str(exc) or "You do not have permission to do this.")
-
-    @api.exception_handler(PublishConflict)
-    def publish_conflict(request, exc: PublishConflict):
-        return answer(request, 409, str(exc))
 
     @api.exception_handler(AuthenticationError)
     def unauthenticated(request, exc: AuthenticationError):

@@ -28,10 +28,6 @@ EVALS = "/projects/{project}/evals"
 SLUG = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
 
-def _problem(status: int, message: str, field: str = ""):
-    return Status(status, {"detail": message, "errors": [{"field": field, "problem": message}] if field else []})
-
-
 class SuiteOut(Schema):
     ref: str
     key: str
@@ -189,11 +185,11 @@ def launch_evaluation(request, project: str, payload: EvaluationIn):
                                 endpoint=payload.endpoint)
         evaluation = evaluation_launch(project=scope, suite=suite, actor=request.auth, via="api", **target)
     except (VersionNotFound, CheckpointNotFound) as exc:
-        return _problem(404, str(exc), named)
-    except EvalError as exc:
-        return _problem(exc.status, str(exc), exc.field)
-    except ValueError as exc:  # a malformed reference
-        return _problem(400, str(exc), named)
+        raise exc.about(named)
+    except EvalError:
+        raise
+    except ValueError as exc:  # a malformed reference, or a run the evaluation cannot be
+        raise EvalError(str(exc), field=named) from None
     return Status(201, _evaluation(evaluation))
 
 
@@ -214,11 +210,8 @@ def compare_evaluations(request, project: str, a: int, b: int):
     message names what differs)."""
     scope = caller_project(request, project)
     left, right = selectors.evaluation_get(project=scope, pk=a), selectors.evaluation_get(project=scope, pk=b)
-    try:
-        paired = results.compare(left, right)
-        regressions, improvements = results.task_diff(left, right)
-    except results.NotComparable as exc:
-        return _problem(409, str(exc))
+    paired = results.compare(left, right)  # NotComparable: 409, naming what differs
+    regressions, improvements = results.task_diff(left, right)
     domains = [{"domain": d, "tasks": c.tasks, "difference": c.difference, "low": c.low, "high": c.high,
                 "a_only": c.a_only, "b_only": c.b_only, "p_value": c.p_value, "q_value": c.q_value,
                 "significant": c.significant, "verdict": c.verdict} for d, c in paired.by_domain.items()]
@@ -236,11 +229,8 @@ def add_endpoint(request, project: str, payload: EndpointIn):
     """An OpenAI-compatible server to evaluate (editors). Its key stays out of the studio: name the environment
     variable the workers read it from."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
-    try:
-        endpoint = endpoint_create(project=scope, slug=payload.slug, base_url=payload.base_url, model=payload.model,
-                                   api_key_env=payload.api_key_env, actor=request.auth, via="api")
-    except EvalError as exc:
-        return _problem(exc.status, str(exc), exc.field)
+    endpoint = endpoint_create(project=scope, slug=payload.slug, base_url=payload.base_url, model=payload.model,
+                               api_key_env=payload.api_key_env, actor=request.auth, via="api")
     return Status(201, endpoint)
 
 
@@ -265,5 +255,5 @@ def move_checkpoint_alias(request, project: str, payload: AliasIn):
         checkpoint = checkpoint_resolve(project=scope, name=payload.checkpoint)
         alias_move(project=scope, name=payload.name, checkpoint=checkpoint, actor=request.auth, via="api")
     except CheckpointNotFound as exc:
-        return _problem(404, str(exc), "checkpoint")
+        raise exc.about("checkpoint")
     return {"alias": payload.name, "checkpoint": f"{checkpoint.run.name}@{checkpoint.step}"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from apps.common.errors import StudioError
 from apps.trajectories.models import Trajectory
 from workers.rl.overlap import task_label
 
@@ -17,8 +18,10 @@ from .suites import key_differences
 ALL = "all"  # the row of every domain together
 
 
-class NotComparable(ValueError):
+class NotComparable(StudioError, ValueError):
     """Two evaluations whose suites' keys differ; the message names what differs."""
+
+    status = 409
 
 
 @dataclass

@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
+from apps.common.errors import StudioError
 from apps.registry.models import Version
 from apps.registry.pins import PinnedBundleError, bundle_tasks
 from apps.registry.refs import parse_ref
@@ -26,10 +27,8 @@ MODEL_SETTINGS = ("model", "model_version", "model_sha256", "chat_template", "co
                   "lora_alpha", "engine", "device")
 
 
-class EvalError(ValueError):
-    def __init__(self, message: str, *, status: int = 400, field: str = ""):
-        super().__init__(message)
-        self.status, self.field = status, field
+class EvalError(StudioError, ValueError):
+    """An evaluation, endpoint or alias request refused, in words for the person who made it."""
 
 
 def endpoint_create(*, project: Project, slug: str, base_url: str, model: str, api_key_env: str = "", actor,

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 
+from apps.common.errors import StudioError
 from apps.registry.models import Version
 
 
-class NotASuite(ValueError):
-    pass
+class NotASuite(StudioError, ValueError):
+    """A bundle version asked for as an eval suite that has no `evaluation` settings."""
 
 
 def suite_settings(version: Version) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apps.accounts.models import Project
+from apps.common.errors import StudioError
 from apps.registry.errors import VersionNotFound
 from apps.registry.models import InstanceSetMember, Version
 from apps.registry.refs import Ref, split_slug_ref
@@ -24,7 +25,7 @@ from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
 
-class PinnedBundleError(ValueError):
+class PinnedBundleError(StudioError, ValueError):
     """The bundle cannot be trained on as it stands (in words the run's page shows)."""
 
 

@@ -18,7 +18,7 @@ from apps.accounts.api_auth import caller_project
 from apps.accounts.models import Membership, Role
 from apps.common.api_errors import READ_ERRORS, WRITE_ERRORS, ErrorOut
 from apps.evals.selectors import suite_task_ids
-from apps.registry.errors import VersionNotFound
+from apps.registry.errors import FieldError, VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import definition_get, version_resolve
 
@@ -205,11 +205,6 @@ class CanaryResultOut(Schema):
     evidence: str
 
 
-def _refused(exc: ReviewError):
-    errors = [{"field": exc.field, "problem": str(exc)}] if exc.field else []
-    return Status(exc.status, {"detail": str(exc), "errors": errors})
-
-
 def _item_out(item, reviewer) -> dict:
     return {"id": item.pk, "position": item.position, "trajectory": item.trajectory_id, "why": item.why,
             "labels": selectors.item_labels(item=item, reviewer=reviewer)}
@@ -229,21 +224,18 @@ def create_queue(request, project: str, payload: QueueIn):
     try:
         rubric = version_resolve(project=scope, ref=Ref("rubric", *split_slug_ref(payload.rubric)))
     except VersionNotFound as exc:
-        return Status(404, {"detail": str(exc), "errors": [{"field": "rubric", "problem": str(exc)}]})
+        raise exc.about("rubric")
     members = {m.user.username: m.user for m in Membership.objects.filter(project=scope).select_related("user")}
     unknown = [name for name in payload.reviewers + payload.adjudicators if name not in members]
     if unknown:
-        return Status(404, {"detail": f"not members of {scope.slug}: {', '.join(unknown)}",
-                            "errors": [{"field": "reviewers", "problem": f"no member {name!r}"} for name in unknown]})
-    try:
-        queue = queue_create(project=scope, slug=payload.slug, rubric=rubric, actor=request.auth,
-                             filters=payload.filters, sampling=payload.sampling, overlap=payload.overlap,
-                             blind=payload.blind, reviewers=[members[n] for n in payload.reviewers],
-                             adjudicators=[members[n] for n in payload.adjudicators],
-                             description=payload.description, reservation_seconds=payload.reservation_seconds,
-                             follow_share=payload.follow_share, via="api")
-    except ReviewError as exc:
-        return _refused(exc)
+        raise ReviewError(f"not members of {scope.slug}: {', '.join(unknown)}", status=404,
+                          errors=[FieldError("reviewers", f"no member {name!r}") for name in unknown])
+    queue = queue_create(project=scope, slug=payload.slug, rubric=rubric, actor=request.auth,
+                         filters=payload.filters, sampling=payload.sampling, overlap=payload.overlap,
+                         blind=payload.blind, reviewers=[members[n] for n in payload.reviewers],
+                         adjudicators=[members[n] for n in payload.adjudicators],
+                         description=payload.description, reservation_seconds=payload.reservation_seconds,
+                         follow_share=payload.follow_share, via="api")
     return Status(201, queue)
 
 
@@ -257,10 +249,7 @@ def next_item(request, project: str, queue: str):
     """Reserve the next item for you (reviewers of the queue); 204 when nothing is left for you."""
     scope = caller_project(request, project, min_role=Role.REVIEWER)
     review = selectors.queue_get(project=scope, slug=queue)
-    try:
-        item = item_next(queue=review, reviewer=request.auth)
-    except ReviewError as exc:
-        return _refused(exc)
+    item = item_next(queue=review, reviewer=request.auth)
     if item is None:
         return Status(204, None)
     return _item_out(item, request.auth)
@@ -273,11 +262,8 @@ def submit_label(request, project: str, queue: str, item_id: int, payload: Label
     already; 410: the item was removed."""
     scope = caller_project(request, project, min_role=Role.REVIEWER)
     review = selectors.queue_get(project=scope, slug=queue)
-    try:
-        label = label_submit(queue=review, item_id=item_id, reviewer=request.auth, answers=payload.answers,
-                             step=payload.step, component=payload.component, comment=payload.comment, via="api")
-    except ReviewError as exc:
-        return _refused(exc)
+    label = label_submit(queue=review, item_id=item_id, reviewer=request.auth, answers=payload.answers,
+                         step=payload.step, component=payload.component, comment=payload.comment, via="api")
     return Status(201, label)
 
 
@@ -290,11 +276,8 @@ def amend_label(request, project: str, queue: str, item_id: int, label_id: int, 
     amended already (the error names the latest); 410: the item was removed."""
     scope = caller_project(request, project, min_role=Role.REVIEWER)
     review = selectors.queue_get(project=scope, slug=queue)
-    try:
-        label = label_amend(queue=review, item_id=item_id, label_id=label_id, reviewer=request.auth,
-                            answers=payload.answers, comment=payload.comment, via="api")
-    except ReviewError as exc:
-        return _refused(exc)
+    label = label_amend(queue=review, item_id=item_id, label_id=label_id, reviewer=request.auth,
+                        answers=payload.answers, comment=payload.comment, via="api")
     return Status(201, label)
 
 
@@ -302,11 +285,8 @@ def amend_label(request, project: str, queue: str, item_id: int, label_id: int, 
 def skip_item(request, project: str, queue: str, item_id: int):
     """Give an item back without labelling it."""
     scope = caller_project(request, project, min_role=Role.REVIEWER)
-    try:
-        item_skip(queue=selectors.queue_get(project=scope, slug=queue), item_id=item_id, reviewer=request.auth,
-                  via="api")
-    except ReviewError as exc:
-        return _refused(exc)
+    item_skip(queue=selectors.queue_get(project=scope, slug=queue), item_id=item_id, reviewer=request.auth,
+              via="api")
     return Status(204, None)
 
 
@@ -314,12 +294,9 @@ def skip_item(request, project: str, queue: str, item_id: int):
 def adjudicate_item(request, project: str, queue: str, item_id: int, payload: AdjudicationIn):
     """The gold answer to one question (owners and the queue's adjudicators)."""
     scope = caller_project(request, project, min_role=Role.REVIEWER)
-    try:
-        decision = adjudicate(queue=selectors.queue_get(project=scope, slug=queue), item_id=item_id,
-                              question=payload.question, answer=payload.answer, adjudicator=request.auth,
-                              note=payload.note, via="api")
-    except ReviewError as exc:
-        return _refused(exc)
+    decision = adjudicate(queue=selectors.queue_get(project=scope, slug=queue), item_id=item_id,
+                          question=payload.question, answer=payload.answer, adjudicator=request.auth,
+                          note=payload.note, via="api")
     return Status(201, {"item": item_id, "question": decision.question, "answer": decision.answer})
 
 
@@ -343,10 +320,7 @@ def make_canary(request, project: str, queue: str, item_id: int):
     reward-hack and the verifier passed the trajectory, else 400."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     review = selectors.queue_get(project=scope, slug=queue)
-    try:
-        canary = canary_from_item(queue=review, item_id=item_id, actor=request.auth, via="api")
-    except ReviewError as exc:
-        return _refused(exc)
+    canary = canary_from_item(queue=review, item_id=item_id, actor=request.auth, via="api")
     return Status(201, canary)
 
 
@@ -364,10 +338,7 @@ def check_canaries(request, project: str, slug: str, ref: str):
     """Score a verifier version (N or alias) on its canaries, as `manage.py verify --canaries` does (editors);
     a canary holds when the version scores it 0."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
-    try:
-        version = version_resolve(project=scope, ref=Ref("verifier", slug, ref))
-    except VersionNotFound as exc:
-        return Status(404, {"detail": str(exc), "errors": []})
+    version = version_resolve(project=scope, ref=Ref("verifier", slug, ref))
     results = canaries_check(version=version)
     return [{"canary": r.canary_id, "task_key": r.canary.task_key, "reward": r.reward, "status": r.status,
              "holds": r.holds, "evidence": r.evidence} for r in results]
@@ -380,10 +351,7 @@ def calibration(request, project: str, slug: str):
     (agreement, Cohen's kappa with a 95% bootstrap interval, true and false positive rates) and, for a judge that
     compares in both orders, how often the orders agree and its position bias."""
     scope = caller_project(request, project)
-    try:
-        definition = definition_get(project=scope, kind="verifier", slug=slug)
-    except VersionNotFound as exc:
-        return Status(404, {"detail": str(exc), "errors": []})
+    definition = definition_get(project=scope, kind="verifier", slug=slug)
     return calibration_cards(definition=definition)
 
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Membership, Project, Role
 from apps.accounts.services import audit_record
+from apps.common.errors import StudioError
 from apps.registry.models import Version
 from apps.trajectories.models import Trajectory
 from apps.trajectories.selectors import FILTERS, BadFilter, trajectory_filter
@@ -34,13 +35,8 @@ JUDGE_TYPES = CHECKS_BY_LAYER["judge"]
 SAMPLING_RULES = ("random", "stratified", "judged", "judge_doubtful", "disagree", "hack_shaped", "list")
 
 
-class ReviewError(ValueError):
-    """A request that does not fit the queue's state, in words for the person who made it; `status` is the HTTP
-    status an API answers it with."""
-
-    def __init__(self, message: str, *, status: int = 400, field: str = ""):
-        super().__init__(message)
-        self.status, self.field = status, field
+class ReviewError(StudioError, ValueError):
+    """A request that does not fit the queue's state, in words for the person who made it."""
 
 
 @dataclass(frozen=True)

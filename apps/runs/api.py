@@ -19,7 +19,7 @@ from apps.registry.selectors import version_resolve
 
 from . import selectors
 from .models import RunStatus
-from .services import RunError, run_create, run_request
+from .services import run_create, run_request
 
 router = Router(tags=["runs"])
 
@@ -84,10 +84,6 @@ class EventOut(Schema):
 
 
 
-def _bad_request(exc: Exception):
-    return Status(400, {"detail": str(exc), "errors": []})
-
-
 @router.get(RUNS, response={200: list[RunOut], **READ_ERRORS})
 def list_runs(request, project: str, status: RunStatus | None = None, limit: int = Query(50, ge=1, le=500)):
     """The project's runs, newest first, optionally of one status."""
@@ -98,12 +94,9 @@ def list_runs(request, project: str, status: RunStatus | None = None, limit: int
 def start_run(request, project: str, payload: RunIn):
     """Queue a run on a bundle version (editors). 400 names what is wrong with the bundle, steps or config."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
-    try:
-        bundle = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.bundle)))
-        run = run_create(project=scope, bundle=bundle, steps=payload.steps, overrides=payload.config,
-                         name=payload.name, actor=request.auth, via="api", enqueue=True)
-    except RunError as exc:
-        return _bad_request(exc)
+    bundle = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.bundle)))
+    run = run_create(project=scope, bundle=bundle, steps=payload.steps, overrides=payload.config,
+                     name=payload.name, actor=request.auth, via="api", enqueue=True)
     return Status(201, run)
 
 
@@ -139,8 +132,4 @@ def steer_run(request, project: str, run_id: UUID,
     409 when the run's state does not allow it (a cancelled run cannot be paused)."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     run = selectors.run_get(project=scope, run_id=run_id)
-    try:
-        run = run_request(run=run, action=action, actor=request.auth, via="api")
-    except RunError as exc:  # the request conflicts with the run's state
-        return Status(409, {"detail": str(exc), "errors": []})
-    return run
+    return run_request(run=run, action=action, actor=request.auth, via="api")  # RunError 409: the run's state

@@ -15,12 +15,13 @@ from django.db import transaction
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from apps.common import wiring
+from apps.common.errors import StudioError
 
 from .models import Checkpoint, CheckpointAlias, Run
 
 
-class CheckpointNotFound(LookupError):
-    pass
+class CheckpointNotFound(StudioError, LookupError):
+    status = 404
 
 
 def run_find(*, project: Project, name: str) -> Run:

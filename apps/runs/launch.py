@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django import forms
 
+from apps.common.errors import StudioError
 from apps.common.forms import MultilineField
 from apps.registry.models import Version
 from workers.definitions.specs import Limits
@@ -161,27 +162,17 @@ class RunForm(forms.Form):
         return {name: self.cleaned_data[name] for name in CONFIG_FIELDS
                 if name not in SET_BY_THE_STUDIO and self.cleaned_data[name] != DEFAULTS[name]}
 
-    def add_config_error(self, message: str) -> None:
-        """A refusal from run_config_resolve or run_create: each `field: problem` part (ConfigError names the
-        field of each) at its field, the rest at the top."""
-        if not message.startswith("config: "):
-            self.add_error(None, message)
-            return
-        found: list[list] = []  # [field or None, problem]; a part naming no field continues the one before
-        for part in message.removeprefix("config: ").split("; "):
-            name, sep, problem = part.partition(": ")
-            if sep and name in CONFIG_FIELDS:
-                found.append([name, problem])
-            elif found:
-                found[-1][1] += f"; {part}"
-            else:  # wiring.model_problem's words name no field, but are about the model
-                about_model = part.startswith("model ") or "built-in model" in part
-                found.append(["model" if about_model else None, part])
-        for name, problem in found:
-            if name is None or name in SET_BY_THE_STUDIO:
-                self.add_error(None, f"config: {problem if name is None else f'{name}: {problem}'}")
+    def add_config_error(self, error: StudioError) -> None:
+        """A refusal from run_config_resolve or run_create: each problem at the config field it names; one about
+        a field the form does not edit (set by the studio, or only in the bundle's run_config) at the top, as
+        `config: field: problem`; a refusal naming no field at the top, in its own words."""
+        if not error.errors:
+            self.add_error(None, str(error))
+        for problem in error.errors:
+            if problem.field in CONFIG_FIELDS and problem.field not in SET_BY_THE_STUDIO:
+                self.add_error(problem.field, problem.problem)
             else:
-                self.add_error(name, problem)
+                self.add_error(None, f"config: {problem}")
 
 
 assert not set(RUN_FIELDS) & set(CONFIG_FIELDS), "a RunConfig field shares its name with the run form's own"

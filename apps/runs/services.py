@@ -17,6 +17,7 @@ from django.utils import timezone
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from apps.common import wiring
+from apps.common.errors import FieldError, StudioError
 from apps.registry.errors import VersionNotFound
 from apps.registry.models import Version
 from apps.registry.refs import parse_ref
@@ -44,8 +45,9 @@ from .signals import trajectories_archived
 log = logging.getLogger(__name__)
 
 
-class RunError(ValueError):
-    """A request that does not fit the run's state, in words for the person who made it."""
+class RunError(StudioError, ValueError):
+    """A request that does not fit the run's state, in words for the person who made it: 400, or 409 where the
+    run's state refuses it; a config's problems each name their field."""
 
 
 class RunLeaseLost(Exception):
@@ -70,9 +72,10 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
         raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
     config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides, pinned=pinned)
     if (config["model"] == REFERENCE_MODEL) != (kind == RunKind.REFERENCE):
-        raise RunError(f"config: model: {REFERENCE_MODEL} is the model of a reference check (manage.py "
-                       "reference_check), and a reference check's only" if kind != RunKind.REFERENCE else
-                       f"config: model: a reference check answers with {REFERENCE_MODEL}")
+        problem = (f"{REFERENCE_MODEL} is the model of a reference check (manage.py reference_check), and a "
+                   "reference check's only" if kind != RunKind.REFERENCE else
+                   f"a reference check answers with {REFERENCE_MODEL}")
+        raise _config_refused([FieldError("model", problem)])
     if bool(config["evaluation"]) != (kind == RunKind.EVALUATION):
         raise RunError("an evaluation is launched from its eval suite (apps/evals), with its plan")
     with transaction.atomic():
@@ -102,12 +105,17 @@ def run_config_resolve(*, project: Project, bundle: Version, overrides: dict | N
         config = RunConfig.resolve({**_model_pinned({**bundle.spec.get("run_config", {}), **(overrides or {})},
                                                     project=project, bundle=bundle), **(pinned or {})})
     except ConfigError as exc:
-        raise RunError(f"config: {exc}") from None
+        raise _config_refused(exc.errors) from None
     problem = wiring.model_problem(config.model)
     if problem:
-        raise RunError(f"config: {problem}")
+        raise RunError(f"config: {problem}", errors=[FieldError("model", problem)])
     stored = config.to_dict()
     return stored, config_hash(bundle_hash=bundle.content_hash, config=stored)
+
+
+def _config_refused(errors: list[FieldError]) -> RunError:
+    """A config a run cannot take: `config: field: problem; ...`, each problem naming its field."""
+    return RunError("config: " + "; ".join(map(str, errors)), errors=errors)
 
 
 def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:
@@ -120,7 +128,7 @@ def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:
     try:
         version = version_resolve(project=project, ref=bundle.lock.pin(parse_ref(model)))
     except VersionNotFound as exc:
-        raise ConfigError(f"model: {exc}") from None
+        raise ConfigError([FieldError("model", str(exc))]) from None
     spec = version.spec
     pinned = {**settings, "model": source_model(spec["source"]), "model_version": version.ref,
               "model_sha256": spec["weights_sha256"]}
@@ -144,17 +152,17 @@ def run_request(*, run: Run, action: str, actor, via: str = "web", enqueue: bool
                 run.requested = RunRequest.PAUSE
                 _event(run, EventKind.REQUESTED, "pause requested: the worker checkpoints at the end of this step")
             else:
-                raise RunError(f"a {run.status} run cannot be paused")
+                raise RunError(f"a {run.status} run cannot be paused", status=409)
         elif action == "resume":
             if run.status != RunStatus.PAUSED:
-                raise RunError(f"only a paused run can be resumed; this one is {run.status}")
+                raise RunError(f"only a paused run can be resumed; this one is {run.status}", status=409)
             run.status, run.requested = RunStatus.QUEUED, RunRequest.NONE
             _event(run, EventKind.REQUESTED, "resume requested: queued for a worker")
             if enqueue:
                 run_enqueue(run)
         elif action == "cancel":
             if run.status in FINISHED_STATUSES:
-                raise RunError(f"the run is already {run.status}")
+                raise RunError(f"the run is already {run.status}", status=409)
             if run.status == RunStatus.RUNNING:
                 run.requested = RunRequest.CANCEL
                 _event(run, EventKind.REQUESTED, "cancel requested: the worker stops at the end of this step")

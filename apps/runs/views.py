@@ -75,7 +75,7 @@ def run_new(request, project):
     try:
         config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides)
     except RunError as exc:
-        form.add_config_error(str(exc))
+        form.add_config_error(exc)
         return render(request, "runs/run_new.html", context, status=400)
     if action == "queue" and form.cleaned_data["reviewed"] == hashed:
         try:
@@ -83,7 +83,7 @@ def run_new(request, project):
                              name=form.cleaned_data["name"], overrides=overrides, actor=request.user, via="web",
                              enqueue=True)
         except RunError as exc:
-            form.add_config_error(str(exc))
+            form.add_config_error(exc)
             return render(request, "runs/run_new.html", context, status=400)
         messages.success(request, f"Run {run.name} is queued.")
         return redirect("runs:run_detail", project=project.slug, run_id=run.pk)

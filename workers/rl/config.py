@@ -17,9 +17,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from workers.definitions.specs import FieldError
+
 
 class ConfigError(ValueError):
-    """Every problem with a set of overrides, each naming its field."""
+    """Every problem with a set of overrides, each naming its field (the studio places each at its form field
+    and in the API's answer)."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = list(errors)
+        super().__init__("; ".join(map(str, self.errors)))
 
 
 REFERENCE_MODEL = "builtin:reference"  # the "model" of a reference check: the tasks' own answers
@@ -201,7 +208,7 @@ class RunConfig:
         `to_dict()`."""
         overrides = dict(overrides or {})
         known = {f.name: f for f in dataclasses.fields(cls)}
-        errors = [f"{name}: unknown setting" for name in overrides if name not in known]
+        errors = [FieldError(name, "unknown setting") for name in overrides if name not in known]
         values = {}
         for name, value in overrides.items():
             if name not in known:
@@ -219,16 +226,16 @@ class RunConfig:
             else:
                 ok = isinstance(value, str)
             if not ok:
-                errors.append(f"{name}: expected {type(default).__name__}, got {value!r}")
+                errors.append(FieldError(name, f"expected {type(default).__name__}, got {value!r}"))
             values[name] = value
         if not errors:
             try:
                 config = cls(**values)
                 config.check()
             except ConfigError as exc:
-                errors.append(str(exc))
+                errors.extend(exc.errors)
         if errors:
-            raise ConfigError("; ".join(errors))
+            raise ConfigError(errors)
         return config
 
     def to_dict(self) -> dict:
@@ -245,45 +252,47 @@ class RunConfig:
         for name, (low, high) in BOUNDS.items():
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and low <= value <= high):
-                problems.append(f"{name}: must be between {low:g} and {high:g}, not {value!r}")
+                problems.append(FieldError(name, f"must be between {low:g} and {high:g}, not {value!r}"))
         if not DEVICE.fullmatch(self.device):  # `$` alone lets a final newline through
-            problems.append(f"device: {self.device!r} is not auto, cpu, cuda or cuda:N")
+            problems.append(FieldError("device", f"{self.device!r} is not auto, cpu, cuda or cuda:N"))
         if self.data_parallel > 1 and self.device.startswith("cuda:"):
-            problems.append(f"device: a data-parallel run gives each process a device of its own; {self.device} "
-                            "names one (use cuda or auto)")
+            problems.append(FieldError("device", f"a data-parallel run gives each process a device of its own; "
+                                                 f"{self.device} names one (use cuda or auto)"))
         if self.group_size < 2:
-            problems.append("group_size: GRPO compares samples, so a group needs at least 2")
+            problems.append(FieldError("group_size", "GRPO compares samples, so a group needs at least 2"))
         if self.mode not in ("async", "sync"):
-            problems.append(f"mode: {self.mode!r} is not async or sync")
+            problems.append(FieldError("mode", f"{self.mode!r} is not async or sync"))
         if self.engine not in ("torch", "transformers", "vllm"):
-            problems.append(f"engine: {self.engine!r} is not torch, transformers or vllm")
+            problems.append(FieldError("engine", f"{self.engine!r} is not torch, transformers or vllm"))
         if self.model == "builtin:demo-tiny" and self.engine != "torch":
-            problems.append(f"engine: the built-in demo model runs on the torch engine, not {self.engine}")
+            problems.append(FieldError("engine",
+                                       f"the built-in demo model runs on the torch engine, not {self.engine}"))
         if self.clip_low >= 1:
-            problems.append("clip_low: must be below 1")
+            problems.append(FieldError("clip_low", "must be below 1"))
         if self.temperature <= 0:
-            problems.append("temperature: must be above 0")
+            problems.append(FieldError("temperature", "must be above 0"))
         if self.learning_rate <= 0:
-            problems.append("learning_rate: must be above 0")
+            problems.append(FieldError("learning_rate", "must be above 0"))
         if self.model_sha256 and not SHA256.fullmatch(self.model_sha256):
-            problems.append("model_sha256: 64 lowercase hexadecimal digits, or empty")
+            problems.append(FieldError("model_sha256", "64 lowercase hexadecimal digits, or empty"))
         if self.context_length and not 16 <= self.context_length <= 10_000_000:
-            problems.append("context_length: 0 (the model's own) or from 16 to 10,000,000 tokens")
+            problems.append(FieldError("context_length", "0 (the model's own) or from 16 to 10,000,000 tokens"))
         if len(self.model) > 500:
-            problems.append("model: a built-in name or a local path of at most 500 characters")
+            problems.append(FieldError("model", "a built-in name or a local path of at most 500 characters"))
         if len(self.inference_servers) > 4000 or any(not SERVER_URL.fullmatch(url) for url in self.server_urls()):
-            problems.append("inference_servers: base URLs (http://host:port/v1) separated by spaces or commas")
+            problems.append(FieldError("inference_servers",
+                                       "base URLs (http://host:port/v1) separated by spaces or commas"))
         if self.lr_schedule not in ("constant", "linear"):
-            problems.append(f"lr_schedule: {self.lr_schedule!r} is not constant or linear")
+            problems.append(FieldError("lr_schedule", f"{self.lr_schedule!r} is not constant or linear"))
         if any(not isinstance(w, int | float) or not 0 <= w <= 1000 for w in self.domain_weights.values()):
-            problems.append("domain_weights: weights must be numbers from 0 to 1000")
+            problems.append(FieldError("domain_weights", "weights must be numbers from 0 to 1000"))
         if any(not isinstance(q, int | float) or not 0 < q <= 1 for q in self.domain_quotas.values()):
-            problems.append("domain_quotas: quotas must be fractions in (0, 1]")
+            problems.append(FieldError("domain_quotas", "quotas must be fractions in (0, 1]"))
         unknown = sorted(set(self.evaluation) - EVALUATION_KEYS)
         if unknown:
-            problems.append(f"evaluation: unknown settings {', '.join(unknown)}")
+            problems.append(FieldError("evaluation", f"unknown settings {', '.join(unknown)}"))
         if problems:
-            raise ConfigError("; ".join(problems))
+            raise ConfigError(problems)
 
     @property
     def evaluation_plan(self) -> EvaluationPlan | None:

@@ -151,6 +151,7 @@ def test_a_config_out_of_bounds_is_400_naming_the_field(editor_api, registry):
         response = start(editor_api, config=config)
         assert response.status_code == 400, (config, response.content)
         assert detail(response).startswith(f"config: {field}"), detail(response)
+        assert field in [e["field"] for e in response.json()["errors"]], response.json()
     assert not Run.objects.exists()
 
 

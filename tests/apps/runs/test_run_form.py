@@ -13,7 +13,8 @@ from django.urls import reverse
 from apps.registry.services import version_publish
 from apps.runs import launch, views
 from apps.runs.models import Run, RunEvent
-from apps.runs.services import run_create
+from apps.runs.services import RunError, run_config_resolve, run_create
+from workers.definitions.specs import FieldError
 from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
 
 
@@ -209,3 +210,33 @@ def test_a_bundles_page_starts_a_run_on_it(login, member, project, registry):
     assert link.encode() in page.content
     form = client.get(link).context["form"]
     assert form.initial["bundle"] == bundle.pk
+
+
+def test_a_refusal_puts_each_problem_at_the_field_it_names_read_from_the_error_not_its_words(project, registry):
+    def valid_form():
+        form = launch.RunForm(filled(launch.RunForm(None, project=project), bundle=registry["bundle"].pk),
+                              project=project)
+        assert form.is_valid(), form.errors
+        return form
+
+    # The engine's ConfigError names each field; the run's refusal carries them.
+    with pytest.raises(RunError) as refused:
+        run_config_resolve(project=project, bundle=registry["bundle"], overrides={"group_size": 1, "temperature": 0.0})
+    assert [problem.field for problem in refused.value.errors] == ["group_size", "temperature"]
+    form = valid_form()
+    form.add_config_error(refused.value)
+    assert form.errors["group_size"] == ["GRPO compares samples, so a group needs at least 2"]
+    assert form.errors["temperature"] == ["must be above 0"]
+
+    # A problem's own words may hold '; ' and another field's name: they stay that field's problem.
+    form = valid_form()
+    form.add_config_error(RunError("config: ...", errors=[
+        FieldError("device", "cuda:3 is busy; group_size: would not fit either"),
+        FieldError("model_version", "set by the studio"), FieldError("no_such_knob", "unknown setting")]))
+    assert form.errors["device"] == ["cuda:3 is busy; group_size: would not fit either"]
+    assert "group_size" not in form.errors  # set by the studio, or not on the form: at the top, named
+    assert form.non_field_errors() == ["config: model_version: set by the studio",
+                                       "config: no_such_knob: unknown setting"]
+    form = valid_form()
+    form.add_config_error(RunError("steps must be a whole number of at least 1, not 0"))
+    assert form.non_field_errors() == ["steps must be a whole number of at least 1, not 0"]
