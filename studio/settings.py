@@ -241,7 +241,7 @@ SANDBOX_DOCKER_CONTROL = Path(os.environ.get("STUDIO_DOCKER_CONTROL", "/var/tmp/
 # (never a reward). Prices turn token counts into the cost each verdict records.
 JUDGE_BASE_URL = os.environ.get("JUDGE_BASE_URL", "")
 JUDGE_API_KEY = os.environ.get("JUDGE_API_KEY", "")
-# The bearer token of the inference servers' weight endpoint (POST /v1/weights, workers/rl/serving.py): what
+# The bearer token of the inference servers' weight endpoint (POST /v1/weights, workers/rl/serving/app.py): what
 # `manage.py serve` requires and what a run generating on servers (inference_servers) sends. Empty: the servers
 # take weights from loopback clients only.
 INFERENCE_SERVER_TOKEN = os.environ.get("STUDIO_SERVE_WEIGHTS_TOKEN", "")

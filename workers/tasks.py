@@ -20,8 +20,8 @@ from celery.signals import worker_process_shutdown
 from django.conf import settings
 
 from workers.remote import tool_result_to_wire, verdict_to_wire
-from workers.rl.grading import LocalVerifier
-from workers.rl.tools import PolicyToolError, SandboxToolRunner
+from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.rollout.tools import PolicyToolError, SandboxToolRunner
 from workers.rl.types import TaskTemplate, Trajectory
 from workers.sandbox import SandboxImage
 from workers.telemetry import log_context

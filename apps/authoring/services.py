@@ -18,7 +18,7 @@ from apps.common import wiring
 from apps.registry.models import Version
 from apps.registry.pins import pinned_template, task_item
 from workers.rl.config import RunConfig
-from workers.rl.reference import check_references, reference_answers
+from workers.rl.rollout.reference import check_references, reference_answers
 from workers.rl.types import Task, TaskTemplate
 from workers.verifiers import Sample, verify
 

@@ -15,9 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 from workers.rl.config import REFERENCE_MODEL, RunConfig
-from workers.rl.grading import LocalVerifier
-from workers.rl.metrics import Prices
-from workers.rl.packaged import (
+from workers.rl.models.packaged import (
     PACKAGED_MODELS,
     TRAINABLE_BUILTINS,
     ModelUnavailable,
@@ -25,8 +23,10 @@ from workers.rl.packaged import (
     converted,
     gguf_file,
 )
-from workers.rl.taskset import TaskSet
-from workers.rl.tools import SandboxToolRunner
+from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.rollout.metrics import Prices
+from workers.rl.rollout.tools import SandboxToolRunner
+from workers.rl.tasks.taskset import TaskSet
 from workers.rl.types import Model
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.backends import backend_named
@@ -106,7 +106,7 @@ def blob_storage() -> Storage:
 
 
 def checkpoint_dir(run_id) -> Storage:
-    """A run's checkpoints (workers/rl/checkpoint.py): `checkpoints/<run id>/` in the blob storage."""
+    """A run's checkpoints (workers/rl/training/checkpoint.py): `checkpoints/<run id>/` in the blob storage."""
     return blob_storage().child(f"checkpoints/{run_id}")
 
 
@@ -134,7 +134,7 @@ def shared_models() -> Storage | None:
 
 
 def packaged_model(model: str) -> Path:
-    """The converted directory of a packaged model (workers/rl/packaged.py), converting it if needed."""
+    """The converted directory of a packaged model (workers/rl/models/packaged.py), converting it if needed."""
     return converted(PACKAGED_MODELS[model], models_dir(), shared=shared_models())
 
 
@@ -184,17 +184,17 @@ def weights_storage(run_id) -> Storage:
 def run_model(config: RunConfig, tasks: TaskSet, *, progress=None, run_id=None) -> Model:
     """The run's model (policy, engine, chat format) on the device its config asks for. A training run (`run_id`)
     with inference_servers in its config generates on those servers; anything else samples in this process."""
-    from workers.rl import policies  # torch: only where a model is built, not in rollout and verify workers
+    from workers.rl.models import build  # torch: only where a model is built, not in rollout and verify workers
 
     weights = weights_storage(run_id) if run_id is not None and config.inference_servers else None
-    return policies.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
+    return build.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
                                 progress=progress, shared=shared_models(), weights=weights,
                                 server_token=settings.INFERENCE_SERVER_TOKEN)
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:
     """The built-in demo base model for these tasks, pretrained now if it is not cached yet."""
-    from workers.rl import policies
+    from workers.rl.models import build
 
-    return policies.demo_base_model(tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
+    return build.demo_base_model(tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
                                     progress=progress, shared=shared_models())

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import reduce
 
-from workers.rl.tools import RUN_PYTHON_TOOL
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 
 from .draft import Draft
 

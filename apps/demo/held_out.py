@@ -4,14 +4,14 @@ Each task template the demo bundle trains on gives a few of its instances to a h
 its own slug), and each of the bundle's domains gets a twin drawing from those; the eval suite pins the twins, so
 the leaderboard scores checkpoints on tasks they never saw. The instances held out are whole groups of near
 duplicates — prompts sharing a 13-word sequence that is not the template's phrasing, as the overlap check reads
-them (workers/rl/overlap.py) — the smallest groups first: the check finds every suite task clean, and the training
+them (workers/rl/tasks/overlap.py) — the smallest groups first: the check finds every suite task clean, and the training
 pool gives up as little as it can.
 """
 
 import random
 from dataclasses import replace
 
-from workers.rl.overlap import PHRASING, ngrams, shared_phrasing
+from workers.rl.tasks.overlap import PHRASING, ngrams, shared_phrasing
 
 from .draft import Draft
 

@@ -8,7 +8,7 @@ inside the verifier's volume tolerance.
 import math
 import random
 
-from workers.rl.tools import RUN_PYTHON_TOOL
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 
 from .draft import Draft
 

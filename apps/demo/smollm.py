@@ -19,8 +19,8 @@ The bundle carries the run settings these are sized for (bundle `run_config`), s
 import random
 from collections.abc import Iterator
 
-from workers.rl.packaged import SMOLLM2_135M
-from workers.rl.tools import RUN_PYTHON_TOOL
+from workers.rl.models.packaged import SMOLLM2_135M
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 
 from .coding import Problem, instance
 from .draft import Draft

@@ -53,7 +53,7 @@ class Evaluation(models.Model):
     source_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
     endpoint = models.ForeignKey(Endpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    # The suite's tasks found in what the evaluated checkpoint trained on (workers/rl/overlap.py):
+    # The suite's tasks found in what the evaluated checkpoint trained on (workers/rl/tasks/overlap.py):
     # {"training": bundle ref, "exact": [task ids], "near": [task ids]}; empty when that is not known (a base
     # model's or an endpoint's training data is not the studio's).
     overlap = models.JSONField(default=dict, blank=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from apps.common.errors import StudioError
 from apps.trajectories.models import Trajectory
-from workers.rl.overlap import task_label
+from workers.rl.tasks.overlap import task_label
 
 from . import statistics
 from .models import Evaluation

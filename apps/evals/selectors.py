@@ -11,8 +11,8 @@ from apps.registry.pins import bundle_tasks
 from apps.registry.refs import split_slug_ref
 from apps.runs.models import Checkpoint, CheckpointAlias, MetricPoint
 from workers.rl.config import RunConfig
-from workers.rl.evaluation import suite_tasks
-from workers.rl.overlap import task_id
+from workers.rl.rollout.evaluation import suite_tasks
+from workers.rl.tasks.overlap import task_id
 
 from . import results, statistics
 from .models import Endpoint, Evaluation

@@ -15,8 +15,8 @@ from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoin
 from apps.runs.models import Checkpoint, RunKind
 from apps.runs.services import RunError, run_create
 from workers.rl.config import RunConfig
-from workers.rl.evaluation import evaluation_steps, suite_tasks
-from workers.rl.overlap import overlap
+from workers.rl.rollout.evaluation import evaluation_steps, suite_tasks
+from workers.rl.tasks.overlap import overlap
 
 from .models import Endpoint, Evaluation, TargetKind
 from .selectors import training_bundle

@@ -16,7 +16,7 @@ from functools import cache
 
 from apps.runs.models import Run
 from apps.runs.services import run_claim, run_create, run_finish, run_step_record
-from workers.rl.chat import CharTokenizer
+from workers.rl.models.chat_formats import CharTokenizer
 from workers.rl.types import ToolCall, Trajectory, Turn, trajectory_id
 from workers.verifiers import Verdict
 from workers.verifiers.types import Component

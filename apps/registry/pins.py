@@ -17,9 +17,9 @@ from apps.registry.models import InstanceSetMember, Version
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import RunConfig
-from workers.rl.scheduler import DomainMix, TemplateMix
-from workers.rl.taskset import TaskSet
-from workers.rl.tools import BUILTIN_TOOLS, unknown_tools
+from workers.rl.rollout.tools import BUILTIN_TOOLS, unknown_tools
+from workers.rl.tasks.scheduler import DomainMix, TemplateMix
+from workers.rl.tasks.taskset import TaskSet
 from workers.rl.types import TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item

@@ -23,8 +23,8 @@ from workers.definitions.specs import (
     validate_spec,
 )
 from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, RunConfig
-from workers.rl.packaged import ModelUnavailable
-from workers.rl.weights import WeightsMismatch, source_model, weights_sha256
+from workers.rl.models.packaged import ModelUnavailable
+from workers.rl.models.weights import WeightsMismatch, source_model, weights_sha256
 
 from .bulk import bulk_insert, json_text
 from .closure import check_references, resolve_bundle

@@ -13,7 +13,7 @@ from apps.registry.models import Version
 from apps.registry.pins import task_item
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
-from workers.rl.grading import tool_logs
+from workers.rl.rollout.grading import tool_logs
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item, Sample, verify
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from django.db.models import Q
 
 from apps.trajectories.models import Trajectory
-from workers.rl.overlap import task_label
+from workers.rl.tasks.overlap import task_label
 
 from .agreement import queue_agreement
 from .models import Adjudication, Label, ReviewQueue

@@ -1,7 +1,7 @@
 """The checkpoint registry: every checkpoint a run saved, found by `RUN@STEP` or by an alias, and aliases moved
 with an audit row.
 
-Retention: a run keeps its newest `keep_checkpoints` (workers/rl/checkpoint.py removes older ones as it saves)
+Retention: a run keeps its newest `keep_checkpoints` (workers/rl/training/checkpoint.py removes older ones as it saves)
 and every aliased one. An aliased checkpoint, or one queued for an evaluation, is kept: its files are copied out of
 the run's checkpoint directory into `checkpoints/kept/` of the blob storage (published whole, as the run's own), and
 its row outlives the run's retention (services.run_checkpoint_record leaves kept rows)."""

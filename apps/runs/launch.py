@@ -22,7 +22,7 @@ from apps.common.forms import MultilineField
 from apps.registry.models import Version
 from workers.definitions.specs import Limits
 from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
-from workers.rl.packaged import DEMO_MODEL
+from workers.rl.models.packaged import DEMO_MODEL
 
 # The dataclass lists its fields in the order they were added, and workers/ knows nothing of pages; a person
 # starting a run decides them in these groups: which model, how tasks are drawn and sampled, how GRPO updates,

@@ -2,8 +2,8 @@
 
     python -m torch.distributed.run --standalone --nproc-per-node N --module apps.runs.ranks RUN:ATTEMPT SUMMARY
 
-Rank 0 runs the attempt as a worker's process would (workers/rl/distributed.py leads the others through each step)
-and writes the run's summary to SUMMARY (JSON), where the waiting worker reads it; the other ranks compute
+Rank 0 runs the attempt as a worker's process would (workers/rl/training/distributed.py leads the others through each
+step) and writes the run's summary to SUMMARY (JSON), where the waiting worker reads it; the other ranks compute
 gradients on their shard and sample rollouts for rank 0. It sits beside the attempts package, not in it: torchrun
 imports the module before Django is set up, and the package imports the models.
 """
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
-    from workers.rl import distributed
+    from workers.rl.training import distributed
 
     from .attempts import run_attempt
 

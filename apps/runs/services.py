@@ -23,8 +23,8 @@ from apps.registry.models import Version
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import REFERENCE_MODEL, SET_BY_THE_STUDIO, ConfigError, RunConfig, config_hash
+from workers.rl.models.weights import source_model
 from workers.rl.types import Trajectory
-from workers.rl.weights import source_model
 
 from . import live
 from .dispatch import run_enqueue

@@ -14,7 +14,7 @@ from functools import lru_cache
 from django.urls import reverse
 
 from apps.common import figures, wiring
-from workers.rl.chat import END_OF_TURN, CharTokenizer
+from workers.rl.models.chat_formats import END_OF_TURN, CharTokenizer
 
 from .models import Trajectory
 

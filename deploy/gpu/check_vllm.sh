@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The vLLM launcher (workers/rl/vllm_server.py) on a GPU machine, end to end through the studio's own client
+# The vLLM launcher (workers/rl/serving/vllm_server.py) on a GPU machine, end to end through the studio's own client
 # (engines/server.py ServerEngine): start it on a small local Hugging Face model, generate from token ids, publish
 # perturbed weights to the blob storage and have the server load them (POST /v1/weights), check the answers'
 # policy_version and that the greedy output or its logprobs changed, publish the original weights again and check
 # the first output comes back (the names mapped and every tensor loaded), check a stream's chunks and a refused
 # load. Prints one JSON summary; exits 1 if a check failed. About 2-5 minutes on one GPU; no internet needed.
 #
-#   deploy/gpu/check_vllm.sh [HF_MODEL_DIR]     (default: a tiny random Llama made here by workers/rl/hf_tiny.py)
+#   deploy/gpu/check_vllm.sh [HF_MODEL_DIR]     (default: a tiny random Llama made here by workers/rl/models/hf_tiny.py)
 #
 # vLLM must already be installed (GPU workers: pip install -r requirements/gpu.txt, vllm==0.34.0); without it the
 # script says so and exits 0. PYTHON (default python) and PORT (default 8765) may be set.
@@ -21,10 +21,10 @@ fi
 WORK=$(mktemp -d)
 MODEL=${1:-$WORK/tiny-llama}
 if [ -z "${1:-}" ]; then
-    "$PY" -c "import sys; from workers.rl.hf_tiny import make_tiny_hf_model as m; m(sys.argv[1], hidden_size=256, layers=2, heads=4, max_positions=1024)" "$MODEL"
+    "$PY" -c "import sys; from workers.rl.models.hf_tiny import make_tiny_hf_model as m; m(sys.argv[1], hidden_size=256, layers=2, heads=4, max_positions=1024)" "$MODEL"
 fi
 export STUDIO_SERVE_WEIGHTS_TOKEN=check-token  # and vLLM's --api-key: the engine sends one token to both
-timeout 570 "$PY" -m workers.rl.vllm_server --model "$MODEL" --host 127.0.0.1 --port "$PORT" --api-key check-token \
+timeout 570 "$PY" -m workers.rl.serving.vllm_server --model "$MODEL" --host 127.0.0.1 --port "$PORT" --api-key check-token \
     --gpu-memory-utilization 0.3 --max-model-len 1024 --enforce-eager >"$WORK/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -43,7 +43,7 @@ from safetensors.torch import save_file
 
 from workers.rl.engines import GenerationRequest
 from workers.rl.engines.server import ServerEngine, ServerError
-from workers.rl.policy import HFPolicy
+from workers.rl.models.policies import HFPolicy
 from workers.storage import Storage
 
 model, port, work, server = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

@@ -23,7 +23,7 @@ from tests.support.servers import private_postgres
 
 pytestmark = [pytest.mark.servers, pytest.mark.processes, pytest.mark.redis, pytest.mark.sandbox]
 
-TASKS, SAMPLES, BATCH = 128, 2, 16  # the evaluation: 8 batches (workers/rl/evaluation.py BATCH_TASKS)
+TASKS, SAMPLES, BATCH = 128, 2, 16  # the evaluation: 8 batches (workers/rl/rollout/evaluation.py BATCH_TASKS)
 REFERENCES = 8  # the reference check: each reference sleeps a second in the sandbox, verified one at a time
 SEED = f"""
 import os, sys, django

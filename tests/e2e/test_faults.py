@@ -25,8 +25,8 @@ from apps.trajectories.models import Trajectory
 from tests.support import ROOT
 from tests.support.processes import database_url, wait_for
 from tests.support.servers import private_postgres, private_redis, small_filesystem
-from workers.rl.checkpoint import checkpoints, latest_checkpoint, load_checkpoint
-from workers.rl.policy import TinyLMPolicy
+from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.training.checkpoint import checkpoints, latest_checkpoint, load_checkpoint
 
 STEPS, GROUPS, GROUP_SIZE = 10, 4, 8
 CONFIG = {"mode": "sync", "groups_per_step": GROUPS, "group_size": GROUP_SIZE, "dynamic_sampling": False,

@@ -16,8 +16,8 @@ from tests.support.processes import wait_for
 from tests.support.servers import free_port
 from workers.definitions import validate_spec
 from workers.remote import RemoteToolRunner, RemoteVerifier
-from workers.rl.grading import LocalVerifier
-from workers.rl.tools import RUN_PYTHON_TOOL
+from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 from workers.rl.types import TaskTemplate, Trajectory, Turn
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item

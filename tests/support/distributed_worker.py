@@ -1,4 +1,4 @@
-"""One rank of tests/workers/rl/test_distributed.py, started by torchrun:
+"""One rank of tests/workers/rl/training/test_distributed.py, started by torchrun:
 
     torchrun --nproc-per-node 2 -m tests.support.distributed_worker --steps N --checkpoint-dir DIR --out DIR
 
@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from workers.rl import distributed
-from workers.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from workers.rl.config import RunConfig
-from workers.rl.model import ModelConfig, TinyLM
-from workers.rl.policy import TinyLMPolicy
-from workers.rl.trainer import assign_advantages
+from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.models.tiny_lm import ModelConfig, TinyLM
+from workers.rl.training import distributed
+from workers.rl.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from workers.rl.training.trainer import assign_advantages
 from workers.rl.types import Trajectory, Turn
 
 VOCAB = 16

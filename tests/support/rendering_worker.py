@@ -29,7 +29,7 @@ def host_render(host: str) -> bytes:
 
 def main() -> None:
     host, arguments = sys.argv[1], sys.argv[2:]
-    from workers.rl import grading
+    from workers.rl.rollout import grading
 
     verify = grading.LocalVerifier.verify
 

@@ -1,6 +1,6 @@
 """Helpers for tests that train a pipeline in process."""
 
-from workers.rl.tracking import MemoryTracker
+from workers.rl.training.tracking import MemoryTracker
 
 
 def pause_after(step_number: int) -> MemoryTracker:

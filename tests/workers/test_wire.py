@@ -6,7 +6,7 @@ import json
 import pytest
 
 from workers.remote import tool_result_from_wire, tool_result_to_wire, verdict_from_wire, verdict_to_wire
-from workers.rl.tools import RUN_PYTHON_TOOL, PolicyToolError, ToolResult
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL, PolicyToolError, ToolResult
 from workers.rl.types import TaskTemplate, ToolCall, Trajectory, TrajectoryStatus, Turn
 from workers.sandbox import Limits, SandboxImage
 from workers.verifiers import Verdict

@@ -143,7 +143,7 @@ class RunConfig:
     device: str = "auto"
     """cpu, cuda, cuda:1 ... or auto (cuda when available)."""
     data_parallel: int = 1
-    """Trainer processes on the worker's host, one per device (torchrun, workers/rl/distributed.py): each step's
+    """Trainer processes on the worker's host, one per device (torchrun, training/distributed.py): each step's
     batch is sharded across them, their gradients summed, and rollouts sampled on every one of them unless
     inference servers generate. 1: the worker's own process."""
     inference_servers: str = ""

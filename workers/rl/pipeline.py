@@ -2,9 +2,9 @@
 
 `Pipeline.run` reads top to bottom: restore the last checkpoint → evaluate → (collect a step's groups, train
 on them, record the step, checkpoint) until the last step or a pause → evaluate → summary. Collection is a
-collector's job (collectors.py: async with bounded staleness, or sync); grading is grading.py's; where the
-numbers go is the tracker's (tracking.py). Every consumed trajectory is archived with the step that consumed
-it. Built in one place: workers/rl/session.py.
+collector's job (rollout/collectors.py: async with bounded staleness, or sync); grading is rollout/grading.py's;
+where the numbers go is the tracker's (training/tracking.py). Every consumed trajectory is archived with the
+step that consumed it. Built in one place: workers/rl/session.py.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from pathlib import Path
 
 from workers.storage import Storage, StorageUnavailable
 
-from .agent import rollout_groups
-from .checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
-from .collectors import Batch, Draws, Group, collector_for, too_stale
 from .config import RunConfig
-from .evaluation import evaluate
-from .grading import grade_trajectory
-from .idle import PhaseBoard
-from .metrics import Prices, RunCounters, run_summary, step_events, step_points, trajectory_cost
-from .scheduler import ScheduledTask, Scheduler
-from .taskset import TaskSet
-from .tracking import Heartbeat, LeaseLost, Tracker
-from .trainer import GRPOTrainer, assign_advantages
+from .rollout.agent import rollout_groups
+from .rollout.collectors import Batch, Draws, Group, collector_for, too_stale
+from .rollout.evaluation import evaluate
+from .rollout.grading import grade_trajectory
+from .rollout.idle import PhaseBoard
+from .rollout.metrics import Prices, RunCounters, run_summary, step_events, step_points, trajectory_cost
+from .tasks.scheduler import ScheduledTask, Scheduler
+from .tasks.taskset import TaskSet
+from .training.checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
+from .training.tracking import Heartbeat, LeaseLost, Tracker
+from .training.trainer import GRPOTrainer, assign_advantages
 from .types import Task, Trajectory, TrajectoryStatus
 
 
@@ -231,7 +231,7 @@ class Pipeline:
     def _restore(self) -> int | None:
         """Continue from the newest checkpoint, if there is one; returns its step. What earlier attempts archived
         after it is taken back: this attempt writes it again. The storage records which step this attempt resumed
-        from, which fences off what older attempts still write (checkpoint.py)."""
+        from, which fences off what older attempts still write (training/checkpoint.py)."""
         checkpoint = resume_checkpoint(self.checkpoint_dir, attempt=self.tracker.attempt)
         if checkpoint is None:
             self.tracker.rollback(0)

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .config import RunConfig
-from .distributed import rollout_engine, trainer_for
-from .metrics import Prices
 from .pipeline import Pipeline
-from .scheduler import Curriculum, Scheduler
-from .taskset import TaskSet
-from .tracking import Tracker
+from .rollout.metrics import Prices
+from .tasks.scheduler import Curriculum, Scheduler
+from .tasks.taskset import TaskSet
+from .training.distributed import rollout_engine, trainer_for
+from .training.tracking import Tracker
 from .types import Model
 
 

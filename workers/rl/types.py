@@ -8,6 +8,7 @@ timings and cost. A GRPO group is the `group_size` trajectories of one task.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -90,6 +91,12 @@ class Task:
 def trajectory_id(run_id: str, seq: int, sample: int) -> str:
     """Deterministic: a resumed run that replays draw `seq` writes the same rows again, not new ones."""
     return str(uuid.uuid5(uuid.UUID(run_id), f"{seq}/{sample}"))
+
+
+# A tool call as the policy writes it in its text: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the
+# Hermes / Qwen convention most open chat templates use). The tools parse it (rollout/tools.py), and an engine
+# behind a chat API turns it into the API's tool_calls (engines/endpoint.py).
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 @dataclass

@@ -15,8 +15,8 @@ from apps.registry.pins import bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import EvaluationPlan, RunConfig
-from workers.rl.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
-from workers.rl.taskset import TaskSet
+from workers.rl.rollout.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
+from workers.rl.tasks.taskset import TaskSet
 
 from ..models import Run
 from .base import Attempt

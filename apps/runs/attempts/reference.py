@@ -1,5 +1,5 @@
 """A reference check's attempt: a bundle's own reference answers through the real sandboxes and verifiers
-(workers/rl/reference.py), archived as a run of one step, `model: builtin:reference`, that the pages show and
+(workers/rl/rollout/reference.py), archived as a run of one step, `model: builtin:reference`, that the pages show and
 replay like any other (a 3D answer with the views its verifier rendered). Nothing is trained. The run's events
 name every template whose references did not all pass. An attempt that stops checks them again from the start.
 """
@@ -10,7 +10,7 @@ import time
 
 from apps.common import wiring
 from apps.registry.pins import bundle_tasks
-from workers.rl.reference import OUTCOMES, check_references, reference_report, reference_tasks
+from workers.rl.rollout.reference import OUTCOMES, check_references, reference_report, reference_tasks
 
 from ..models import EventKind
 from .base import Attempt

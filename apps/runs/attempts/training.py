@@ -15,8 +15,8 @@ from django.conf import settings
 
 from apps.common import wiring
 from apps.registry.pins import bundle_tasks
-from workers.rl import distributed
 from workers.rl.session import build_pipeline
+from workers.rl.training import distributed
 
 from ..models import RunStatus
 from .base import Attempt, fail_attempt, remove_weights

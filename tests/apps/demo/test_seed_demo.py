@@ -21,9 +21,9 @@ from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
 from workers.definitions.specs import prompt_placeholders
 from workers.rl.config import RunConfig
-from workers.rl.evaluation import suite_tasks
-from workers.rl.overlap import overlap
-from workers.rl.packaged import SMOLLM2_135M, file_sha256, gguf_file
+from workers.rl.models.packaged import SMOLLM2_135M, file_sha256, gguf_file
+from workers.rl.rollout.evaluation import suite_tasks
+from workers.rl.tasks.overlap import overlap
 from workers.verifiers import Item, verify
 from workers.verifiers.types import Sample
 

@@ -12,7 +12,7 @@ from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, parse_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.attempts.evaluation import model_tasks
-from workers.rl.policies import demo_corpus
+from workers.rl.models.build import demo_corpus
 
 
 def test_the_demo_base_model_on_the_held_out_suite_is_pretrained_from_the_demo_bundle(db):

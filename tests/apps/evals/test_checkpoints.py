@@ -83,7 +83,7 @@ def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(proj
     from apps.registry.services import version_publish
     from apps.runs.attempts.evaluation import checkpoint_model
     from apps.trajectories.models import Trajectory
-    from workers.rl.serving import build_app
+    from workers.rl.serving.app import build_app
 
     run = run_create(project=project, bundle=registry["bundle"], steps=1, name="learner", actor=owner,
                      overrides={**TRAINING, "eval_suite": "", "eval_suite_every": 0})

@@ -13,7 +13,7 @@ from apps.runs.attempts import run_attempt
 from apps.runs.attempts.evaluation import checkpoint_model
 from apps.runs.checkpoints import checkpoint_resolve
 from apps.runs.services import run_claim, run_create
-from workers.rl.hf_tiny import make_tiny_hf_model
+from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.storage import Storage
 
 

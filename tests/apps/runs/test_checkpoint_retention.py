@@ -9,9 +9,9 @@ from apps.runs.attempts.evaluation import checkpoint_weights
 from apps.runs.checkpoints import alias_move, checkpoint_resolve
 from apps.runs.models import Checkpoint
 from apps.runs.services import run_checkpoint_record, run_claim, run_create
-from workers.rl.checkpoint import checkpoints, save_checkpoint
-from workers.rl.model import ModelConfig, TinyLM
-from workers.rl.policy import TinyLMPolicy
+from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.models.tiny_lm import ModelConfig, TinyLM
+from workers.rl.training.checkpoint import checkpoints, save_checkpoint
 
 KEEP = 2
 

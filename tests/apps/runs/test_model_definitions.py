@@ -9,9 +9,9 @@ from apps.registry.errors import SpecError
 from apps.registry.services import version_publish
 from apps.runs.services import RunError, run_create
 from workers.rl.config import RunConfig
-from workers.rl.hf_tiny import make_tiny_hf_model
-from workers.rl.policies import build_model
-from workers.rl.weights import WeightsMismatch, directory_weights_sha256
+from workers.rl.models.build import build_model
+from workers.rl.models.hf_tiny import make_tiny_hf_model
+from workers.rl.models.weights import WeightsMismatch, directory_weights_sha256
 
 
 @pytest.fixture

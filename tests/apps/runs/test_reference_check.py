@@ -125,7 +125,7 @@ def test_a_reference_only_a_judge_could_grade_is_ungraded_not_a_zero(demo, capsy
 def test_a_reference_check_is_never_trained(demo, tmp_path):
     from apps.registry.pins import bundle_tasks
     from workers.rl.config import RunConfig
-    from workers.rl.policies import build_model
+    from workers.rl.models.build import build_model
 
     config = RunConfig.resolve({"model": "builtin:reference"})
     bundle = Version.objects.get(definition__slug="demo", definition__kind="bundle")

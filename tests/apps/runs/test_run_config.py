@@ -108,7 +108,7 @@ def test_a_page_finds_a_models_tokenizer_directory_only_where_this_machine_has_i
     """The replay colours tokens with the run's tokenizer: a Hugging Face directory, or a packaged model once it
     is converted (a page never converts: that takes half a minute)."""
     from apps.common import wiring
-    from workers.rl.packaged import SMOLLM2_135M, cache_directory
+    from workers.rl.models.packaged import SMOLLM2_135M, cache_directory
 
     settings.DATA_DIR = tmp_path / "data"
     model = hugging_face_dir(model_dirs / "org" / "lm")

@@ -1,11 +1,11 @@
 """`manage.py train`'s arguments: a new run needs a bundle and steps, `--resume ID` trains an existing one here,
 and under torchrun (WORLD_SIZE > 1) a run trains only headless — refused before any process group is joined.
-The 2-process training itself: tests/workers/rl/test_distributed.py."""
+The 2-process training itself: tests/workers/rl/training/test_distributed.py."""
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from workers.rl import distributed
+from workers.rl.training import distributed
 
 
 def test_a_new_run_needs_a_bundle_and_steps():

@@ -10,15 +10,15 @@ import copy
 import pytest
 
 from workers.definitions import validate_spec
-from workers.rl.base_model import pretrain
-from workers.rl.chat import CharChat
 from workers.rl.config import RunConfig
 from workers.rl.engines.torch_engine import TorchEngine
-from workers.rl.grading import LocalVerifier
-from workers.rl.policy import TinyLMPolicy
+from workers.rl.models.base_model import pretrain
+from workers.rl.models.chat_formats import CharChat
+from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.session import build_pipeline
-from workers.rl.taskset import TaskSet
-from workers.rl.tracking import MemoryTracker
+from workers.rl.tasks.taskset import TaskSet
+from workers.rl.training.tracking import MemoryTracker
 from workers.rl.types import Model, TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
@@ -54,7 +54,7 @@ def addition_base_model():
 @pytest.fixture
 def make_pipeline(addition_base_model, tmp_path):
     """make_pipeline(steps, checkpoint_dir=..., **config) -> (pipeline, tracker), each from the same base weights.
-    A sync run's engine samples from the trainer's own model, as policies.build_model makes it (`share` says
+    A sync run's engine samples from the trainer's own model, as models/build.py makes it (`share` says
     otherwise)."""
 
     def make(steps: int, *, checkpoint_dir=None, tracker=None, share: bool | None = None, **overrides):

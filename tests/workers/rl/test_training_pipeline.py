@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tests.support.training import pause_after
-from workers.rl.checkpoint import checkpoints
+from workers.rl.training.checkpoint import checkpoints
 
 
 def _weights(pipeline):

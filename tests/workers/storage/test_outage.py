@@ -2,7 +2,7 @@
 with backoff for up to the outage bound, a warning each time, then fails with an error that names the storage and
 the outage; an answer that will not change (no such bucket) fails at once. The outage is real: the S3 test
 server behind a TCP proxy that is cut (tests/support/tcp_proxy.py). A checkpoint published through an outage:
-tests/workers/rl/test_checkpoint_outage.py."""
+tests/workers/rl/training/test_checkpoint_outage.py."""
 
 import logging
 import time

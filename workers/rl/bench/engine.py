@@ -26,7 +26,7 @@ PROMPTS = [
 
 
 def _prompts(tokenizer, count: int) -> list[list[int]]:
-    from ..chat import HFChat
+    from ..models.chat_formats import HFChat
 
     chat = HFChat(tokenizer)
     return [chat.prompt([{"role": "user", "content": PROMPTS[i % len(PROMPTS)].format(a=11 + i, b=29 + 3 * i)}], [])
@@ -83,8 +83,8 @@ def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens:
         temperature: float = 1.0, **_) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..chat import HFChat
-    from ..packaged import SMOLLM2_135M, converted
+    from ..models.chat_formats import HFChat
+    from ..models.packaged import SMOLLM2_135M, converted
 
     directory = converted(SMOLLM2_135M, models_dir)
     tokenizer = AutoTokenizer.from_pretrained(directory)

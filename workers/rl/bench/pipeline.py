@@ -16,15 +16,15 @@ import tempfile
 from pathlib import Path
 
 from workers.definitions import validate_spec
-from workers.rl.chat import CharChat
 from workers.rl.config import RunConfig
 from workers.rl.engines.torch_engine import TorchEngine
-from workers.rl.grading import LocalVerifier
-from workers.rl.model import ModelConfig, TinyLM
-from workers.rl.policy import TinyLMPolicy
+from workers.rl.models.chat_formats import CharChat
+from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.models.tiny_lm import ModelConfig, TinyLM
+from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.session import build_pipeline
-from workers.rl.taskset import TaskSet
-from workers.rl.tracking import MemoryTracker
+from workers.rl.tasks.taskset import TaskSet
+from workers.rl.training.tracking import MemoryTracker
 from workers.rl.types import Model, TaskTemplate
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.interface import SandboxBackend

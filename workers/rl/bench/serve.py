@@ -1,7 +1,7 @@
 """`manage.py bench serve`: `serve`'s OpenAI-compatible server against a plain transformers `generate` loop, on
 SmolLM2-135M-Instruct and the same prompts, at 1, 4 and 16 concurrent clients.
 
-Ours: the app `manage.py serve` runs (workers/rl/serving.py) under uvicorn, its transformers engine batching
+Ours: the app `manage.py serve` runs (workers/rl/serving/app.py) under uvicorn, its transformers engine batching
 continuously; each client is a thread with the official `openai` client, sending its requests one after the
 other with stream=True; time to first token is the wait for the first streamed chunk. The loop: what a server
 without batching does — one request at a time, `model.generate` on it alone; its clients' requests all arrive at
@@ -99,10 +99,10 @@ def run(*, models_dir: Path, clients: tuple[int, ...] = (1, 4, 16), per_client: 
     import uvicorn
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..chat import HFChat
     from ..engines.hf import TransformersEngine
-    from ..packaged import SMOLLM2_135M, converted
-    from ..serving import build_app
+    from ..models.chat_formats import HFChat
+    from ..models.packaged import SMOLLM2_135M, converted
+    from ..serving.app import build_app
 
     directory = converted(SMOLLM2_135M, models_dir)
     tokenizer = AutoTokenizer.from_pretrained(directory)

@@ -2,7 +2,7 @@
 side by side in one run: seconds per step, and wall time until the reward's moving average reaches a target.
 
 Two workloads, each run by both trainers:
-- `tiny`: a ~0.7M-parameter Llama with a character tokenizer (workers.rl.hf_tiny), made here and taught a+b
+- `tiny`: a ~0.7M-parameter Llama with a character tokenizer (workers.rl.models.hf_tiny), made here and taught a+b
   (a, b < 30) from a corpus where 30% of the answers are wrong, so both start from the same unreliable base.
   16 prompts × 8 samples a step, at most 4 new tokens, every weight trained, `--steps` steps (100).
 - `smollm2`: SmolLM2-135M-Instruct (builtin:smollm2-135m-instruct), "What is a+b? Answer with just the
@@ -12,7 +12,7 @@ Both sides: temperature 1, the reward 1 when the last number of the reply is the
 rule), group-normalised advantages, clip 0.2 / 0.28, token-level loss, no KL, AdamW at the same constant
 learning rate, one update per batch. TRL is set as MEASURED.md found fair on a CPU: no bf16, no gradient
 checkpointing, per-device batch counting completions. Ours runs the product's own path: the model as a run
-builds it (policies.build_model: in a sync run the transformers engine samples from the trainer's own model, as
+builds it (models/build.py: in a sync run the transformers engine samples from the trainer's own model, as
 TRL's does), the sync pipeline and the numeric verifier.
 """
 
@@ -30,12 +30,12 @@ from pathlib import Path
 
 from workers.definitions import validate_spec
 from workers.rl.config import RunConfig
-from workers.rl.grading import LocalVerifier
-from workers.rl.hf_tiny import make_tiny_hf_model, pretrain_hf_addition
-from workers.rl.policies import build_model
+from workers.rl.models.build import build_model
+from workers.rl.models.hf_tiny import make_tiny_hf_model, pretrain_hf_addition
+from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.session import build_pipeline
-from workers.rl.taskset import TaskSet
-from workers.rl.tracking import MemoryTracker
+from workers.rl.tasks.taskset import TaskSet
+from workers.rl.training.tracking import MemoryTracker
 from workers.rl.types import TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
@@ -187,7 +187,7 @@ def _compare(work: Workload, steps: int, target: float, **extra) -> dict:
 
 def run(*, models_dir: Path, steps: int = 100, smollm_steps: int = 4, target_reward: float = 0.6,
         pretrain_steps: int = 1500, workloads: tuple[str, ...] = ("tiny", "smollm2"), **_) -> dict:
-    from ..packaged import SMOLLM2_135M, converted
+    from ..models.packaged import SMOLLM2_135M, converted
 
     result = {"target_reward_moving_average": target_reward}
     if "tiny" in workloads:
@@ -199,7 +199,7 @@ def run(*, models_dir: Path, steps: int = 100, smollm_steps: int = 4, target_rew
             tiny = Workload(model_dir, "{a}+{b}=", limit=30, prompts=16, group=8, new_tokens=4, learning_rate=2e-4)
             result["tiny"] = _compare(
                 tiny, steps, target_reward, pretraining={**report, "seconds": round(time.monotonic() - started, 1)},
-                model="LlamaForCausalLM 128 hidden × 4 layers, character tokenizer (workers.rl.hf_tiny)")
+                model="LlamaForCausalLM 128 hidden × 4 layers, character tokenizer (workers.rl.models.hf_tiny)")
     if "smollm2" in workloads:
         smollm = Workload(converted(SMOLLM2_135M, models_dir), "What is {a}+{b}? Answer with just the number.",
                           limit=21, prompts=4, group=8, new_tokens=8, learning_rate=2e-4, lora_rank=16, lora_alpha=32,

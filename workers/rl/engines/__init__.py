@@ -16,7 +16,7 @@ form the next call. New weights wait beside the model and are swapped in between
 tokens, when continuous), so the trainer never waits for a batch of long samples to finish. In a sync run the
 torch and transformers engines sample from the trainer's own model instead (`shares_weights`), as TRL does
 without vLLM: no copy of the weights per step. A LoRA run keeps a copy with the adapters merged in
-(policies.build_model says why: unmerged adapters decode slower on a CPU than the copy costs). Each engine counts
+(models/build.py says why: unmerged adapters decode slower on a CPU than the copy costs). Each engine counts
 the seconds it spent generating, shared out as each completion's policy compute cost.
 
 A caller that alone submits all of a step's requests at once (the sync pipeline) gets the same batches, and

@@ -24,7 +24,7 @@ import openai
 
 from workers.definitions.newlines import normalise_newlines
 
-from ..tools import TOOL_CALL
+from ..types import TOOL_CALL
 from . import Completion, GenerationRequest
 
 

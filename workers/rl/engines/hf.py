@@ -9,7 +9,7 @@ are computed (`logits_to_keep=1`): a prefill of 100 prompts of 400 tokens over a
 otherwise hold 8 GB of logits it never reads.
 
 The cache is transformers' DynamicCache; `select_cache` and `merge_caches` give ContinuousBatch the row and
-column surgery it needs (the same as model.py's for TinyLM's list of tensors).
+column surgery it needs (the same as models/tiny_lm.py's for TinyLM's list of tensors).
 """
 
 from __future__ import annotations

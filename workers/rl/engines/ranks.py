@@ -1,7 +1,7 @@
 """The `ranks` engine: rank 0's generation under torchrun, spread over every rank's replica of the policy.
 
-Each follower rank (workers/rl/distributed.py) samples with its own engine over its own replica — the same kind
-as rank 0's, on its own device — served by the studio's OpenAI-compatible app (serving.py) on a port of its host,
+Each follower rank (workers/rl/training/distributed.py) samples with its own engine over its own replica — the same kind
+as rank 0's, on its own device — served by the studio's OpenAI-compatible app (serving/) on a port of its host,
 behind a bearer token rank 0 made for the run. Rank 0 keeps its own engine and asks it directly. A request goes
 to whichever rank has the fewest requests in flight from here (ServerEngine's rotation, with rank 0's engine as
 one more server), so a slow rank gets less work; a rank that fails a request is retried elsewhere.

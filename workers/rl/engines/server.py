@@ -1,5 +1,5 @@
 """The `server` engine: rollouts generated on one or more OpenAI-compatible inference servers — the studio's own
-`manage.py serve` on CPUs (workers/rl/serving.py), or vLLM's server on GPUs — while the trainer runs here.
+`manage.py serve` on CPUs (workers/rl/serving/app.py), or vLLM's server on GPUs — while the trainer runs here.
 
 Each request goes to `/v1/completions` as token ids (`prompt` a list of ids, `stop_token_ids`,
 `return_token_ids`, `logprobs: 0`: vLLM's names), to the server with the fewest requests in flight from this
@@ -21,7 +21,7 @@ records as an infrastructure error, never trained on. `stale_refused` counts the
 which version answered (vLLM's plain `vllm serve`) is taken at the version last
 synced to it.
 
-For vLLM: run `python -m workers.rl.vllm_server --model DIR [vLLM's flags]` (workers/rl/vllm_server.py,
+For vLLM: run `python -m workers.rl.serving.vllm_server --model DIR [vLLM's flags]` (workers/rl/serving/vllm_server.py,
 docs/VLLM.md): vLLM's own OpenAI-compatible server with the studio's `POST/GET /v1/weights` (the published
 directory checked against the served checkpoint, then loaded into the running model between requests, the prefix
 cache reset) and a top-level `policy_version` on every completion, started with `--logprobs-mode

@@ -1,10 +1,12 @@
-"""The `torch` engine: the project's TinyLM sampling with its KV cache, on the CPU or a GPU."""
+"""The `torch` engine: the project's TinyLM (models/tiny_lm.py) sampling with its KV cache, on the CPU or a GPU.
+
+The model opens its own continuous batch (`TinyLM.continuous_batch`: its step and its cache's layout), so this
+engine imports no model: the engines sit below the models, which build them (models/build.py)."""
 
 from __future__ import annotations
 
 import copy
 
-from ..model import TinyLM, merge_caches, select_rows
 from . import BatchingEngine, GenerationRequest
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 
@@ -12,10 +14,10 @@ from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 class TorchEngine(BatchingEngine):
     name = "torch"
 
-    def __init__(self, model: TinyLM, *, device: str = "cpu", policy_version: int = 0, max_batch_rows: int = 512,
+    def __init__(self, model, *, device: str = "cpu", policy_version: int = 0, max_batch_rows: int = 512,
                  share: bool = False):
-        """`share`: sample from `model` itself (the trainer's, in a sync run, where sampling and training never
-        overlap); otherwise from a copy, which the trainer's updates reach through load_weights."""
+        """`model`: a TinyLM. `share`: sample from `model` itself (the trainer's, in a sync run, where sampling and
+        training never overlap); otherwise from a copy, which the trainer's updates reach through load_weights."""
         self.shares_weights = share
         self.model = (model if share else copy.deepcopy(model)).to(device).eval()
         self.device = device
@@ -23,8 +25,7 @@ class TorchEngine(BatchingEngine):
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
     def _open_batch(self) -> ContinuousBatch:
-        return ContinuousBatch(self.model.sampling_step, select=select_rows, merge=merge_caches,
-                               context=self.max_context, device=self.device)
+        return self.model.continuous_batch(context=self.max_context, device=self.device)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)

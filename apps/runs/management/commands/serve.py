@@ -1,6 +1,6 @@
 """`manage.py serve (--checkpoint RUN@STEP|ALIAS | --model model/SLUG[@N]) [--host 127.0.0.1] [--port 8100]
 [--name NAME] [--project SLUG]`: an OpenAI-compatible server of a checkpoint or a base model
-(workers/rl/serving.py: /v1/models, /v1/chat/completions with streaming, /v1/completions, logprobs), on the
+(workers/rl/serving/app.py: /v1/models, /v1/chat/completions with streaming, /v1/completions, logprobs), on the
 torch or transformers engine with continuous batching on the CPU, or vLLM on a GPU as the run's config says.
 It also loads new weights on POST /v1/weights, so a run can generate on it (RunConfig.inference_servers): with
 STUDIO_SERVE_WEIGHTS_TOKEN set, callers need that bearer token; without it, only loopback clients may.
@@ -39,7 +39,7 @@ class Command(BaseCommand):
     def handle(self, *args, checkpoint, model, bundle, host, port, name, project, **_):
         import uvicorn
 
-        from workers.rl.serving import build_app
+        from workers.rl.serving.app import build_app
 
         scope = project_for_command(slug=project)
         try:

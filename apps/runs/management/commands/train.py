@@ -7,7 +7,7 @@ cost per task, the trainer's idle time by cause. Without --headless the run is q
 workers (Celery's gpu queue, or the embedded training of `make demo`) and its page is printed.
 
 Data-parallel: `torchrun --nproc-per-node N manage.py train ... --headless` trains one run on N processes
-(workers/rl/distributed.py). Rank 0 does everything this command does alone (creates or claims the run, rolls
+(workers/rl/training/distributed.py). Rank 0 does everything this command does alone (creates or claims the run, rolls
 out, writes the database, the archive and the checkpoints, prints); the other ranks compute gradients on their
 shard of each step, sample rollouts for rank 0, and print how many updates they took part in. A run whose config
 asks for `data_parallel: N` starts those processes itself wherever it trains (apps/runs/ranks.py).
@@ -31,8 +31,8 @@ from apps.runs.attempts import run_attempt
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import ACTIVE_STATUSES, TRAINING_KINDS, Run, RunStatus
 from apps.runs.services import RunError, run_claim, run_create, run_request
-from workers.rl import distributed
-from workers.rl.packaged import PACKAGED_MODELS
+from workers.rl.models.packaged import PACKAGED_MODELS
+from workers.rl.training import distributed
 
 
 def parse_setting(text: str) -> tuple[str, object]:

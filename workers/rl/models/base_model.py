@@ -1,0 +1,160 @@
+"""The demo's base model, made here: a character-level TinyLM pretrained in about a minute on the CPU on
+noisy renderings of the demo's own tasks.
+
+Each task instance becomes a conversation in the CharChat format: the prompt, then an answer built from the
+instance's hidden reference (the number, the canonical solution, the reference script, the cited sentence),
+sometimes preceded by a tool call and its result. Half of the answers are corrupted on purpose — one number
+in them is off — so the model learns the formats and has seen the answers without learning which are
+right: it is unreliable in the way RL on verifiable rewards fixes. (Short tasks such as `12+7=` get most of
+the pretraining; the long formats of code, JSON and scripts get enough to be written, rarely correctly.)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from .chat_formats import CharChat
+from .tiny_lm import ModelConfig, TinyLM
+
+NUMBER = re.compile(r"(?<![A-Za-z_])\d+")
+SHORT_EXAMPLE_CHARS = 48  # an example this short trains in the cheap short-context batches
+
+
+@dataclass(frozen=True)
+class Example:
+    """One pretraining conversation: messages in the chat format's roles."""
+
+    messages: tuple[dict, ...]
+
+
+def _code_block(code: str) -> str:
+    return f"```python\n{code.rstrip()}\n```"
+
+
+def reference_turns(*, tools: list[dict], inputs: dict, hidden: dict, rng: random.Random,
+                    tool_call_fraction: float = 0.3) -> list[dict] | None:
+    """The assistant's side of a right answer, from the hidden fields the demo's task families use:
+    `canonical_solution` / `reference_script` (code), `citations` with `answer` (document QA), `working`
+    with `answer` (word problems), or a bare `answer`. None when the instance has none of them."""
+    tool_names = {tool["name"] for tool in tools}
+    code = hidden.get("canonical_solution") or hidden.get("reference_script")
+    if code:
+        answer = _code_block(code)
+        if "run_python" in tool_names and rng.random() < tool_call_fraction:
+            call, _, expected = (inputs.get("example") or "").partition(" == ")
+            probe = f"{code.rstrip()}\nprint({call})" if call else code
+            output = f"exit code 0\nstdout:\n{expected}\n" if call else "exit code 0\nstdout:\n"
+            return [{"role": "assistant", "content": "<tool_call>" + json.dumps(
+                        {"name": "run_python", "arguments": {"code": probe}}) + "</tool_call>"},
+                    {"role": "tool", "content": output}, {"role": "assistant", "content": answer}]
+        return [{"role": "assistant", "content": answer}]
+    if hidden.get("citations") and "answer" in hidden:
+        citation = hidden["citations"][0]
+        answer = json.dumps({"answer": str(hidden["answer"]),
+                             "citations": [{"doc_id": c["doc_id"], "quote": c["span"]} for c in hidden["citations"]]})
+        if "search_documents" in tool_names and rng.random() < tool_call_fraction:
+            query = " ".join(citation["span"].split()[:3])
+            return [{"role": "assistant", "content": "<tool_call>" + json.dumps(
+                        {"name": "search_documents", "arguments": {"query": query}}) + "</tool_call>"},
+                    {"role": "tool", "content": f"{citation['doc_id']}: {citation['span']}"},
+                    {"role": "assistant", "content": answer}]
+        return [{"role": "assistant", "content": answer}]
+    if "working" in hidden and "answer" in hidden:
+        return [{"role": "assistant", "content": f"{hidden['working']}\nAnswer: {hidden['answer']}"}]
+    if "answer" in hidden:
+        return [{"role": "assistant", "content": str(hidden["answer"])}]
+    return None
+
+
+def corrupt(text: str, rng: random.Random) -> str:
+    """The same answer with one of its numbers off by a little (or by ten)."""
+    numbers = list(NUMBER.finditer(text))
+    if not numbers:
+        return text
+    match = rng.choice(numbers)
+    value = max(0, int(match.group()) + rng.choice([-3, -2, -1, 1, 2, 3, 10, -10]))
+    return text[:match.start()] + str(value) + text[match.end():]
+
+
+def pretraining_example(*, prompt: str, turns: list[dict], rng: random.Random, wrong_fraction: float) -> str:
+    """One rendered conversation; with probability wrong_fraction its final answer is corrupted."""
+    ids, _ = _noisy_conversation(prompt, turns, rng, wrong_fraction)
+    return CharChat().tokenizer.decode(ids)
+
+
+def _noisy_conversation(prompt: str, turns: list[dict], rng: random.Random, wrong_fraction: float,
+                        chat: CharChat | None = None) -> tuple[list[int], list[int]]:
+    """(ids, loss mask) of one conversation, its final answer corrupted with probability wrong_fraction. The
+    mask covers the assistant's characters (its end-of-turn mark included): what the model writes."""
+    chat = chat or CharChat()
+    turns = [dict(t) for t in turns]
+    if rng.random() < wrong_fraction:
+        turns[-1]["content"] = corrupt(turns[-1]["content"], rng)
+    ids, mask = [], []
+    for message in [{"role": "user", "content": prompt}, *turns]:
+        part = chat.tokenizer.encode(chat.render([message]))
+        ids += part
+        mask += [int(message["role"] == "assistant")] * len(part)
+    return ids, mask
+
+
+def pretrain(conversations, *, seconds: float = 60.0, steps: int | None = None, seed: int = 0,
+             wrong_fraction: float = 0.5, block_size: int = 512, short_fraction: float = 0.8,
+             short_batch: int = 128, long_batch: int = 8, lr: float = 3e-3, progress=None) -> tuple[TinyLM, dict]:
+    """Pretrain a TinyLM on `conversations`, a list of (prompt, reference turns), for `seconds` (or `steps`).
+
+    Each step is a batch of freshly noised whole conversations, the loss on what the assistant writes (the
+    prompts are mostly unpredictable digits and specs; learning them would spend the model's few parameters on
+    noise). Short conversations (`12+7=`) go in wide cheap batches, most steps (`short_fraction`); long ones
+    (code, JSON, scripts) in small batches, cut to their last `block_size` characters as rollouts cut prompts."""
+    if not conversations:
+        raise ValueError("no conversations to pretrain on")
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    chat = CharChat()
+    model = TinyLM(ModelConfig(vocab_size=chat.tokenizer.vocab_size, block_size=block_size))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    short, long = [], []
+    for conversation in conversations:
+        prompt, turns = conversation
+        (short if len(prompt) + sum(len(t["content"]) for t in turns) <= SHORT_EXAMPLE_CHARS else long).append(
+            conversation)
+    started, step, losses = time.monotonic(), 0, []
+
+    def batch(pool, size):
+        rows = [_noisy_conversation(*rng.choice(pool), rng, wrong_fraction, chat) for _ in range(size)]
+        rows = [(ids[-block_size:], mask[-block_size:]) for ids, mask in rows]
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.full((size, width), chat.end)
+        mask = torch.zeros(size, width)
+        for row, (row_ids, row_mask) in enumerate(rows):
+            ids[row, :len(row_ids)] = torch.tensor(row_ids)
+            mask[row, :len(row_mask)] = torch.tensor(row_mask, dtype=torch.float)
+        return ids, mask
+
+    model.train()
+    while (steps is None and time.monotonic() - started < seconds) or (steps is not None and step < steps):
+        use_short = short and (not long or rng.random() < short_fraction)
+        ids, mask = batch(short, short_batch) if use_short else batch(long, long_batch)
+        logits, _ = model(ids[:, :-1])  # (B, T-1, vocab)
+        per_token = F.cross_entropy(logits.reshape(-1, chat.tokenizer.vocab_size), ids[:, 1:].reshape(-1),
+                                    reduction="none")
+        target_mask = mask[:, 1:].reshape(-1)
+        loss = (per_token * target_mask).sum() / target_mask.sum().clamp(min=1)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        step += 1
+        if progress and step % 25 == 0:
+            progress(step, losses[-1], time.monotonic() - started)
+    return model.eval(), {"steps": step, "seconds": round(time.monotonic() - started, 1),
+                          "first_loss": losses[0], "last_loss": sum(losses[-20:]) / len(losses[-20:]),
+                          "conversations": len(conversations), "short": len(short), "long": len(long)}

@@ -1,0 +1,146 @@
+"""The model a run trains and samples with (policy, engine, chat format), built from the run's config.
+
+`builtin:demo-tiny` is the project's own base model: pretrained here from the run's tasks (their instances
+rendered with their references, half of them wrong) on first use and cached in `models_dir` by the hash of its
+corpus, so every later run on the same tasks starts from the same weights. `builtin:smollm2-135m-instruct` and
+the other packaged models (packaged.py) are real LLMs shipped in a Python package, converted on first use and
+cached in `models_dir` by the file's hash. Anything else is the local path of a Hugging Face causal LM.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from workers.storage import Storage
+
+from ..config import REFERENCE_MODEL, RunConfig
+from ..tasks.taskset import TaskSet
+from ..types import Model
+from .base_model import pretrain, reference_turns
+from .chat_formats import CharChat, CharTokenizer, HFChat
+from .packaged import DEMO_MODEL, PACKAGED_MODELS, TRAINABLE_BUILTINS, converted
+from .policies import HFPolicy, TinyLMPolicy
+from .weights import check_weights
+
+PRETRAIN_SEED = 0
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA device on this worker")
+    return name
+
+
+def demo_corpus(tasks: TaskSet) -> list[tuple[str, list[dict]]]:
+    rng = random.Random(PRETRAIN_SEED)
+    corpus = []
+    for key, template in sorted(tasks.templates.items()):
+        for item in tasks.items[key].values():
+            turns = reference_turns(tools=list(template.tools), inputs=item.inputs, hidden=item.hidden, rng=rng)
+            if turns is not None:
+                corpus.append((template.prompt_template.format(**item.inputs), turns))
+    return corpus
+
+
+def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float, progress=None,
+                    shared: Storage | None = None) -> Path:
+    """The directory of the demo base model for these tasks, pretraining it if it is not cached. With `shared`
+    (the blob storage's models on an object store), a model another host pretrained is fetched from there, and
+    one pretrained here is published there."""
+    corpus = demo_corpus(tasks)
+    digest = hashlib.sha256(json.dumps([corpus, pretrain_seconds, PRETRAIN_SEED, CharTokenizer().signature],
+                                       sort_keys=True).encode()).hexdigest()[:16]
+    directory = Path(models_dir) / f"demo-tiny-{digest}"
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two workers starting at once pretrain once
+        if (directory / "model.safetensors").is_file():
+            return directory
+        if shared is not None and shared.published(directory.name):
+            return shared.fetch(directory.name, into=directory)
+        model, report = pretrain(corpus, seconds=pretrain_seconds, seed=PRETRAIN_SEED, progress=progress)
+        partial = directory.with_name(directory.name + ".partial")
+        policy = TinyLMPolicy(model)
+        policy.save_pretrained(partial)
+        (partial / "pretraining.json").write_text(json.dumps(report))
+        partial.rename(directory)
+        if shared is not None:
+            shared.publish(directory.name, directory)
+    return directory
+
+
+def server_engine(config: RunConfig, *, weights: Storage, token: str, max_context: int | None):
+    """The engine of a run that generates on inference servers (config.inference_servers): the trainer's weights
+    go to `weights` after each step, and every server loads them from there."""
+    from ..engines.server import ServerEngine
+
+    if config.context_length:
+        max_context = min(max_context or config.context_length, config.context_length)
+    return ServerEngine(config.server_urls(), weights=weights, token=token, max_staleness=config.max_staleness,
+                        max_context=max_context, max_concurrency=max(8, config.rollout_concurrency * 4))
+
+
+def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float,
+                progress=None, shared: Storage | None = None, weights: Storage | None = None,
+                server_token: str = "") -> Model:
+    """The run's model on the device the config asks for. `models_dir` caches built-in base models (and `shared`,
+    if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
+    `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
+    servers' (engines/server.py, `server_token` the bearer token of their weight endpoint); without `weights`
+    (an evaluation of a checkpoint), the in-process engine samples."""
+    device = resolve_device(config.device)
+    on_servers = bool(config.server_urls()) and weights is not None
+    path = config.model
+    if config.model in PACKAGED_MODELS:
+        check_weights(config.model, config.model_sha256)  # the installed file, before converting it
+        path = str(converted(PACKAGED_MODELS[config.model], models_dir, shared=shared))
+    elif config.model.startswith("builtin:"):
+        if config.model == REFERENCE_MODEL:
+            raise ValueError("a reference check answers with the tasks' references and trains nothing: "
+                             "run it with `manage.py reference_check`, not as a training run")
+        if config.model != DEMO_MODEL:
+            raise ValueError(f"unknown built-in model {config.model!r}; the built-in ones are "
+                             f"{', '.join(TRAINABLE_BUILTINS)}")
+        from ..engines.torch_engine import TorchEngine
+
+        policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
+                                                   progress=progress, shared=shared), device=device)
+        if on_servers:
+            return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,
+                                                             max_context=policy.model.config.block_size),
+                         chat=CharChat())
+        return Model(policy=policy, engine=TorchEngine(policy.model, device=device, share=config.mode == "sync"),
+                     chat=CharChat())
+    else:
+        check_weights(path, config.model_sha256)
+    policy = HFPolicy(path, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
+    if config.chat_template:
+        policy.tokenizer.chat_template = config.chat_template
+    chat = HFChat(policy.tokenizer)
+    if on_servers:
+        context = getattr(policy.model.config, "max_position_embeddings", None)
+        return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,
+                                                         max_context=context), chat=chat)
+    if config.engine == "vllm":
+        from ..engines.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(path, seed=config.seed)
+    else:
+        from ..engines.hf import TransformersEngine
+
+        # A sync run samples from the trainer's model itself: no copy of the weights per step. Not with LoRA:
+        # adapters applied unmerged made SmolLM2's decoding 1.35x slower on 2 CPU cores (32 rows x 32 tokens:
+        # 7.4 s against 5.5 s merged), far more than the merge and copy a step costs (about 0.3 s).
+        share = config.mode == "sync" and not config.lora_rank
+        engine = TransformersEngine(path, device=device, shared_model=policy.model if share else None)
+    if config.context_length:
+        engine.max_context = min(engine.max_context or config.context_length, config.context_length)
+    return Model(policy=policy, engine=engine, chat=chat)

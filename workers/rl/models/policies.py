@@ -1,0 +1,233 @@
+"""The trainer's view of a model: next-token logprobs over padded batches, weights for the inference engine,
+and saving / loading its trainable state as safetensors.
+
+- `TinyLMPolicy`: the project's character-level model (tiny_lm.py).
+- `HFPolicy`: any Hugging Face causal LM from a local path, optionally with LoRA adapters through peft; the
+  engine then receives the merged weights under the base model's own parameter names.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+from torch.nn import functional as F
+
+from .tiny_lm import ModelConfig, TinyLM
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+    """(B, T, V) logits and (B, T) targets -> logprobs of the targets and the entropy at each position."""
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    chosen = logp.gather(2, targets.unsqueeze(2)).squeeze(2)
+    with torch.no_grad():
+        entropy = -(logp.exp() * logp).sum(-1)
+    return chosen, entropy
+
+
+class TinyLMPolicy:
+    kind = "tinylm"
+
+    def __init__(self, model: TinyLM, *, device: str = "cpu"):
+        self.model = model.to(device)
+        self.device = device
+
+    @classmethod
+    def load(cls, directory: Path, *, device: str = "cpu") -> TinyLMPolicy:
+        config = ModelConfig(**json.loads((Path(directory) / "config.json").read_text()))
+        model = TinyLM(config)
+        model.load_state_dict(load_file(str(Path(directory) / "model.safetensors")))
+        return cls(model, device=device)
+
+    def save_pretrained(self, directory: Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(json.dumps(self.model.config.__dict__))
+        save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(directory / "model.safetensors"))
+
+    @property
+    def max_context(self) -> int:
+        return self.model.config.block_size
+
+    def trainable_parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def train(self) -> None:
+        self.model.train()
+
+    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0):
+        """ids (B, T) right-padded -> logprobs and entropy of ids[:, first + 1:] (B, T-1-first): the trainer asks
+        only from the first position any row trains on (the prompts before it need no vocabulary softmax)."""
+        logits, _ = self.model(ids[:, :-1])
+        return token_logprobs(logits[:, first:], ids[:, first + 1:], temperature)
+
+    def frozen_copy(self):
+        reference = copy.deepcopy(self.model).eval()
+        for parameter in reference.parameters():
+            parameter.requires_grad_(False)
+        return _FrozenTiny(reference)
+
+    def inference_state(self) -> dict:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def save(self, path: Path) -> None:
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}, str(path))
+
+    def restore(self, path: Path) -> None:
+        self.model.load_state_dict(load_file(str(path), device=str(self.device)))
+
+
+class _FrozenTiny:
+    def __init__(self, model):
+        self.model = model
+
+    @torch.no_grad()
+    def logprobs(self, ids, attention_mask, temperature, first: int = 0):
+        logits, _ = self.model(ids[:, :-1])
+        return token_logprobs(logits[:, first:], ids[:, first + 1:], temperature)[0]
+
+
+class HFPolicy:
+    kind = "hf"
+    shares_prompts = True  # logprobs() computes a prompt all rows share once (_hf_logits)
+
+    def __init__(self, path: str, *, device: str = "cpu", lora_rank: int = 0, lora_alpha: int = 16,
+                 lora_target_modules: list[str] | None = None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path, self.device = str(path), device
+        if not Path(self.path).is_dir():
+            raise FileNotFoundError(f"no Hugging Face model directory at {self.path} (models load by local path)")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32).to(device)
+        self.lora = lora_rank > 0
+        if self.lora:
+            from peft import LoraConfig, get_peft_model
+
+            self.model = get_peft_model(self.model, LoraConfig(
+                r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                target_modules=lora_target_modules or "all-linear"))
+
+    @property
+    def max_context(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    def trainable_parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def train(self) -> None:
+        self.model.train()
+
+    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0):
+        return token_logprobs(_hf_logits(self.model, ids, attention_mask, first), ids[:, first + 1:], temperature)
+
+    def frozen_copy(self):
+        if self.lora:
+            return _LoraReference(self.model)
+        reference = copy.deepcopy(self.model).eval()
+        for parameter in reference.parameters():
+            parameter.requires_grad_(False)
+        return _FrozenHF(reference)
+
+    def inference_state(self) -> dict:
+        """Full weights under the base model's names; LoRA adapters merged in (and taken out again)."""
+        with torch.no_grad():
+            if not self.lora:
+                return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.model.merge_adapter()
+            try:
+                state = {}
+                for key, value in self.model.state_dict().items():
+                    if "lora_" in key:
+                        continue
+                    name = key.removeprefix("base_model.model.").replace(".base_layer", "")
+                    state[name] = value.detach().clone()
+                return state
+            finally:
+                self.model.unmerge_adapter()
+
+    def save(self, path: Path) -> None:
+        if self.lora:
+            from peft import get_peft_model_state_dict
+
+            save_file({k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(self.model).items()},
+                      str(path))
+        else:
+            save_model(self.model, str(path))  # handles tied embeddings, which save_file refuses
+
+    def export(self, directory: Path) -> None:
+        """A Hugging Face directory of the current weights (LoRA adapters merged in): safetensors, config,
+        generation config and tokenizer, loadable with AutoModelForCausalLM.from_pretrained(directory)."""
+        model = self.model
+        if self.lora:
+            model = copy.deepcopy(self.model).merge_and_unload()
+        model.save_pretrained(str(directory), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(directory))
+
+    def restore(self, path: Path) -> None:
+        if self.lora:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, load_file(str(path), device=str(self.device)))
+        else:
+            load_model(self.model, str(path), device=str(self.device))
+
+
+def _hf_logits(model, ids, attention_mask, first: int):
+    """Logits predicting ids[:, first + 1:] only (`logits_to_keep`): with a 49k vocabulary the output layer and
+    its softmax over every prompt position cost a fifth of the compute and most of the memory, for nothing.
+
+    Rows that start with the same ids[:, :first + 1] — the samples of one GRPO group share their prompt — have
+    that prefix computed once, not once per sample: its keys and values (with their autograd history, so LoRA
+    on the attention still learns from them) are handed to every row that shares it, and only the rows' own
+    tokens are computed. On a CPU, where a group's 8 copies of a 150-token prompt outweigh 10-token answers,
+    that is most of a step's compute; a micro-batch of many groups computes each of its prompts once."""
+    rows, prefix = ids.shape[0], first + 1
+    if rows > 1 and prefix >= 2:
+        prefixes, owners = torch.unique(ids[:, :prefix], dim=0, return_inverse=True)
+    if rows == 1 or prefix < 2 or len(prefixes) == rows:
+        return model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                     logits_to_keep=ids.shape[1] - 1 - first).logits
+    shared = model(input_ids=prefixes, use_cache=True, logits_to_keep=1)
+    cache = shared.cache
+    for layer in cache.layers:  # each row gets its prefix's keys and values; the gradients flow back to it
+        if len(prefixes) == 1:  # a view per row, no copy
+            layer.keys = layer.keys.expand(rows, -1, -1, -1)
+            layer.values = layer.values.expand(rows, -1, -1, -1)
+        else:
+            layer.keys = layer.keys.index_select(0, owners)
+            layer.values = layer.values.index_select(0, owners)
+    suffix = ids[:, prefix:-1]
+    positions = torch.arange(prefix, prefix + suffix.shape[1], device=ids.device).expand(rows, -1)
+    # The prefix's last position predicts each row's first trained token.
+    first_logits = shared.logits.index_select(0, owners)
+    if not suffix.shape[1]:
+        return first_logits
+    rest = model(input_ids=suffix, cache=cache, position_ids=positions, attention_mask=attention_mask[:, :-1],
+                 use_cache=True).logits
+    return torch.cat([first_logits, rest], dim=1)
+
+
+class _FrozenHF:
+    def __init__(self, model):
+        self.model = model
+
+    @torch.no_grad()
+    def logprobs(self, ids, attention_mask, temperature, first: int = 0):
+        return token_logprobs(_hf_logits(self.model, ids, attention_mask, first), ids[:, first + 1:], temperature)[0]
+
+
+class _LoraReference:
+    """The base model is the reference: the same module with its adapters switched off."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @torch.no_grad()
+    def logprobs(self, ids, attention_mask, temperature, first: int = 0):
+        with self.model.disable_adapter():
+            logits = _hf_logits(self.model, ids, attention_mask, first)
+        return token_logprobs(logits, ids[:, first + 1:], temperature)[0]

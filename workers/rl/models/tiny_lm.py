@@ -1,0 +1,183 @@
+"""A tiny character-level transformer, nanoGPT-shaped: the base model the demo post-trains.
+
+Small enough to pretrain in about a minute on two CPU cores, so the studio can show the whole story — the
+base model knows the format but is unreliable; RL makes it reliable. Generation keeps a KV cache and returns
+each sampled token's logprob under the sampling policy, which GRPO needs as the "old" policy.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int
+    block_size: int = 48  # longest prompt + completion, in characters
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 96
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+
+    def forward(self, x, cache=None, key_mask=None, use_cache=False):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        if use_cache:
+            k, v, cache = _cached(cache, k, v)
+        S = k.shape[2]
+        # With a cache, the new queries sit after every cached key: only the new block needs a causal mask
+        # (none at all for the one-token steps of sampling).
+        offset = S - T
+        if key_mask is not None:  # (B, S): left padding in a batch of prompts of different lengths
+            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=offset)
+            itself = torch.zeros(T, S, dtype=torch.bool, device=x.device)
+            itself[torch.arange(T), torch.arange(offset, S)] = True  # a pad query sees itself: no empty row
+            mask = causal & (key_mask[:, None, None, :] | itself)  # (B, 1, T, S)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif offset == 0:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif T == 1:
+            y = F.scaled_dot_product_attention(q, k, v)
+        else:
+            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=offset)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C)), cache
+
+
+HEADROOM = 64  # columns a KV buffer grows by at least: appending a token is a write, not a copy of the cache
+
+
+def _cached(cache, k, v):
+    """A layer's KV cache is (keys, values, length): buffers (B, heads, capacity, dim) of which `length` columns
+    are used. New keys are written in place (the buffers grow by doubling when full), so a token costs a write,
+    not a copy of the whole cache. Returns the keys and values in use, and the cache."""
+    B, heads, T, dim = k.shape
+    if cache is None:
+        keys, values, length = k.new_zeros(B, heads, T + HEADROOM, dim), v.new_zeros(B, heads, T + HEADROOM, dim), 0
+    else:
+        keys, values, length = cache
+        if length + T > keys.shape[2]:
+            extra = max(length + T, 2 * keys.shape[2]) - keys.shape[2]
+            keys = torch.cat([keys, keys.new_zeros(B, heads, extra, dim)], dim=2)
+            values = torch.cat([values, values.new_zeros(B, heads, extra, dim)], dim=2)
+    keys[:, :, length:length + T] = k
+    values[:, :, length:length + T] = v
+    return keys[:, :, :length + T], values[:, :, :length + T], (keys, values, length + T)
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(config.n_embd), nn.LayerNorm(config.n_embd)
+        self.attn = Attention(config)
+        self.mlp = nn.Sequential(nn.Linear(config.n_embd, 4 * config.n_embd), nn.GELU(),
+                                 nn.Linear(4 * config.n_embd, config.n_embd))
+
+    def forward(self, x, cache=None, key_mask=None, use_cache=False):
+        attended, cache = self.attn(self.ln1(x), cache, key_mask, use_cache)
+        x = x + attended
+        return x + self.mlp(self.ln2(x)), cache
+
+
+class TinyLM(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.token = nn.Embedding(config.vocab_size, config.n_embd)
+        self.position = nn.Embedding(config.block_size, config.n_embd)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln = nn.LayerNorm(config.n_embd)
+        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+
+    def forward(self, idx, caches=None, start: int = 0, positions=None, key_mask=None, use_cache=False):
+        """idx (B, T) -> logits (B, T, vocab), and (with use_cache) the per-layer KV caches extended by these T
+        positions.
+
+        positions (B, T) and key_mask (B, S) serve batches of left-padded prompts: each row's own positions, and
+        which of the S keys (cached + new) are real tokens."""
+        T = idx.shape[1]
+        if positions is None:
+            if start + T > self.config.block_size:
+                raise ValueError(f"sequence of {start + T} exceeds block_size {self.config.block_size}")
+            positions = torch.arange(start, start + T, device=idx.device)
+        elif int(positions.max()) >= self.config.block_size:
+            raise ValueError(f"position {int(positions.max())} exceeds block_size {self.config.block_size}")
+        x = self.token(idx) + self.position(positions)
+        caches = caches or [None] * len(self.blocks)
+        new = []
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x, cache = block(x, cache, key_mask, use_cache)
+            new.append(cache)
+        return self.head(self.ln(x)), new
+
+    def sampling_step(self, idx, cache, positions, key_mask, select=None):
+        """engines.sampling's view of the model: logits of the new positions and the cache extended; with
+        `select`, only those rows of the cache are kept first (rows that stopped leave the batch)."""
+        if select is not None:
+            cache = select_rows(cache, select)
+        return self(idx, cache, positions=positions, key_mask=key_mask, use_cache=True)
+
+    def continuous_batch(self, *, context: int, device):
+        """The torch engine's batch over this model (engines.sampling.ContinuousBatch): its step, and how rows
+        leave its cache and two batches' caches merge."""
+        from ..engines.sampling import ContinuousBatch
+
+        return ContinuousBatch(self.sampling_step, select=select_rows, merge=merge_caches, context=context,
+                               device=device)
+
+    @torch.no_grad()
+    def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int,
+                 stop: int | tuple[int, ...] | None = None, temperature: float = 1.0, seed: int | None = None):
+        """`samples` completions of one prompt: tokens (samples, n) and their logprobs (samples, n) under the
+        sampling distribution; positions after a stop token are padded with that token and logprob 0."""
+        from ..engines.sampling import SamplingRequest, sample_batch
+
+        stops = (stop,) if isinstance(stop, int) else tuple(stop or ())
+        [rows] = sample_batch(self.sampling_step, [SamplingRequest(prompt, samples, max_new_tokens, stops, temperature,
+                                                                   seed)],
+                              context=self.config.block_size, device=self.head.weight.device)
+        width = max(len(tokens) for tokens, _ in rows)
+        pad = stops[0] if stops else 0
+        tokens = torch.tensor([t + [pad] * (width - len(t)) for t, _ in rows])
+        logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for _, lp in rows])
+        return tokens, logprobs
+
+
+def select_rows(cache: list, rows: torch.Tensor, start: int = 0) -> list:
+    """The cache of those rows only, from column `start` on (columns before it are padding for every one of
+    them): a copy of the columns in use, which the next token's write gives fresh headroom."""
+    return [(k[:, :, start:n].index_select(0, rows), v[:, :, start:n].index_select(0, rows), n - start)
+            for k, v, n in cache]
+
+
+def merge_caches(first: list, second: list, width: int) -> list:
+    """Two batches' caches as one: each right-aligned to `width` columns (left padding, masked by the caller)."""
+    merged = []
+    for (k0, v0, n0), (k1, v1, n1) in zip(first, second, strict=True):
+        rows, heads, _, dim = k0.shape[0] + k1.shape[0], k0.shape[1], k0.shape[2], k0.shape[3]
+        keys = k0.new_zeros(rows, heads, width + HEADROOM, dim)
+        values = v0.new_zeros(rows, heads, width + HEADROOM, dim)
+        split = k0.shape[0]  # rows of the first cache; the second's follow
+        keys[:split, :, width - n0:width], values[:split, :, width - n0:width] = k0[:, :, :n0], v0[:, :, :n0]
+        keys[split:, :, width - n1:width], values[split:, :, width - n1:width] = k1[:, :, :n1], v1[:, :, :n1]
+        merged.append((keys, values, width))
+    return merged
+
+
+def sequence_logprobs(model: TinyLM, prompt: list[int], completions: torch.Tensor) -> torch.Tensor:
+    """Logprobs of each completion token under `model` (with gradients), (samples, n): one forward pass."""
+    prefix = torch.tensor([prompt] * completions.shape[0])
+    full = torch.cat([prefix, completions], dim=1)
+    logits, _ = model(full[:, :-1])
+    logprobs = F.log_softmax(logits[:, len(prompt) - 1:, :], dim=-1)
+    return logprobs.gather(2, completions.unsqueeze(2)).squeeze(2)

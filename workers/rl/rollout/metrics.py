@@ -1,0 +1,163 @@
+"""The run's numbers: namespaced metric points per trainer step, and the cumulative counters behind them.
+
+Names (CleanRL-style namespaces): reward/mean, reward/<domain>, reward/slope_per_hour,
+throughput/trajectories_per_hour, throughput/effective_trajectories_per_hour, throughput/tokens_per_second,
+cost/per_task, cost/total, idle/<cause> (seconds the trainer waited during the step: environment_assembly,
+generation, tools, verification, timeouts — what the rollouts were doing meanwhile — and its own chores:
+weight_sync, handing the engine the new weights, and archive, writing the previous step and its checkpoint),
+trainer/busy_fraction, trainer/step_seconds, staleness/mean, staleness/max, policy/kl, policy/entropy,
+policy/clip_fraction, policy/grad_norm, loss/policy, groups/effective_fraction, infra/retries, infra/errors,
+trajectories/<status>.
+
+Rates are over the run's *active* time (the seconds some attempt was running it), so a run that was paused
+or lost its worker for an hour is not shown as slow.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..types import Trajectory, TrajectoryStatus
+
+SLOPE_WINDOW = 50  # steps of reward/mean the slope is fitted over
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Money per hour of policy compute (the accelerator the model runs on) and of sandbox CPU; the judge's
+    cost comes with each verdict."""
+
+    gpu_per_hour: float = 0.0
+    sandbox_cpu_per_hour: float = 0.0
+
+
+def trajectory_cost(trajectory: Trajectory, prices: Prices) -> float:
+    costs = trajectory.costs
+    total = (costs.get("policy_seconds", 0.0) * prices.gpu_per_hour
+             + (costs.get("sandbox_cpu_seconds", 0.0) + costs.get("verification_seconds", 0.0))
+             * prices.sandbox_cpu_per_hour) / 3600 + costs.get("judge", 0.0)
+    costs["total"] = round(total, 8)
+    return total
+
+
+@dataclass
+class RunCounters:
+    active_seconds: float = 0.0
+    trainer_seconds: float = 0.0
+    trajectories: int = 0
+    effective_trajectories: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    statuses: dict = field(default_factory=lambda: defaultdict(int))
+    reward_history: list = field(default_factory=list)  # [active_seconds, reward/mean] per step
+    idle: dict = field(default_factory=lambda: defaultdict(float))
+    staleness_max: int = 0
+
+    def state(self) -> dict:
+        return {"active_seconds": self.active_seconds, "trainer_seconds": self.trainer_seconds,
+                "trajectories": self.trajectories, "effective_trajectories": self.effective_trajectories,
+                "completion_tokens": self.completion_tokens, "cost": self.cost, "statuses": dict(self.statuses),
+                "reward_history": self.reward_history[-SLOPE_WINDOW:], "idle": dict(self.idle),
+                "staleness_max": self.staleness_max}
+
+    @classmethod
+    def from_state(cls, state: dict) -> RunCounters:
+        counters = cls(**{k: v for k, v in state.items() if k not in ("statuses", "idle")})
+        counters.statuses = defaultdict(int, state.get("statuses", {}))
+        counters.idle = defaultdict(float, state.get("idle", {}))
+        return counters
+
+
+def slope_per_hour(history: list) -> float:
+    """Least-squares slope of reward over active hours, on the last SLOPE_WINDOW steps."""
+    points = history[-SLOPE_WINDOW:]
+    if len(points) < 3:
+        return 0.0
+    xs = [p[0] / 3600 for p in points]
+    ys = [p[1] for p in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    return 0.0 if spread == 0 else sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+
+
+def step_points(*, counters: RunCounters, consumed: list[Trajectory], trained: list[Trajectory], stats,
+                idle: dict[str, float], step_seconds: float, groups: int, effective_groups: int,
+                generation_tokens_per_second: float, staleness: list[int]) -> dict[str, float]:
+    """The points of one step; updates `counters` with it."""
+    scored = [t for t in consumed if t.status != TrajectoryStatus.INFRA_ERROR and t.reward is not None]
+    points: dict[str, float] = {}
+    if scored:
+        points["reward/mean"] = sum(t.reward for t in scored) / len(scored)
+        by_domain = defaultdict(list)
+        for t in scored:
+            by_domain[t.domain].append(t.reward)
+        for domain, rewards in sorted(by_domain.items()):
+            points[f"reward/{domain}"] = sum(rewards) / len(rewards)
+        counters.reward_history.append([counters.active_seconds, points["reward/mean"]])
+        counters.reward_history = counters.reward_history[-SLOPE_WINDOW:]
+    counters.trajectories += len(consumed)
+    counters.effective_trajectories += len(trained)
+    counters.completion_tokens += sum(t.completion_tokens for t in consumed)
+    counters.cost += sum(t.costs.get("total", 0.0) for t in consumed)
+    for t in consumed:
+        counters.statuses[str(t.status)] += 1
+    hours = max(counters.active_seconds, 1e-9) / 3600
+    points["reward/slope_per_hour"] = slope_per_hour(counters.reward_history)
+    points["throughput/trajectories_per_hour"] = counters.trajectories / hours
+    points["throughput/effective_trajectories_per_hour"] = counters.effective_trajectories / hours
+    points["throughput/tokens_per_second"] = generation_tokens_per_second
+    points["cost/total"] = counters.cost
+    points["cost/per_task"] = counters.cost / max(counters.trajectories, 1)
+    for cause, seconds in idle.items():
+        points[f"idle/{cause}"] = seconds
+        counters.idle[cause] += seconds
+    points["trainer/busy_fraction"] = counters.trainer_seconds / max(counters.active_seconds, 1e-9)
+    points["trainer/step_seconds"] = step_seconds
+    if staleness:
+        points["staleness/mean"] = sum(staleness) / len(staleness)
+        points["staleness/max"] = max(staleness)
+        counters.staleness_max = max(counters.staleness_max, max(staleness))
+    if stats is not None and stats.sequences:  # a step without signal updated nothing
+        points.update({"policy/kl": stats.kl, "policy/entropy": stats.entropy,
+                       "policy/clip_fraction": stats.clip_fraction, "policy/grad_norm": stats.grad_norm,
+                       "loss/policy": stats.loss})
+    points["groups/effective_fraction"] = effective_groups / max(groups, 1)
+    points["infra/retries"] = sum(t.tool_retries for t in consumed)
+    points["infra/errors"] = sum(t.status == TrajectoryStatus.INFRA_ERROR for t in consumed)
+    for status in (TrajectoryStatus.TIMEOUT, TrajectoryStatus.POLICY_ERROR):
+        points[f"trajectories/{status}"] = sum(t.status == status for t in consumed)
+    return points
+
+
+def step_events(consumed: list[Trajectory]) -> list[tuple[str, str, dict]]:
+    """The run events a step's trajectories call for: sandbox retries, and trajectories lost to infrastructure."""
+    events = []
+    retries = sum(t.tool_retries for t in consumed)
+    if retries:
+        events.append(("retry", f"{retries} sandbox call(s) retried after infrastructure errors", {}))
+    infra = [t for t in consumed if t.status == TrajectoryStatus.INFRA_ERROR]
+    if infra:
+        events.append(("retry", f"{len(infra)} trajectory(ies) lost to infrastructure errors and not trained on: "
+                                f"{infra[0].status_reason[:200]}", {}))
+    return events
+
+
+def run_summary(*, run_id: str, outcome: str, steps: int, mode: str, max_staleness: int, counters: RunCounters,
+                eval_start: dict, eval_end: dict, wall_seconds: float, resumed_from: int | None) -> dict:
+    """What an attempt reports at its end (the run's page and `train --json` show it)."""
+    hours = max(counters.active_seconds, 1e-9) / 3600
+    return {
+        "run": run_id, "outcome": outcome, "steps": steps, "mode": mode,
+        "resumed_from_step": resumed_from, "wall_seconds": round(wall_seconds, 1),
+        "reward": {"start": eval_start, "end": eval_end,
+                   "lift": {d: round(eval_end[d] - eval_start[d], 4) for d in eval_end if d in eval_start}},
+        "trajectories": {"total": counters.trajectories, "effective": counters.effective_trajectories,
+                         **dict(counters.statuses)},
+        "throughput": {"trajectories_per_hour": round(counters.trajectories / hours, 1),
+                       "effective_trajectories_per_hour": round(counters.effective_trajectories / hours, 1)},
+        "cost": {"per_task": counters.cost / max(counters.trajectories, 1), "total": counters.cost},
+        "trainer_busy_fraction": round(counters.trainer_seconds / max(counters.active_seconds, 1e-9), 4),
+        "idle_seconds": {cause: round(seconds, 2) for cause, seconds in counters.idle.items()},
+        "staleness": {"max": counters.staleness_max, "bound": max_staleness},
+    }

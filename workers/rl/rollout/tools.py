@@ -1,0 +1,180 @@
+"""The tools a task template offers the policy, and how a call of one runs in the sandbox pool.
+
+The policy calls a tool by writing `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the Hermes /
+Qwen convention most open chat templates use). Each call runs as one program in a fresh, warm sandbox of the
+template's image (SandboxPool.execute: reset after use, infrastructure errors retried): calls are stateless,
+and the conversation carries what the policy learned from earlier ones. The built-in tools:
+
+- run_python(code): the code runs as the sandbox's main.py; the result is its exit code, stdout and stderr.
+- read_document(doc_id): the text of docs/<doc_id>.txt in the image.
+- search_documents(query): the sentences of docs/*.txt that contain the query (case-insensitive).
+
+Arguments are checked on the host before anything runs; a call that names no known tool, is not JSON, or
+lacks a required argument is the policy's error, never the sandbox's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+
+from workers.sandbox import Execution, Status
+
+from ..types import TOOL_CALL
+
+# The spec of the built-in run_python tool, as a task template offers it: the demo's templates and the tests
+# offer this one.
+RUN_PYTHON_TOOL = {"name": "run_python",
+                   "description": "Run a Python script in the sandbox; returns the exit code, stdout, stderr and the "
+                                  "files it wrote.",
+                   "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}
+
+DOC_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+_READ_DOCUMENT = """
+import json, pathlib, sys
+doc_id = json.load(sys.stdin)["doc_id"]
+path = pathlib.Path("docs") / (doc_id + ".txt")
+print(path.read_text() if path.is_file() else f"no document {doc_id!r}; documents: " +
+      ", ".join(sorted(p.stem for p in pathlib.Path("docs").glob("*.txt"))))
+"""
+
+_SEARCH_DOCUMENTS = """
+import json, pathlib, re, sys
+query = json.load(sys.stdin)["query"].strip().lower()
+hits = []
+for path in sorted(pathlib.Path("docs").glob("*.txt")):
+    for sentence in re.split(r"(?<=[.!?])\\s+|\\n+", path.read_text()):
+        if query and query in sentence.lower():
+            hits.append(f"{path.stem}: {sentence.strip()}")
+print("\\n".join(hits[:20]) if hits else f"no sentence contains {query!r}")
+"""
+
+
+class PolicyToolError(ValueError):
+    """The policy's call is malformed: unknown tool, not JSON, wrong arguments."""
+
+
+@dataclass
+class ParsedCall:
+    name: str
+    arguments: dict
+
+
+def parse_tool_calls(text: str, tools: list[dict]) -> list[ParsedCall]:
+    """The calls in an assistant message; raises PolicyToolError for a malformed one."""
+    known = {tool["name"]: tool for tool in tools}
+    calls = []
+    for block in TOOL_CALL.findall(text):
+        try:
+            data = json.loads(block)
+        except ValueError as exc:
+            raise PolicyToolError(f"tool call is not JSON: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise PolicyToolError('a tool call needs {"name": ..., "arguments": {...}}')
+        if data["name"] not in known:
+            raise PolicyToolError(f"unknown tool {data['name']!r}; this task offers {', '.join(known) or 'none'}")
+        arguments = data.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise PolicyToolError("tool call arguments must be a JSON object")
+        required = known[data["name"]].get("parameters", {}).get("required", [])
+        missing = [name for name in required if name not in arguments]
+        if missing:
+            raise PolicyToolError(f"{data['name']} needs {', '.join(missing)}")
+        calls.append(ParsedCall(data["name"], arguments))
+    return calls
+
+
+def tool_execution(name: str, arguments: dict) -> Execution:
+    """The sandbox program for a built-in tool call."""
+    if name == "run_python":
+        code = arguments.get("code")
+        if not isinstance(code, str):
+            raise PolicyToolError("run_python needs code as a string")
+        return Execution(program=code)
+    if name == "read_document":
+        doc_id = arguments.get("doc_id")
+        if not isinstance(doc_id, str) or not DOC_ID.match(doc_id):
+            raise PolicyToolError("read_document needs a doc_id such as report-001")
+        return Execution(program=_READ_DOCUMENT, stdin=json.dumps({"doc_id": doc_id}).encode())
+    if name == "search_documents":
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise PolicyToolError("search_documents needs a non-empty query")
+        return Execution(program=_SEARCH_DOCUMENTS, stdin=json.dumps({"query": query[:200]}).encode())
+    raise PolicyToolError(f"{name!r} has no implementation; built-in tools: {', '.join(BUILTIN_TOOLS)}")
+
+
+BUILTIN_TOOLS = ("run_python", "read_document", "search_documents")
+
+
+def unknown_tools(tools: list[dict]) -> list[str]:
+    """Tool names a template declares that no built-in implements (checked before a run starts)."""
+    return [tool["name"] for tool in tools if tool["name"] not in BUILTIN_TOOLS]
+
+
+@dataclass
+class ToolResult:
+    status: str  # the sandbox's Status, or infra_error
+    text: str  # what the policy reads
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    assembly_seconds: float = 0.0  # waiting for a sandbox
+    attempts: int = 1
+    reason: str = ""
+    files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+                "wall_seconds": round(self.wall_seconds, 4), "cpu_seconds": round(self.cpu_seconds, 4),
+                "assembly_seconds": round(self.assembly_seconds, 4), "attempts": self.attempts,
+                "reason": self.reason, "files": self.files}
+
+    @classmethod
+    def from_json(cls, data: dict, *, text: str) -> ToolResult:
+        return cls(text=text, **data)
+
+
+def result_text(name: str, result, limit: int) -> str:
+    stdout = result.stdout.decode("utf-8", "replace")
+    stderr = result.stderr.decode("utf-8", "replace")
+    if name != "run_python" and result.status == Status.OK:
+        text = stdout
+    else:
+        text = f"exit code {result.exit_code}" + (f" ({result.status}: {result.reason})" if result.status not in (
+            Status.OK, Status.ERROR) else "") + f"\nstdout:\n{stdout}" + (f"\nstderr:\n{stderr}" if stderr else "")
+    if len(text) > limit:
+        text = text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+    return text
+
+
+class SandboxToolRunner:
+    """Runs tool calls in a local SandboxPool (the embedded studio, and every rollout worker)."""
+
+    def __init__(self, pool, *, acquire_timeout: float = 60.0, max_output_chars: int = 2000):
+        self.pool = pool
+        self.acquire_timeout = acquire_timeout
+        self.max_output_chars = max_output_chars
+
+    def run(self, image, name: str, arguments: dict, *, on_acquired=None) -> ToolResult:
+        execution = tool_execution(name, arguments)
+        started = time.monotonic()
+        acquired_at = []
+
+        def acquired():
+            acquired_at.append(time.monotonic())
+            if on_acquired is not None:
+                on_acquired()
+
+        result = self.pool.execute(image, execution, timeout=self.acquire_timeout, on_acquired=acquired)
+        assembly = (acquired_at[-1] if acquired_at else time.monotonic()) - started
+        return ToolResult(status=str(result.status), text=result_text(name, result, self.max_output_chars),
+                          exit_code=result.exit_code, stdout=result.stdout.decode("utf-8", "replace")[-4000:],
+                          stderr=result.stderr.decode("utf-8", "replace")[-4000:], wall_seconds=result.wall_seconds,
+                          cpu_seconds=result.cpu_seconds, assembly_seconds=assembly, attempts=result.attempts,
+                          reason=result.reason, files=sorted(result.files))

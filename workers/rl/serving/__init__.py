@@ -1,0 +1,1 @@
+"""OpenAI-compatible servers: the studio's own, the vLLM launcher, and the weight sync they share."""

@@ -1,0 +1,1 @@
+"""The update: GRPO, the trainer, checkpoints, data-parallel training, and where a run reports."""
