@@ -4,7 +4,8 @@
     python -m workers.rl.serving.vllm_server --model PATH [any `vllm serve` flag ...] [--policy-version N]
 
 It runs vLLM's real entrypoint (its argument parser, engine, app and uvicorn setup: every vLLM flag works) and adds
-to vLLM's app what the studio's CPU server (app.py) has and vLLM's has not:
+to vLLM's app what the studio's CPU server (app.py) has and vLLM's has not, with the pieces they share
+(weight_sync.py):
 
 - `POST /v1/weights {"location": URL or directory, "policy_version": N}`: the same contract as app.py's. Auth:
   the bearer token in STUDIO_SERVE_WEIGHTS_TOKEN; without one, loopback clients only (with vLLM's `--api-key` set,
@@ -73,7 +74,15 @@ from starlette.responses import JSONResponse
 
 from workers.storage import Storage
 
-from .app import BadRequest, _error, _Gate, loading_refused, may_load, swap_between_requests, weights_request
+from .weight_sync import (
+    BadRequest,
+    Gate,
+    error_response,
+    loading_refused,
+    may_load,
+    swap_between_requests,
+    weights_request,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -171,12 +180,12 @@ class ServedWeights:
     def __init__(self, version: int = 0, model_name: str = ""):
         self.initial, self.model_name = version, model_name
         self.broken = ""
-        self._gate: _Gate | None = None
+        self._gate: Gate | None = None
 
     @property
-    def gate(self) -> _Gate:
+    def gate(self) -> Gate:
         if self._gate is None:
-            self._gate = _Gate(self.initial)
+            self._gate = Gate(self.initial)
         return self._gate
 
     @property
@@ -226,7 +235,7 @@ class PolicyVersionMiddleware:
         await gate.enter()
         try:
             if self.weights.broken:
-                await _error(503, self.weights.broken, "service_unavailable")(scope, receive, send)
+                await error_response(503, self.weights.broken, "service_unavailable")(scope, receive, send)
                 return
             await self.app(scope, receive, _versioned(send, gate.version))
         finally:
@@ -314,7 +323,7 @@ def weights_endpoint(weights: ServedWeights, swap: Swap, *, token: str = "",
             except (OSError, ValueError) as exc:
                 raise BadRequest(f"could not read weights from {location}: {exc}") from None
         except BadRequest as exc:
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         try:
             try:
                 path = directory / WEIGHTS_FILE
@@ -326,7 +335,7 @@ def weights_endpoint(weights: ServedWeights, swap: Swap, *, token: str = "",
                     raise BadRequest(f"could not read weights from {location}: {exc}") from None
                 check_fits(published, served)
             except BadRequest as exc:
-                return _error(400, str(exc))
+                return error_response(400, str(exc))
             return await _swap(directory, version)
         finally:
             await asyncio.to_thread(held.__exit__, None, None, None)
@@ -339,7 +348,7 @@ def weights_endpoint(weights: ServedWeights, swap: Swap, *, token: str = "",
             weights.broken = (f"loading the weights of version {version} failed ({type(exc).__name__}: {exc}); "
                               "this server refuses completions until a load succeeds")[:1000]
             logger.exception("loading weights of version %s from %s failed", version, directory)
-            return _error(500, weights.broken, "server_error")
+            return error_response(500, weights.broken, "server_error")
         weights.broken = ""
         return JSONResponse({"model": weights.model_name, "policy_version": version,
                              "paused_seconds": round(paused, 4)})

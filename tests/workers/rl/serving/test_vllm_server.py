@@ -25,7 +25,6 @@ from starlette.routing import Route
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.models.policies import HFPolicy
 from workers.rl.serving import vllm_server
-from workers.rl.serving.app import BadRequest, read_weights
 from workers.rl.serving.vllm_server import (
     EXTENSION,
     ServedWeights,
@@ -35,11 +34,12 @@ from workers.rl.serving.vllm_server import (
     checkpoint_names,
     checkpoint_shapes,
     install,
-    may_load,
     safetensors_shapes,
     split_args,
     with_policy_version_event,
 )
+from workers.rl.serving.weight_sync import BadRequest, may_load
+from workers.rl.serving.weights import read_weights
 from workers.storage import Storage
 
 
@@ -132,7 +132,7 @@ def test_the_worker_extension_must_be_ours():
     module, _, name = EXTENSION.rpartition(".")
     assert getattr(__import__(module, fromlist=[name]), name) is vllm_server.StudioWorkerExtension
     with pytest.raises(SystemExit, match="subclass"):
-        check_extension("workers.rl.serving.app.BadRequest")
+        check_extension("workers.rl.serving.weight_sync.BadRequest")
     with pytest.raises(SystemExit):
         check_extension("no_such_module.Extension")
 
