@@ -15,8 +15,8 @@ import base64
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from workers.rl.rollout.tools import PolicyToolError, ToolResult, tool_execution
-from workers.rl.types import TaskTemplate, Trajectory
+from workers.rl.rollout.tools import PolicyToolError, tool_execution
+from workers.rl.types import TaskTemplate, ToolResult, Trajectory
 from workers.verifiers import Item, Verdict
 from workers.verifiers.types import INFRA_ERROR
 

@@ -23,11 +23,11 @@ from workers.rl.models.packaged import (
     converted,
     gguf_file,
 )
+from workers.rl.protocols import Model, ToolRunner, Verifier
 from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.rollout.metrics import Prices
 from workers.rl.rollout.tools import SandboxToolRunner
 from workers.rl.tasks.taskset import TaskSet
-from workers.rl.types import Model
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.backends import backend_named
 from workers.sandbox.interface import SandboxBackend
@@ -76,7 +76,7 @@ def local_runners(pool: SandboxPool, config: RunConfig) -> tuple[SandboxToolRunn
             LocalVerifier(pool, judge_client()))
 
 
-def run_runners(pool: SandboxPool, config: RunConfig):
+def run_runners(pool: SandboxPool, config: RunConfig) -> tuple[ToolRunner, Verifier]:
     """A training run's tool runner and verifier: on the `rollout` and `verify` queues when the studio runs on
     services with REMOTE_ROLLOUTS on, else in this process over `pool`."""
     if settings.REMOTE_ROLLOUTS:

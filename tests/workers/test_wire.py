@@ -6,8 +6,8 @@ import json
 import pytest
 
 from workers.remote import tool_result_from_wire, tool_result_to_wire, verdict_from_wire, verdict_to_wire
-from workers.rl.rollout.tools import RUN_PYTHON_TOOL, PolicyToolError, ToolResult
-from workers.rl.types import TaskTemplate, ToolCall, Trajectory, TrajectoryStatus, Turn
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL, PolicyToolError
+from workers.rl.types import TaskTemplate, ToolCall, ToolResult, Trajectory, TrajectoryStatus, Turn
 from workers.sandbox import Limits, SandboxImage
 from workers.verifiers import Verdict
 from workers.verifiers.types import Component

@@ -17,6 +17,7 @@ from pathlib import Path
 from workers.storage import Storage, StorageUnavailable
 
 from .config import RunConfig
+from .protocols import ChatFormat, Engine, LeaseLost, Policy, ToolRunner, Tracker, Verifier
 from .rollout.agent import rollout_groups
 from .rollout.collectors import Batch, Draws, Group, collector_for, too_stale
 from .rollout.evaluation import evaluate
@@ -26,7 +27,7 @@ from .rollout.metrics import Prices, RunCounters, run_summary, step_events, step
 from .tasks.scheduler import ScheduledTask, Scheduler
 from .tasks.taskset import TaskSet
 from .training.checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
-from .training.tracking import Heartbeat, LeaseLost, Tracker
+from .training.tracking import Heartbeat
 from .training.trainer import GRPOTrainer, assign_advantages
 from .types import Task, Trajectory, TrajectoryStatus
 
@@ -37,9 +38,9 @@ class CheckpointError(RuntimeError):
 
 class Pipeline:
     def __init__(self, *, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, scheduler: Scheduler,
-                 engine, chat, policy, trainer: GRPOTrainer, tool_runner, verifier, tracker: Tracker,
-                 checkpoint_dir: Path | Storage, prices: Prices, eval_tasks: list[tuple[str, str]],
-                 progress: Callable | None = None):
+                 engine: Engine, chat: ChatFormat, policy: Policy, trainer: GRPOTrainer, tool_runner: ToolRunner,
+                 verifier: Verifier, tracker: Tracker, checkpoint_dir: Path | Storage, prices: Prices,
+                 eval_tasks: list[tuple[str, str]], progress: Callable | None = None):
         self.run_id, self.config, self.total_steps, self.tasks = run_id, config, total_steps, tasks
         self.scheduler, self.engine, self.chat, self.policy, self.trainer = scheduler, engine, chat, policy, trainer
         self.tool_runner, self.verifier, self.tracker = tool_runner, verifier, tracker

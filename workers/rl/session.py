@@ -13,17 +13,16 @@ from pathlib import Path
 
 from .config import RunConfig
 from .pipeline import Pipeline
+from .protocols import Model, ToolRunner, Tracker, Verifier
 from .rollout.metrics import Prices
 from .tasks.scheduler import Curriculum, Scheduler
 from .tasks.taskset import TaskSet
 from .training.distributed import rollout_engine, trainer_for
-from .training.tracking import Tracker
-from .types import Model
 
 
-def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, model: Model, tool_runner,
-                   verifier, tracker: Tracker, checkpoint_dir: Path, prices: Prices | None = None,
-                   progress: Callable | None = None) -> Pipeline:
+def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, model: Model,
+                   tool_runner: ToolRunner, verifier: Verifier, tracker: Tracker, checkpoint_dir: Path,
+                   prices: Prices | None = None, progress: Callable | None = None) -> Pipeline:
     """The pipeline of one attempt at a run. `tool_runner` runs the policy's tool calls and `verifier` grades
     its answers (here or on other workers); `tracker` receives what the run reports. Under torchrun (rank 0
     of a process group: distributed.setup) its trainer is data-parallel with the other ranks, and they generate

@@ -107,6 +107,34 @@ class ToolCall:
 
 
 @dataclass
+class ToolResult:
+    """What a tool call gave back (protocols.ToolRunner): the text the policy reads, and the sandbox's account of
+    the run that a trajectory records."""
+
+    status: str  # the sandbox's Status, or infra_error
+    text: str  # what the policy reads
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    assembly_seconds: float = 0.0  # waiting for a sandbox
+    attempts: int = 1
+    reason: str = ""
+    files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+                "wall_seconds": round(self.wall_seconds, 4), "cpu_seconds": round(self.cpu_seconds, 4),
+                "assembly_seconds": round(self.assembly_seconds, 4), "attempts": self.attempts,
+                "reason": self.reason, "files": self.files}
+
+    @classmethod
+    def from_json(cls, data: dict, *, text: str) -> ToolResult:
+        return cls(text=text, **data)
+
+
+@dataclass
 class Turn:
     """One message of the conversation. Assistant turns carry the sampled token ids and their logprobs;
     user and tool turns carry the token ids they added to the context (masked out of the loss)."""
@@ -193,16 +221,3 @@ class Trajectory:
         turns = [Turn(**{**t, "tool_calls": [ToolCall(**c) for c in t.get("tool_calls", [])]})
                  for t in data.pop("turns", [])]
         return cls(**{**data, "turns": turns, "status": TrajectoryStatus(data.get("status", "ok"))})
-
-
-@dataclass
-class Model:
-    """What a run trains and samples with: the policy (its weights and trainable parameters), the inference
-    engine that samples from it, and the chat format that turns messages into tokens."""
-
-    policy: object
-    engine: object
-    chat: object
-
-    def close(self) -> None:
-        self.engine.close()

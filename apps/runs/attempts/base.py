@@ -15,7 +15,8 @@ from django.db import InterfaceError, OperationalError, connection
 
 from apps.common import wiring
 from apps.registry.pins import PinnedBundleError
-from workers.rl.training.tracking import Heartbeat, LeaseLost
+from workers.rl.protocols import LeaseLost
+from workers.rl.training.tracking import Heartbeat
 from workers.storage import StorageUnavailable
 
 from .. import services

@@ -10,7 +10,7 @@ import time
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from workers.rl.training.tracking import LeaseLost
+from workers.rl.protocols import LeaseLost
 
 from .. import services
 

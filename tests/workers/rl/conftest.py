@@ -15,11 +15,12 @@ from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.base_model import pretrain
 from workers.rl.models.chat_formats import CharChat
 from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.protocols import Model
 from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.session import build_pipeline
 from workers.rl.tasks.taskset import TaskSet
 from workers.rl.training.tracking import MemoryTracker
-from workers.rl.types import Model, TaskTemplate
+from workers.rl.types import TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 

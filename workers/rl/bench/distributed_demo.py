@@ -32,12 +32,13 @@ from ..engines.torch_engine import TorchEngine
 from ..models.base_model import pretrain
 from ..models.chat_formats import CharChat
 from ..models.policies import TinyLMPolicy
+from ..protocols import Model
 from ..rollout.grading import LocalVerifier
 from ..session import build_pipeline
 from ..tasks.taskset import TaskSet
 from ..training import distributed
 from ..training.tracking import MemoryTracker
-from ..types import Model, TaskTemplate
+from ..types import TaskTemplate
 
 RUN_ID = "00000000-0000-4000-8000-0000000d1570"
 LIMIT = 10  # a, b below this

@@ -21,11 +21,12 @@ from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat
 from workers.rl.models.policies import TinyLMPolicy
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM
+from workers.rl.protocols import Model
 from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.session import build_pipeline
 from workers.rl.tasks.taskset import TaskSet
 from workers.rl.training.tracking import MemoryTracker
-from workers.rl.types import Model, TaskTemplate
+from workers.rl.types import TaskTemplate
 from workers.sandbox import SandboxImage, SandboxPool
 from workers.sandbox.interface import SandboxBackend
 from workers.verifiers import Item

@@ -20,8 +20,8 @@ import torch
 from workers.storage import Storage
 
 from ..config import REFERENCE_MODEL, RunConfig
+from ..protocols import Model
 from ..tasks.taskset import TaskSet
-from ..types import Model
 from .base_model import pretrain, reference_turns
 from .chat_formats import CharChat, CharTokenizer, HFChat
 from .packaged import DEMO_MODEL, PACKAGED_MODELS, TRAINABLE_BUILTINS, converted

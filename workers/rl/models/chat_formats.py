@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Protocol
 
 ASSISTANT = "\x02"
 END_OF_TURN = "\x03"
@@ -28,20 +27,6 @@ CHAR_VOCABULARY = "\n" + "".join(chr(c) for c in range(32, 127)) + ASSISTANT + E
 # parameters learns "open a code block here" in seconds, but counting three backticks one character at a time
 # takes it far longer than its pretraining minute.
 FORMAT_MARKERS = ("```python\n", "\n```", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
-
-
-class ChatFormat(Protocol):
-    stop_ids: tuple[int, ...]
-
-    def prompt(self, messages: list[dict], tools: list[dict]) -> list[int]:
-        """The ids of the conversation so far, ending where the assistant's first turn begins."""
-
-    def continuation(self, messages: list[dict], new: list[dict], tools: list[dict]) -> list[int]:
-        """The ids that `new` (tool results) append after `messages`, ending where the next assistant turn
-        begins. `messages` ends with the assistant turn whose sampled ids are already in the context."""
-
-    def decode(self, ids: list[int]) -> str:
-        """Text of sampled ids, without the stop token."""
 
 
 class CharTokenizer:

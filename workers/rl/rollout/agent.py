@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from workers.telemetry import log_context
 
 from ..engines import GenerationRequest
+from ..protocols import ChatFormat, Engine, ToolRunner
 from ..types import Phase, Task, ToolCall, Trajectory, TrajectoryStatus, Turn, trajectory_id
 from .idle import PhaseBoard
 from .tools import PolicyToolError, parse_tool_calls
@@ -44,8 +45,8 @@ def request_seed(seed: int, seq: int, sample: int, turn: int) -> int:
     return (((seed * 1_000_003 + seq) * 1009 + sample) * 131 + turn) % (2 ** 62)
 
 
-def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine, chat, tool_runner,
-                   tool_executor: Executor, board: PhaseBoard, seed: int,
+def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine: Engine, chat: ChatFormat,
+                   tool_runner: ToolRunner, tool_executor: Executor, board: PhaseBoard, seed: int,
                    temperature: float = 1.0) -> list[list[Trajectory]]:
     """`group_size` samples of each task, rolled out together: every turn is one engine call for all the
     samples still going (a group's first turn is one request: its samples share the prompt), then their tool

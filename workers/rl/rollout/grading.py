@@ -1,7 +1,7 @@
 """Grading a finished rollout: the layered verifier's verdict becomes the trajectory's reward.
 
-A verifier is anything with `verify(template, trajectory, item) -> Verdict`: the LocalVerifier below (this
-process, over a sandbox pool), or workers.remote.RemoteVerifier (the `verify` queue).
+A verifier (protocols.Verifier) is anything with `verify(template, trajectory, item) -> Verdict`: the
+LocalVerifier below (this process, over a sandbox pool), or workers.remote.RemoteVerifier (the `verify` queue).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 
 from workers.verifiers import Context, Item, Sample, Verdict, verify
 
+from ..protocols import Verifier
 from ..types import Task, TaskTemplate, Trajectory, TrajectoryStatus
 
 
@@ -31,7 +32,7 @@ class LocalVerifier:
         return verify(template.verifier_spec, sample, item, context)
 
 
-def grade_trajectory(verifier, task: Task, trajectory: Trajectory) -> None:
+def grade_trajectory(verifier: Verifier, task: Task, trajectory: Trajectory) -> None:
     """Grade a finished rollout in place: its reward, verdict, artifacts, judge cost and verification time.
     A rollout that timed out or broke the policy's rules scores 0 unverified; one whose infrastructure failed,
     or that the verifier could not grade, is an infra error with no reward."""

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..models.base_model import reference_turns
+from ..protocols import ToolRunner, Verifier
 from ..tasks.taskset import TaskSet
 from ..types import Task, ToolCall, Trajectory, Turn, trajectory_id
 from .agent import record_tool_result
@@ -51,7 +52,7 @@ def reference_tasks(tasks: TaskSet, *, per_template: int) -> list[tuple[Task, li
     return chosen
 
 
-def reference_rollout(run_id: str, task: Task, answers: list[str], tool_runner) -> Trajectory:
+def reference_rollout(run_id: str, task: Task, answers: list[str], tool_runner: ToolRunner) -> Trajectory:
     """A trajectory whose assistant turns are the reference's `answers`, and whose tool turns are what the
     sandbox answered to the reference's calls (the same tool runner and accounting as a training rollout's)."""
     template, started = task.template, time.monotonic()
@@ -78,8 +79,8 @@ def reference_rollout(run_id: str, task: Task, answers: list[str], tool_runner) 
     return trajectory
 
 
-def check_references(run_id: str, chosen: list[tuple[Task, list[str]]], *, tool_runner, verifier, prices: Prices,
-                     concurrency: int) -> list[Trajectory]:
+def check_references(run_id: str, chosen: list[tuple[Task, list[str]]], *, tool_runner: ToolRunner,
+                     verifier: Verifier, prices: Prices, concurrency: int) -> list[Trajectory]:
     """Roll out and grade every chosen reference, `concurrency` at a time; each trajectory carries its cost."""
 
     def check(task: Task, answers: list[str]) -> Trajectory:

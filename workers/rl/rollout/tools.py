@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from workers.sandbox import Execution, Status
 
-from ..types import TOOL_CALL
+from ..types import TOOL_CALL, ToolResult
 
 # The spec of the built-in run_python tool, as a task template offers it: the demo's templates and the tests
 # offer this one.
@@ -113,31 +113,6 @@ BUILTIN_TOOLS = ("run_python", "read_document", "search_documents")
 def unknown_tools(tools: list[dict]) -> list[str]:
     """Tool names a template declares that no built-in implements (checked before a run starts)."""
     return [tool["name"] for tool in tools if tool["name"] not in BUILTIN_TOOLS]
-
-
-@dataclass
-class ToolResult:
-    status: str  # the sandbox's Status, or infra_error
-    text: str  # what the policy reads
-    exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-    wall_seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    assembly_seconds: float = 0.0  # waiting for a sandbox
-    attempts: int = 1
-    reason: str = ""
-    files: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {"status": self.status, "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-                "wall_seconds": round(self.wall_seconds, 4), "cpu_seconds": round(self.cpu_seconds, 4),
-                "assembly_seconds": round(self.assembly_seconds, 4), "attempts": self.attempts,
-                "reason": self.reason, "files": self.files}
-
-    @classmethod
-    def from_json(cls, data: dict, *, text: str) -> ToolResult:
-        return cls(text=text, **data)
 
 
 def result_text(name: str, result, limit: int) -> str:

@@ -36,7 +36,7 @@ import torch
 
 from workers.storage import Storage
 
-from .tracking import LeaseLost
+from ..protocols import LeaseLost, Policy
 
 STEP_DIR = "step-{:06d}"
 FILES = ("model.safetensors", "trainer.pt", "pipeline.json")
@@ -57,7 +57,7 @@ def checkpoint_storage(root: Path | str | Storage) -> Storage:
     return root if isinstance(root, Storage) else Storage(root)
 
 
-def save_checkpoint(root: Path | str | Storage, *, step: int, policy, trainer_state: dict, pipeline_state: dict,
+def save_checkpoint(root: Path | str | Storage, *, step: int, policy: Policy, trainer_state: dict, pipeline_state: dict,
                     keep: int, attempt: int = 1) -> tuple[Checkpoint, list[int]]:
     """Write step `step` as attempt `attempt` of the run; keep the newest `keep`. Returns the checkpoint and the
     steps removed. LeaseLost, with nothing published or removed, if a newer attempt has resumed the run."""
@@ -175,7 +175,7 @@ def latest_checkpoint(root: Path | str | Storage) -> Checkpoint | None:
     return found[-1] if found else None
 
 
-def load_checkpoint(checkpoint: Checkpoint, *, policy, device: str = "cpu") -> tuple[dict, dict]:
+def load_checkpoint(checkpoint: Checkpoint, *, policy: Policy, device: str = "cpu") -> tuple[dict, dict]:
     """Restores the policy's weights; returns (trainer state, pipeline state) for the caller to restore."""
     with checkpoint.location.fetched() as directory:  # this host's cached copy stays until it is read
         policy.restore(directory / "model.safetensors")

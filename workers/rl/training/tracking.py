@@ -1,30 +1,15 @@
-"""Where the pipeline reports: a Tracker receives each step's points, trajectories and events, the checkpoints
-and the heartbeats. The studio's tracker writes through apps.runs.services (apps/runs/attempt.py); the
-MemoryTracker keeps everything in lists for tests, benchmarks and notebooks."""
+"""Where the pipeline reports: a Tracker (protocols.py) receives each step's points, trajectories and events, the
+checkpoints and the heartbeats. The studio's tracker writes through apps.runs.services (apps/runs/attempts/); the
+MemoryTracker keeps everything in lists for tests, benchmarks and notebooks. The Heartbeat keeps the run's lease
+while the pipeline runs."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from ..types import Trajectory
-
-
-class LeaseLost(Exception):
-    """Another worker took the run over: stop writing at once."""
-
-
-class Tracker(Protocol):
-    attempt: int  # the run's attempt this worker holds: it fences the checkpoints it writes (checkpoint.py)
-
-    def step(self, *, step: int, wall_time: float, points: dict, trajectories: list[Trajectory],
-             events: list[tuple[str, str, dict]]) -> None: ...
-    def checkpoint(self, *, step: int, path: str, size: int, removed: list[int]) -> None: ...
-    def event(self, kind: str, message: str, *, step: int | None = None, details: dict | None = None) -> None: ...
-    def heartbeat(self) -> str: ...  # "" | "pause" | "cancel"; raises LeaseLost
-    def rollback(self, step: int) -> None: ...  # forget what an earlier attempt wrote after `step`
+from ..protocols import LeaseLost, Tracker
 
 
 @dataclass

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import RunConfig
+from ..protocols import Policy
 from ..types import Trajectory
 from .grpo import GRPOConfig, group_advantages, grpo_loss
 
@@ -52,7 +53,7 @@ def assign_advantages(group: list[Trajectory], *, normalize_std: bool) -> bool:
 
 
 class GRPOTrainer:
-    def __init__(self, policy, *, config: RunConfig, total_steps: int):
+    def __init__(self, policy: Policy, *, config: RunConfig, total_steps: int):
         self.policy = policy
         self.config = config
         self.grpo = GRPOConfig(clip_low=config.clip_low, clip_high=config.clip_high,

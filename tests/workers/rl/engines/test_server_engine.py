@@ -20,12 +20,13 @@ from workers.rl.engines.server import ServerEngine
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat
 from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.protocols import Model
 from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.serving.app import build_app
 from workers.rl.session import build_pipeline
 from workers.rl.tasks.taskset import TaskSet
 from workers.rl.training.tracking import MemoryTracker
-from workers.rl.types import Model, TrajectoryStatus
+from workers.rl.types import TrajectoryStatus
 from workers.storage import Storage
 
 from ..conftest import ITEMS, RUN_ID, addition_template

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.protocols import LeaseLost
 from workers.rl.training.checkpoint import (
     STEP_DIR,
     checkpoints,
@@ -17,7 +18,7 @@ from workers.rl.training.checkpoint import (
     resume_checkpoint,
     save_checkpoint,
 )
-from workers.rl.training.tracking import LeaseLost, MemoryTracker
+from workers.rl.training.tracking import MemoryTracker
 from workers.storage import Storage
 
 
