@@ -22,6 +22,7 @@ from workers.storage import Storage
 from ..config import REFERENCE_MODEL, RunConfig
 from ..protocols import Model
 from ..tasks.taskset import TaskSet
+from .allocator import return_freed_tensors_to_the_os
 from .base_model import pretrain, reference_turns
 from .chat_formats import CharChat, CharTokenizer, HFChat
 from .packaged import DEMO_MODEL, PACKAGED_MODELS, TRAINABLE_BUILTINS, converted
@@ -96,6 +97,7 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
     `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
     servers' (engines/server.py, `server_token` the bearer token of their weight endpoint); without `weights`
     (an evaluation of a checkpoint), the in-process engine samples."""
+    return_freed_tensors_to_the_os()  # a run's tensors of changing sizes would fragment malloc's heaps otherwise
     device = resolve_device(config.device)
     on_servers = bool(config.server_urls()) and weights is not None
     path = config.model
