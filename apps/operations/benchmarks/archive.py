@@ -347,20 +347,26 @@ def _wait_listening(port: int, process: subprocess.Popen, timeout: float = 60.0)
     raise RuntimeError(f"nothing listened on port {port} within {timeout:.0f} s")
 
 
-def _with_server(command: list[str], port: int, measure, *, log_chars: int = 2000, **popen) -> dict:
-    """`measure(server)` against a server process started with `command`, once it listens on `port`; a failure
-    is reported in the figures with the tail of the server's log. The server is stopped either way."""
+def _with_server(command: list[str], port: int, measure, *, log_chars: int = 2000, listen_seconds: float = 60.0,
+                 **popen) -> dict:
+    """`measure(server)` against a server process started with `command`, once it listens on `port` (within
+    `listen_seconds`); a failure is reported in the figures with the tail of the server's log. The server is
+    stopped either way."""
     log = tempfile.TemporaryFile()
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, **popen)
     try:
-        _wait_listening(port, server)
+        _wait_listening(port, server, timeout=listen_seconds)
         return measure(server)
     except Exception as exc:  # noqa: BLE001 -- reported in the figures
         log.seek(0)
         return {"error": repr(exc), "server_log_tail": log.read()[-log_chars:].decode(errors="replace")}
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # the embedded studio's exit waits on its rollouts' executor threads
+            server.kill()
+            server.wait()
         log.close()
 
 

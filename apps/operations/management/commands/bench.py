@@ -14,6 +14,7 @@ from apps.common import wiring
 AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
          "ui": "apps.operations.benchmarks.ui", "review": "apps.operations.benchmarks.review",
          "evals": "apps.operations.benchmarks.evals", "archive": "apps.operations.benchmarks.archive",
+         "memory": "apps.operations.benchmarks.memory",
          "sandbox": "workers.sandbox.bench",
          "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
          "engine": "workers.rl.bench.engine", "serve": "workers.rl.bench.serve"}
@@ -38,13 +39,15 @@ class Command(BaseCommand):
                             help="review: a reviewer's mean pause between items in the paced phase")
         parser.add_argument("--streams", type=int, default=10, help="ui: runs streaming to open run pages at once")
         parser.add_argument("--stream-steps", type=int, default=30, help="ui: measured steps each streaming run writes")
-        parser.add_argument("--warmup-steps", type=int, default=5,
-                            help="ui: steps each streaming run writes first, not measured (pages warming up)")
+        parser.add_argument("--warmup-steps", type=int,
+                            help="ui: steps each streaming run writes first, not measured (pages warming up; default "
+                                 "5); memory: steps trained before the growth is measured (default 50)")
         parser.add_argument("--step-seconds", type=float, default=1.0, help="ui: seconds between a run's steps")
         parser.add_argument("--skip-push", action="store_true", help="ui: only the trajectory list")
         parser.add_argument("--skip-list", action="store_true", help="ui: only the push latency")
         parser.add_argument("--steps", type=int,
-                            help="pipeline, trainer: trainer steps per side; archive: steps written at each step size")
+                            help="pipeline, trainer: trainer steps per side; archive: steps written at each step "
+                                 "size; memory: demo steps the embedded studio trains (default 200)")
         parser.add_argument("--environment-scale", type=float, default=0.1,
                             help="pipeline: the shortest environment time in seconds (the Pareto minimum)")
         parser.add_argument("--target-reward", type=float, default=0.6,
@@ -65,10 +68,17 @@ class Command(BaseCommand):
         parser.add_argument("--messages", type=int, default=500, help="archive: run.step messages fanned out")
         parser.add_argument("--artifact-objects", type=int, default=300, help="archive: PNG artifacts written")
         parser.add_argument("--artifact-mb", type=int, default=64, help="archive: 1 MiB artifacts written")
+        parser.add_argument("--page-seconds", type=float, default=20.0,
+                            help="memory: seconds between two rounds of the explorer and run pages")
+        parser.add_argument("--sample-seconds", type=float, default=5.0,
+                            help="memory: seconds between two readings of the server's resident memory")
+        parser.add_argument("--max-minutes", type=float, default=180.0,
+                            help="memory: stop measuring after this long even if the run has not reached its steps")
 
     def handle(self, *args, area, **options):
-        if options["steps"] is None:
-            options.pop("steps")
+        for name in ("steps", "warmup_steps"):  # each area's own default
+            if options[name] is None:
+                options.pop(name)
         if area in ("engine", "trainer", "serve"):
             options["models_dir"] = wiring.models_dir()
         if area == "trainer":
