@@ -11,7 +11,7 @@ from django import forms
 from django.urls import reverse
 
 from apps.registry.services import version_publish
-from apps.runs import launch, views
+from apps.runs import launch, services
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import RunError, run_config_resolve, run_create
 from workers.definitions.specs import FieldError
@@ -66,7 +66,7 @@ def filled(form, **changes) -> dict:
 @pytest.fixture
 def enqueued(monkeypatch):
     calls = []
-    monkeypatch.setattr(views, "run_enqueue", calls.append)
+    monkeypatch.setattr(services, "run_enqueue", calls.append)  # run_create(enqueue=True) hands the run over
     return calls
 
 
