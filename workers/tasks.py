@@ -63,7 +63,7 @@ def _close_pool(**_):
 
 @shared_task(name="workers.tasks.train_run", acks_late=True)
 def train_run(run_id: str) -> str:
-    from apps.runs.attempt import run_attempt
+    from apps.runs.attempts import run_attempt
     from apps.runs.services import run_claim
 
     attempt = run_claim(run_id=run_id, stale_after=settings.RUN_STALE_SECONDS)
