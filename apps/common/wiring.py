@@ -188,8 +188,8 @@ def run_model(config: RunConfig, tasks: TaskSet, *, progress=None, run_id=None) 
 
     weights = weights_storage(run_id) if run_id is not None and config.inference_servers else None
     return build.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
-                                progress=progress, shared=shared_models(), weights=weights,
-                                server_token=settings.INFERENCE_SERVER_TOKEN)
+                             progress=progress, shared=shared_models(), weights=weights,
+                             server_token=settings.INFERENCE_SERVER_TOKEN)
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:
@@ -197,4 +197,4 @@ def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:
     from workers.rl.models import build
 
     return build.demo_base_model(tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
-                                    progress=progress, shared=shared_models())
+                                 progress=progress, shared=shared_models())

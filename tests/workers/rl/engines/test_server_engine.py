@@ -262,7 +262,7 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
                                                     "max_staleness": 2, "device": "cpu"})
     tasks = TaskSet.single_template(addition_template(), ITEMS)
     model = build.build_model(config, tasks, models_dir=tmp_path, pretrain_seconds=0,
-                                 weights=Storage(tmp_path / "weights"), server_token="t")
+                              weights=Storage(tmp_path / "weights"), server_token="t")
     try:
         assert isinstance(model.engine, ServerEngine) and not model.engine.shares_weights
         assert model.engine.urls == ["http://a:1/v1", "http://b:1/v1"] and model.engine.max_staleness == 2
