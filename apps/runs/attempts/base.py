@@ -115,7 +115,10 @@ class Attempt:
             except Exception:  # closing must not hide why the attempt ended
                 log.exception("run %s attempt %s: could not close %r", self.run.pk, self.attempt, resource)
         self._opened.clear()
-        connection.close()
+        # The attempt's connection goes with it (a worker holds one per attempt, not one per process forever);
+        # a caller inside a transaction (a command called from a test, or another atomic block) keeps its own.
+        if not connection.in_atomic_block:
+            connection.close()
 
 
 def fail_attempt(run_id, attempt: int, error: str) -> None:
