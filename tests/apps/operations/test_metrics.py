@@ -82,7 +82,10 @@ def test_the_queue_depths_are_read_from_the_broker(client, settings):
 
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/14"  # a database of its own: no worker takes these
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    broker.delete("rollout", "rollout\x06\x163")
+    # Another process on this Redis (a developer's worker, an earlier run) may have left messages in that database:
+    # the queues read here start empty.
+    for queue in ("rollout", "gpu"):
+        broker.delete(queue, *broker.keys(f"{queue}\x06\x16*"))
     broker.lpush("rollout", "a", "b")
     broker.lpush("rollout\x06\x163", "c")  # a message of priority 3
     try:
