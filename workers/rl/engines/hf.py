@@ -8,8 +8,10 @@ batch to its longest row; here requests join and leave between two tokens. Only 
 are computed (`logits_to_keep=1`): a prefill of 100 prompts of 400 tokens over a 49k vocabulary would
 otherwise hold 8 GB of logits it never reads.
 
-The cache is transformers' DynamicCache; `select_cache` and `merge_caches` give ContinuousBatch the row and
-column surgery it needs (the same as models/tiny_lm.py's for TinyLM's list of tensors).
+A prefill runs with transformers' own DynamicCache, whose keys and values ContinuousBatch writes into its slot
+cache (slot_cache.py); a decode step hands the model that SlotCache as its cache (attention calls its `update`,
+as it would a transformers Cache's) and a ready 4-D mask, which transformers uses as it is: no mask built per
+step, no cache grown by concatenation.
 """
 
 from __future__ import annotations
@@ -20,29 +22,6 @@ import torch
 
 from . import BatchingEngine, GenerationRequest
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
-
-
-def select_cache(cache, rows: torch.Tensor, start: int = 0):
-    """Keep `rows` of every layer's keys and values, from column `start` on (columns all rows pad)."""
-    for layer in cache.layers:
-        layer.keys = layer.keys.index_select(0, rows)[:, :, start:]
-        layer.values = layer.values.index_select(0, rows)[:, :, start:]
-    return cache
-
-
-def merge_caches(running, joining, width: int):
-    """`joining`'s rows under `running`'s, both left-padded (with zeros, masked out) to `width` columns."""
-    for mine, theirs in zip(running.layers, joining.layers, strict=True):
-        mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)])
-        mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)])
-    return running
-
-
-def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    missing = width - tensor.shape[2]
-    if missing == 0:
-        return tensor
-    return torch.cat([tensor.new_zeros(*tensor.shape[:2], missing, tensor.shape[3]), tensor], dim=2)
 
 
 class TransformersEngine(BatchingEngine):
@@ -65,16 +44,19 @@ class TransformersEngine(BatchingEngine):
         self.max_context = getattr(self.model.config, "max_position_embeddings", None)
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
-    @torch.no_grad()
-    def _step(self, idx, cache, positions, key_mask):
+    def _prefill(self, idx, positions, key_mask):
         attention = None if key_mask is None else key_mask.long()  # None: every row is real, the model's own mask
-        out = self.model(input_ids=idx, cache=cache, position_ids=positions, attention_mask=attention, use_cache=True,
+        out = self.model(input_ids=idx, position_ids=positions, attention_mask=attention, use_cache=True,
                          logits_to_keep=1)
-        return out.logits, out.cache
+        return out.logits[:, -1], [(layer.keys, layer.values) for layer in out.cache.layers]
+
+    def _decode(self, idx, positions, cache, mask):
+        out = self.model(input_ids=idx, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True,
+                         logits_to_keep=1)
+        return out.logits[:, -1]
 
     def _open_batch(self) -> ContinuousBatch:
-        return ContinuousBatch(self._step, select=select_cache, merge=merge_caches, context=self.max_context or 1 << 31,
-                               device=self.device)
+        return ContinuousBatch(self._prefill, self._decode, context=self.max_context or 1 << 31, device=self.device)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)

@@ -1,13 +1,13 @@
 """Sampling many requests as one batch with a KV cache, for any model that takes per-row positions and a key
 mask: the project's TinyLM and Hugging Face causal LMs alike.
 
-Prompts of different lengths are left-padded (each row keeps its own positions, padding is masked out of
-attention); each step is one forward pass for every row still sampling; a row that stops leaves the batch
-(its cache rows are dropped), so a long tail of rows costs only what it computes. Each request draws from its
-own random stream. Logprobs are those of the distribution sampled from: softmax(logits / temperature) — exactly
-what the trainer recomputes (policy.token_logprobs). Temperature 0 is greedy decoding (an evaluation's usual
-setting): the most likely token, its logprob under the model's own distribution (temperature 1).
-"""
+The engines sample with ContinuousBatch: rows join and leave between two tokens, each in a slot of a
+preallocated cache (slot_cache.py), so a decode step's cost does not grow with the rows it carries.
+`sample_batch` (TinyLM.generate's) runs one batch to its end: prompts left-padded, a row that stops leaves the
+batch (its cache rows are dropped). Each request draws from its own random stream. Logprobs are those of the
+distribution sampled from: softmax(logits / temperature) — exactly what the trainer recomputes
+(policy.token_logprobs). Temperature 0 is greedy decoding (an evaluation's usual setting): the most likely
+token, its logprob under the model's own distribution (temperature 1)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
+
+from .slot_cache import SlotCache
 
 
 @dataclass
@@ -42,16 +44,18 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
     return torch.searchsorted(cumulative, u).squeeze(1).clamp(max=probabilities.shape[-1] - 1)
 
 
-def choose(last: torch.Tensor, temperatures: torch.Tensor, uniforms: list[float]) -> tuple[torch.Tensor, list]:
-    """(token per row, its logprob) from the last logits (rows, vocab): drawn at each row's temperature (rows, 1),
-    or the most likely one where the temperature is 0."""
-    greedy = temperatures == 0
-    distribution = F.log_softmax(last.float() / torch.where(greedy, torch.ones_like(temperatures), temperatures),
+def choose(last: torch.Tensor, temperatures: torch.Tensor, uniforms: list[float], *,
+           greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token per row, its logprob), both on the logits' device, from the last logits (rows, vocab): drawn at each
+    row's temperature (rows, 1), or the most likely one where the temperature is 0 (`greedy`: some row's is, as
+    the caller knows without asking the device)."""
+    zero = temperatures == 0
+    distribution = F.log_softmax(last.float() / torch.where(zero, torch.ones_like(temperatures), temperatures),
                                  dim=-1)
     tokens = draw(distribution.exp(), uniforms)
-    if bool(greedy.any()):
-        tokens = torch.where(greedy.squeeze(1), distribution.argmax(dim=-1), tokens)
-    return tokens, distribution.gather(1, tokens[:, None]).squeeze(1).tolist()
+    if greedy:
+        tokens = torch.where(zero.squeeze(1), distribution.argmax(dim=-1), tokens)
+    return tokens, distribution.gather(1, tokens[:, None]).squeeze(1)
 
 
 # step(idx (B, T), cache, positions (B, T), key_mask (B, S) or None, select (rows to keep) or None)
@@ -99,8 +103,9 @@ def sample_batch(step: SamplingStep, requests: list[SamplingRequest], *, context
     streams = [random.Random(request.seed) for request in requests]
     active = list(range(len(owners)))  # original row numbers, in batch order
     for number in range(max(budgets)):
-        tokens, logprobs = choose(last, temperatures, [streams[owners[row]].random() for row in active])
-        sampled = tokens.tolist()
+        tokens, logprobs = choose(last, temperatures, [streams[owners[row]].random() for row in active],
+                                  greedy=any(requests[owners[row]].temperature == 0 for row in active))
+        sampled, logprobs = tokens.tolist(), logprobs.tolist()
         keep = []
         for position, row in enumerate(active):
             owner, slot = row_slot[row]
@@ -129,33 +134,40 @@ class ContinuousBatch:
     """Continuous batching: requests join the running batch between two tokens and leave as soon as all their
     rows have stopped, so a 4-token answer never waits for a 400-token one.
 
-    Requests taken together are prefilled together (left-padded among themselves), then merged into the running
-    batch, right-aligned to a common cache width (`merge`). A row that stops stays in the batch, masked and
-    ignored, until a quarter of the rows are such (or the next merge): dropping rows copies the cache
-    (`select`), so it is done in bulk. Each row's compute is its share of every forward pass it took part in.
+    Requests taken together are prefilled together (left-padded among themselves, each prompt once however many
+    samples share it), and each row's prompt cache is written into a free slot of the batch's SlotCache
+    (slot_cache.py). A decode step is one forward pass over the occupied slots, whatever their number: its
+    kernels do not grow with the rows. Sampling stays on the device; one read back per step (tokens and logprobs
+    together) tells which rows stopped, and a stopped row frees its slot. When many low slots are free the live
+    rows move down into them (a copy in bulk, not per step), so a long tail of rows costs only what it computes.
+    Each row's compute is its share of every step it took part in.
 
-    step(idx, cache, positions, key_mask) -> (logits, cache); select(cache, rows, first column) -> cache;
-    merge(cache, cache, width) -> cache.
+    prefill(idx (B, T), positions (B, T), key_mask (B, T) or None) -> (last logits (B, vocab), [(keys, values)]
+    per layer, each (B, kv heads, T, head dim)); decode(idx (R, 1), positions (R, 1), cache, mask (R, 1, 1, W))
+    -> last logits (R, vocab), the model's attention calling cache.update(keys, values, layer).
 
     Nothing here is recorded for autograd, whatever model it is given (the trainer's own requires gradients): the
     batch never drains while rollouts keep joining it, so a recorded graph would chain each token's cache to every
     write before it and keep all of them alive (the embedded demo's web process grew by gigabytes a minute)."""
 
-    def __init__(self, step: SamplingStep, *, select: Callable, merge: Callable, context: int, device):
-        self.step, self.select, self.merge, self.context, self.device = step, select, merge, context, device
+    def __init__(self, prefill: Callable, decode: Callable, *, context: int, device):
+        self.prefill_step, self.decode_step, self.context, self.device = prefill, decode, context, device
         self._reset()
 
     def _reset(self) -> None:
-        self.rows: list[dict] = []  # entry, slot, budget, stops, live
+        self.rows: list[dict] = []  # live rows in admission order: entry, sample, slot, budget, stops, length
         self.entries: list[dict] = []  # request, handle, rows' tokens/logprobs/compute, rows left
-        self.cache = self.key_mask = self.next_position = self.temperatures = self.last = None
+        self.occupant: list[dict | None] = []  # slot -> its row
+        self.cache: SlotCache | None = None
+        self.last = self.temperatures = None  # (slots in use, vocab) logits to sample from; (slots in use, 1)
 
     def __len__(self) -> int:
-        return sum(row["live"] for row in self.rows)
+        return len(self.rows)
 
     @torch.no_grad()
     def admit(self, items: list[tuple[SamplingRequest, object]]) -> list[tuple[object, Exception]]:
-        """Prefill these requests and merge their rows in. Returns (handle, error) for requests refused."""
+        """Prefill these requests and write their rows into free slots. Returns (handle, error) for requests
+        refused."""
         refused, accepted = [], []
         for request, handle in items:
             budget = min(request.max_new_tokens, self.context - len(request.prompt))
@@ -167,103 +179,126 @@ class ContinuousBatch:
         if not accepted:
             return refused
         started = time.monotonic()
-        # Each prompt is computed once and its row copied for each of its samples: a GRPO group's n samples
-        # share it (the tiny model's bench step spent three quarters of its sampling on prefilling copies).
-        logits, cache, key_mask = prefill(self.step, [request.prompt for request, _, _ in accepted], self.device)
-        owners = torch.tensor([index for index, (request, _, _) in enumerate(accepted) for _ in range(request.n)],
-                              device=self.device)
-        if len(owners) > len(accepted):
-            logits, cache = logits.index_select(0, owners), self.select(cache, owners)
-            key_mask = None if key_mask is None else key_mask.index_select(0, owners)
-        prompts = [request.prompt for request, _, _ in accepted for _ in range(request.n)]
+        prompts = [request.prompt for request, _, _ in accepted]
         width = max(len(p) for p in prompts)
-        if key_mask is None:
-            key_mask = torch.ones(len(prompts), width, dtype=torch.bool, device=self.device)
-        prefill_share = (time.monotonic() - started) / len(prompts)
-        rows = []
+        pads = torch.tensor([width - len(p) for p in prompts], device=self.device)
+        idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=self.device)
+        columns = torch.arange(width, device=self.device)[None, :]
+        positions = (columns - pads[:, None]).clamp(min=0)
+        padded = any(len(p) < width for p in prompts)
+        last, layers = self.prefill_step(idx, positions, (columns >= pads[:, None]) if padded else None)
+        if self.cache is None:
+            keys = layers[0][0]
+            self.cache = SlotCache(len(layers), keys.shape[1], keys.shape[3], dtype=keys.dtype, device=self.device)
+        # Each prompt is computed once and written into a slot per sample: a GRPO group's n samples share it.
+        owners = [index for index, (request, _, _) in enumerate(accepted) for _ in range(request.n)]
+        slots = self._free_slots(len(owners))
+        slot_tensor = torch.tensor(slots, device=self.device)
+        owner_tensor = torch.tensor(owners, device=self.device) if len(owners) > len(accepted) else None
+        self.cache.write(slot_tensor, layers, pads,
+                         torch.tensor([len(prompts[o]) for o in owners], device=self.device), owner_tensor)
+        temperatures = torch.tensor([[float(accepted[o][0].temperature)] for o in owners], device=self.device)
+        self._place(slot_tensor, last if owner_tensor is None else last.index_select(0, owner_tensor),
+                    temperatures)
+        prefill_share = (time.monotonic() - started) / len(owners)
+        slots = iter(slots)
         for request, handle, budget in accepted:
             entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
                      "logprobs": [[] for _ in range(request.n)], "compute": [prefill_share] * request.n,
                      "left": request.n, "stream": random.Random(request.seed)}
             self.entries.append(entry)
-            rows += [{"entry": entry, "slot": slot, "budget": budget, "stops": set(request.stops), "live": True}
-                     for slot in range(request.n)]
-        temperatures = torch.tensor([[float(row["entry"]["request"].temperature)] for row in rows], device=self.device)
-        next_position = torch.tensor([len(p) for p in prompts], device=self.device)
-        if not self.rows:
-            self.cache, self.key_mask, self.last = cache, key_mask, logits[:, -1, :]
-            self.next_position, self.temperatures, self.rows = next_position, temperatures, rows
-            return refused
-        self._drop_stopped_rows()
-        merged_width = max(self.key_mask.shape[1], width)
-        self.cache = self.merge(self.cache, cache, merged_width)
-        self.key_mask = torch.cat([_left_pad(self.key_mask, merged_width), _left_pad(key_mask, merged_width)])
-        self.last = torch.cat([self.last, logits[:, -1, :]])
-        self.next_position = torch.cat([self.next_position, next_position])
-        self.temperatures = torch.cat([self.temperatures, temperatures])
-        self.rows += rows
+            for sample in range(request.n):
+                row = {"entry": entry, "sample": sample, "slot": next(slots), "budget": budget,
+                       "stops": set(request.stops), "length": len(request.prompt)}
+                self.occupant[row["slot"]] = row
+                self.rows.append(row)
         return refused
 
-    def _drop_stopped_rows(self) -> None:
-        """Drop the stopped rows, and the leading columns that are padding for every row left (the batch never
-        drains while requests keep coming, so without this its width would only grow)."""
-        live = [position for position, row in enumerate(self.rows) if row["live"]]
-        if len(live) == len(self.rows):
-            return
-        select = torch.tensor(live, dtype=torch.long, device=self.device)
-        key_mask = self.key_mask.index_select(0, select)
-        start = int(key_mask.any(dim=0).nonzero()[0])
-        self.cache = self.select(self.cache, select, start)
-        self.key_mask, self.last = key_mask[:, start:], self.last.index_select(0, select)
-        self.next_position = self.next_position.index_select(0, select)
-        self.temperatures = self.temperatures.index_select(0, select)
-        self.rows = [self.rows[p] for p in live]
+    def _free_slots(self, count: int) -> list[int]:
+        """The lowest `count` free slots (the batch's slot list grown as needed)."""
+        free = [slot for slot, row in enumerate(self.occupant) if row is None][:count]
+        free += range(len(self.occupant), len(self.occupant) + count - len(free))
+        self.occupant += [None] * (max(free) + 1 - len(self.occupant))
+        return free
+
+    def _place(self, slots: torch.Tensor, last: torch.Tensor, temperatures: torch.Tensor) -> None:
+        """New rows' logits and temperatures at their slots, the per-slot tensors grown to the slots in use."""
+        used = len(self.occupant)
+        if self.last is None:
+            self.last = last.new_zeros(used, last.shape[1])
+            self.temperatures = temperatures.new_ones(used, 1)
+        elif len(self.last) < used:
+            self.last = torch.cat([self.last, self.last.new_zeros(used - len(self.last), self.last.shape[1])])
+            self.temperatures = torch.cat([self.temperatures,
+                                           self.temperatures.new_ones(used - len(self.temperatures), 1)])
+        self.last.index_copy_(0, slots, last.to(self.last.dtype))
+        self.temperatures.index_copy_(0, slots, temperatures)
 
     @torch.no_grad()
     def advance(self) -> list[dict]:
         """One token for every live row. Returns the entries whose rows have all stopped (their `tokens`,
         `logprobs` and `compute` complete) and forgets them."""
         started = time.monotonic()
-        tokens, logprobs = choose(self.last, self.temperatures, [row["entry"]["stream"].random() if row["live"]
-                                                                 else 0.0 for row in self.rows])
-        sampled = tokens.tolist()
-        finished, took_part = [], []
-        for position, row in enumerate(self.rows):
-            if not row["live"]:
-                continue
-            entry, slot = row["entry"], row["slot"]
-            took_part.append((entry, slot))
-            entry["tokens"][slot].append(sampled[position])
-            entry["logprobs"][slot].append(logprobs[position])
+        used = len(self.occupant)
+        # Each request's stream draws for its live rows in sample order, as it always has.
+        uniforms = [0.0] * used
+        for row in self.rows:
+            uniforms[row["slot"]] = row["entry"]["stream"].random()
+        greedy = any(row["entry"]["request"].temperature == 0 for row in self.rows)
+        tokens, logprobs = choose(self.last[:used], self.temperatures[:used], uniforms, greedy=greedy)
+        sampled, sampled_logprobs = torch.stack([tokens.double(), logprobs.double()]).tolist()  # one read back
+        finished, stopped, took_part = [], [], []
+        for row in self.rows:
+            entry, sample, slot = row["entry"], row["sample"], row["slot"]
+            token = int(sampled[slot])
+            took_part.append((entry, sample))
+            entry["tokens"][sample].append(token)
+            entry["logprobs"][sample].append(sampled_logprobs[slot])
+            row["length"] += 1
             if entry["request"].on_token is not None:
-                entry["request"].on_token(slot, sampled[position])
-            if sampled[position] in row["stops"] or len(entry["tokens"][slot]) >= row["budget"]:
-                row["live"] = False
+                entry["request"].on_token(sample, token)
+            if token in row["stops"] or len(entry["tokens"][sample]) >= row["budget"]:
+                stopped.append(row)
                 entry["left"] -= 1
                 if entry["left"] == 0:
                     finished.append(entry)
-        live = len(self)
-        if not live:
+        if stopped:
+            for row in stopped:
+                self.occupant[row["slot"]] = None
+            self.rows = [row for row in self.rows if self.occupant[row["slot"]] is row]
+            self.entries = [entry for entry in self.entries if entry["left"] > 0]
+            self.cache.free(torch.tensor([row["slot"] for row in stopped], device=self.device))
+        if not self.rows:
             self._reset()
         else:
-            if len(self.rows) - live > max(8, len(self.rows) // 4):
-                keep = [position for position, row in enumerate(self.rows) if row["live"]]
-                self._drop_stopped_rows()
-                tokens = tokens.index_select(0, torch.tensor(keep, dtype=torch.long, device=self.device))
-            self.key_mask = torch.cat([self.key_mask, self.key_mask.new_ones(len(self.rows), 1)], dim=1)
-            # Stopped rows still ride along until dropped; their position may have run past the context.
-            positions = self.next_position.clamp(max=self.context - 1)[:, None]
-            logits, self.cache = self.step(tokens[:, None], self.cache, positions, self.key_mask)
-            self.last = logits[:, -1, :]
-            self.next_position = self.next_position + 1
-            self.entries = [e for e in self.entries if e["left"] > 0]
+            tokens = self._pack(tokens)
+            used = len(self.occupant)
+            width = max(row["length"] for row in self.rows)  # the new token's column included
+            self.cache.reserve(used, width)
+            mask = self.cache.prepare(used, width)
+            positions = self.cache.lengths[:used, None]
+            self.last = self.decode_step(tokens[:used, None], positions, self.cache, mask)
+            self.cache.advance(used)
         share = (time.monotonic() - started) / max(len(took_part), 1)
-        for entry, slot in took_part:
-            entry["compute"][slot] += share
+        for entry, sample in took_part:
+            entry["compute"][sample] += share
         return finished
 
-
-def _left_pad(mask: torch.Tensor, width: int) -> torch.Tensor:
-    """(B, S) key mask padded on the left with False to (B, width)."""
-    missing = width - mask.shape[1]
-    return mask if missing == 0 else torch.cat([mask.new_zeros(mask.shape[0], missing), mask], dim=1)
+    def _pack(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Drop free slots at the top; when free slots are many below live ones, move those rows down into them
+        (one copy in bulk). Returns the tokens to decode, in the rows' new slots."""
+        while self.occupant and self.occupant[-1] is None:
+            self.occupant.pop()
+        live = len(self.rows)
+        if len(self.occupant) - live <= max(8, live // 4):
+            return tokens
+        movers = [row for row in self.rows if row["slot"] >= live]
+        holes = [slot for slot in range(live) if self.occupant[slot] is None]
+        sources = torch.tensor([row["slot"] for row in movers], device=self.device)
+        targets = torch.tensor(holes, device=self.device)
+        self.cache.move(sources, targets)
+        for row, slot in zip(movers, holes, strict=True):
+            self.occupant[slot], row["slot"] = row, slot
+        del self.occupant[live:]
+        self.temperatures.index_copy_(0, targets, self.temperatures.index_select(0, sources))
+        return tokens.index_copy(0, targets, tokens.index_select(0, sources))

@@ -28,10 +28,16 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.proj = nn.Linear(config.n_embd, config.n_embd)
 
-    def forward(self, x, cache=None, key_mask=None, use_cache=False):
+    def forward(self, x, cache=None, key_mask=None, use_cache=False, layer=None):
+        """With `layer`, a decode step in a slot cache (engines.slot_cache): `cache.update` writes this token's keys
+        and returns what the row attends, `key_mask` (B, 1, 1, S) says which."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        if layer is not None:
+            k, v = cache.update(k, v, layer)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C)), cache
         if use_cache:
             k, v, cache = _cached(cache, k, v)
         S = k.shape[2]
@@ -83,8 +89,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(config.n_embd, 4 * config.n_embd), nn.GELU(),
                                  nn.Linear(4 * config.n_embd, config.n_embd))
 
-    def forward(self, x, cache=None, key_mask=None, use_cache=False):
-        attended, cache = self.attn(self.ln1(x), cache, key_mask, use_cache)
+    def forward(self, x, cache=None, key_mask=None, use_cache=False, layer=None):
+        attended, cache = self.attn(self.ln1(x), cache, key_mask, use_cache, layer)
         x = x + attended
         return x + self.mlp(self.ln2(x)), cache
 
@@ -127,13 +133,25 @@ class TinyLM(nn.Module):
             cache = select_rows(cache, select)
         return self(idx, cache, positions=positions, key_mask=key_mask, use_cache=True)
 
+    def prefill_step(self, idx, positions, key_mask):
+        """engines.sampling.ContinuousBatch's prefill: the last position's logits and each layer's keys and values."""
+        logits, caches = self(idx, positions=positions, key_mask=key_mask, use_cache=True)
+        return logits[:, -1], [(keys[:, :, :length], values[:, :, :length]) for keys, values, length in caches]
+
+    def decode_step(self, idx, positions, cache, mask):
+        """ContinuousBatch's decode step: one token per row, keys written into the slot cache (engines.slot_cache),
+        `mask` (rows, 1, 1, width) what each row attends. Positions are the batch's (below the context by
+        construction): no check that would read them back from the device."""
+        x = self.token(idx) + self.position(positions)
+        for layer, block in enumerate(self.blocks):
+            x, _ = block(x, cache, mask, layer=layer)
+        return self.head(self.ln(x))[:, -1]
+
     def continuous_batch(self, *, context: int, device):
-        """The torch engine's batch over this model (engines.sampling.ContinuousBatch): its step, and how rows
-        leave its cache and two batches' caches merge."""
+        """The torch engine's batch over this model (engines.sampling.ContinuousBatch): its prefill and decode."""
         from ..engines.sampling import ContinuousBatch
 
-        return ContinuousBatch(self.sampling_step, select=select_rows, merge=merge_caches, context=context,
-                               device=device)
+        return ContinuousBatch(self.prefill_step, self.decode_step, context=context, device=device)
 
     @torch.no_grad()
     def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int,
@@ -158,20 +176,6 @@ def select_rows(cache: list, rows: torch.Tensor, start: int = 0) -> list:
     them): a copy of the columns in use, which the next token's write gives fresh headroom."""
     return [(k[:, :, start:n].index_select(0, rows), v[:, :, start:n].index_select(0, rows), n - start)
             for k, v, n in cache]
-
-
-def merge_caches(first: list, second: list, width: int) -> list:
-    """Two batches' caches as one: each right-aligned to `width` columns (left padding, masked by the caller)."""
-    merged = []
-    for (k0, v0, n0), (k1, v1, n1) in zip(first, second, strict=True):
-        rows, heads, _, dim = k0.shape[0] + k1.shape[0], k0.shape[1], k0.shape[2], k0.shape[3]
-        keys = k0.new_zeros(rows, heads, width + HEADROOM, dim)
-        values = v0.new_zeros(rows, heads, width + HEADROOM, dim)
-        split = k0.shape[0]  # rows of the first cache; the second's follow
-        keys[:split, :, width - n0:width], values[:split, :, width - n0:width] = k0[:, :, :n0], v0[:, :, :n0]
-        keys[split:, :, width - n1:width], values[split:, :, width - n1:width] = k1[:, :, :n1], v1[:, :, :n1]
-        merged.append((keys, values, width))
-    return merged
 
 
 def sequence_logprobs(model: TinyLM, prompt: list[int], completions: torch.Tensor) -> torch.Tensor:

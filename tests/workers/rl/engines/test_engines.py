@@ -10,12 +10,11 @@ import torch
 
 from workers.rl.engines import GenerationRequest
 from workers.rl.engines.hf import TransformersEngine
-from workers.rl.engines.sampling import ContinuousBatch, SamplingRequest
+from workers.rl.engines.sampling import SamplingRequest
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat, HFChat
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.models.policies import HFPolicy, TinyLMPolicy
-from workers.rl.models.tiny_lm import merge_caches, select_rows
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL, parse_tool_calls
 
 
@@ -161,8 +160,7 @@ def test_the_running_batch_records_no_autograd_history_however_long_it_runs(addi
     minutes). The model's parameters require gradients here, as the trainer's own model's do."""
     model, chat = copy.deepcopy(addition_base_model), CharChat()
     assert all(p.requires_grad for p in model.parameters())
-    batch = ContinuousBatch(model.sampling_step, select=select_rows, merge=merge_caches,
-                            context=model.config.block_size, device="cpu")
+    batch = model.continuous_batch(context=model.config.block_size, device="cpu")
     prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=")]
     batch.admit([(SamplingRequest(prompts[0], n=3, max_new_tokens=30, stops=(), seed=1), "first")])
     for _ in range(4):
@@ -170,7 +168,7 @@ def test_the_running_batch_records_no_autograd_history_however_long_it_runs(addi
     batch.admit([(SamplingRequest(prompts[1], n=2, max_new_tokens=2, stops=(), seed=2), "joins")])  # merged in
     finished = [entry["handle"] for _ in range(3) for entry in batch.advance()]
     assert finished == ["joins"] and len(batch) == 3  # its rows left; the first request's go on
-    held = [batch.last] + [tensor for keys, values, _ in batch.cache for tensor in (keys, values)]
+    held = [batch.last, *batch.cache.keys, *batch.cache.values]
     assert not any(tensor.requires_grad or tensor.grad_fn is not None for tensor in held)
 
 
@@ -196,7 +194,7 @@ def test_a_template_without_tools_is_taught_the_call_format_the_studio_parses(ti
 
 def test_the_transformers_engine_batches_continuously_with_true_logprobs(tiny_hf):
     """Requests of different lengths arriving while others sample join the running batch (the cache rows and
-    columns merged and dropped by select_cache / merge_caches); each completion's logprobs are still the ones
+    written into free slots of its slot cache, freed as rows stop); each completion's logprobs are still the ones
     the trainer recomputes, and a short request does not wait for a long one."""
     policy = HFPolicy(tiny_hf)
     engine, chat = TransformersEngine(str(tiny_hf)), HFChat(policy.tokenizer)

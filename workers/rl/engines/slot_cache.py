@@ -1,0 +1,115 @@
+"""The running batch's KV cache: per layer, keys and values in buffers (slots, kv heads, columns, head dim),
+allocated ahead and indexed by slot, so what a decode step launches does not depend on how many rows sample.
+
+A row owns a slot from its admission to its last token. Its prompt's keys and values (computed once per prompt,
+however many samples share it) are written into the slot's first columns, left-aligned: column c holds position
+c, so the row's next token is written at column `lengths[slot]` and attends columns 0..lengths[slot]. A decode
+step runs over the first `rows` slots (admission hands out the lowest free slots; ContinuousBatch moves rows down
+when many low ones are free), writes every row's new keys with one scatter per layer and attends the first
+`width` columns under one mask. A finished row frees its slot; nothing is selected, concatenated or merged per
+step, as the previous cache (per-row select and merge, a copy of the cache whenever rows came or went) did. The
+buffers grow by doubling, in slots or in columns, when an admission needs more: a copy per doubling, not per token.
+
+The model's attention calls `update(keys, values, layer)` for the step — the method transformers' attention calls
+on its Cache (its other keyword arguments ignored) and the one the project's TinyLM calls."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _doubled(size: int, needed: int) -> int:
+    while size < needed:
+        size *= 2
+    return size
+
+
+class SlotCache:
+    def __init__(self, layers: int, heads: int, dim: int, *, dtype, device, slots: int = 8, columns: int = 64):
+        self.keys = [torch.zeros(slots, heads, columns, dim, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros_like(buffer) for buffer in self.keys]
+        self.lengths = torch.zeros(slots, dtype=torch.long, device=device)  # tokens each slot holds
+        self.live = torch.zeros(slots, dtype=torch.long, device=device)  # 1 where a row is sampling
+        self.device = device
+        self._columns = torch.arange(columns, device=device)
+        self._index, self._rows, self._width = None, 0, 0
+
+    @property
+    def slots(self) -> int:
+        return self.keys[0].shape[0]
+
+    @property
+    def columns(self) -> int:
+        return self.keys[0].shape[2]
+
+    def reserve(self, slots: int, columns: int) -> None:
+        """Room for `slots` slots of `columns` columns: the buffers double until they fit (contents kept)."""
+        new_slots, new_columns = _doubled(self.slots, slots), _doubled(self.columns, columns)
+        if (new_slots, new_columns) == (self.slots, self.columns):
+            return
+        for buffers in (self.keys, self.values):
+            for layer, old in enumerate(buffers):
+                grown = old.new_zeros(new_slots, old.shape[1], new_columns, old.shape[3])
+                grown[:old.shape[0], :, :old.shape[2]] = old
+                buffers[layer] = grown
+        self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(new_slots - len(self.lengths))])
+        self.live = torch.cat([self.live, self.live.new_zeros(new_slots - len(self.live))])
+        self._columns = torch.arange(new_columns, device=self.device)
+
+    def write(self, slots: torch.Tensor, layers: list, pads: torch.Tensor, lengths: torch.Tensor,
+              owners: torch.Tensor | None = None) -> None:
+        """A prefill's keys and values into `slots`: `layers` [(keys, values)], each (prompts, heads, W, dim) and
+        left-padded by `pads` (prompts,); slot i takes prompt owners[i] (a prompt shared by n samples is computed
+        once and written n times), `lengths` (slots,) its prompt's length. Columns past a row's length receive
+        another column's values: masked, and overwritten as the row grows."""
+        width = layers[0][0].shape[2]
+        self.reserve(int(slots.max()) + 1, width + 1)
+        source = (self._columns[None, :width] + pads[:, None]).clamp(max=width - 1)  # (prompts, W)
+        if owners is not None:
+            source = source.index_select(0, owners)
+        for layer, (keys, values) in enumerate(layers):
+            if owners is not None:
+                keys, values = keys.index_select(0, owners), values.index_select(0, owners)
+            index = source[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+            self.keys[layer][:, :, :width].index_copy_(0, slots, keys.gather(2, index).to(self.keys[layer].dtype))
+            self.values[layer][:, :, :width].index_copy_(0, slots,
+                                                         values.gather(2, index).to(self.values[layer].dtype))
+        self.lengths.index_copy_(0, slots, lengths)
+        self.live.index_fill_(0, slots, 1)
+
+    def free(self, slots: torch.Tensor) -> None:
+        """These slots' rows have stopped: they hold nothing (a free slot attends its column 0, never read)."""
+        self.lengths.index_fill_(0, slots, 0)
+        self.live.index_fill_(0, slots, 0)
+
+    def move(self, sources: torch.Tensor, targets: torch.Tensor) -> None:
+        """Rows at `sources` to slots `targets` (free ones): the batch packs itself into its lowest slots."""
+        for buffers in (self.keys, self.values):
+            for buffer in buffers:
+                buffer.index_copy_(0, targets, buffer.index_select(0, sources))
+        for state in (self.lengths, self.live):
+            state.index_copy_(0, targets, state.index_select(0, sources))
+        self.free(sources)
+
+    def prepare(self, rows: int, width: int) -> torch.Tensor:
+        """Set up a decode step over slots [0, rows) attending columns [0, width): each row writes its token at
+        column lengths[slot]. Returns the attention mask, (rows, 1, 1, width) booleans."""
+        if width > self.columns:
+            raise ValueError(f"a decode step of {width} columns in a cache of {self.columns}")
+        written = self.lengths[:rows]
+        heads, dim = self.keys[0].shape[1], self.keys[0].shape[3]
+        self._index = written[:, None, None, None].expand(rows, heads, 1, dim)
+        self._rows, self._width = rows, width
+        return (self._columns[None, :width] <= written[:, None])[:, None, None, :]
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer: int, *_, **__):
+        """This step's keys and values (rows, heads, 1, dim) written at each row's column; returns the layer's keys
+        and values (rows, heads, width, dim) to attend."""
+        key_buffer, value_buffer = self.keys[layer][:self._rows], self.values[layer][:self._rows]
+        key_buffer.scatter_(2, self._index, keys.to(key_buffer.dtype))
+        value_buffer.scatter_(2, self._index, values.to(value_buffer.dtype))
+        return key_buffer[:, :, :self._width], value_buffer[:, :, :self._width]
+
+    def advance(self, rows: int) -> None:
+        """After a decode step: every sampling row holds one more token."""
+        self.lengths[:rows] += self.live[:rows]
