@@ -59,6 +59,17 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32],
                             help="engine: concurrent requests, one measurement each")
         parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")
+        parser.add_argument("--compare", nargs="+", choices=["generate", "generate_batch"],
+                            default=["generate", "generate_batch"],
+                            help="engine: what ours is compared with: transformers' model.generate (one batch) and "
+                                 "generate_batch (its continuous batching, paged attention)")
+        parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                            help="engine, trainer: where the model runs (both sides of a comparison)")
+        parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                            help="engine, trainer: the model's precision (both sides of a comparison)")
+        parser.add_argument("--random-weights", action="store_true",
+                            help="engine, trainer: the packaged model's architecture with random (seeded) weights, "
+                                 "for speed only, where its weights cannot be had")
         parser.add_argument("--paired-items", type=int, default=10_000,
                             help="evals: paired items the statistics are timed over")
         parser.add_argument("--step-sizes", type=int, nargs="+", default=[16, 64, 256],
