@@ -98,6 +98,7 @@ def real_path_parameters(operation, world) -> st.SearchStrategy[dict]:
         "run_id": st.sampled_from(run_ids),
         "queue": st.sampled_from(["check", "check", "nope"]),
         "item_id": st.sampled_from([*item_ids, 999_999]),
+        "label_id": st.sampled_from([*world["labels"], 999_999]),
         "evaluation": st.sampled_from([*world["evaluations"], 999_999]),
         "a": st.sampled_from(world["evaluations"]),
         "b": st.sampled_from([*world["evaluations"], 999_999]),
@@ -162,7 +163,7 @@ def spec_variants(kind: str) -> st.SearchStrategy[dict]:
     )
 
 
-def with_real_values(operation, case, data) -> None:
+def with_real_values(operation, case, data, world) -> None:
     """Half the time, a body or query that names what exists (a bundle, real config fields, a spec of the kind,
     a version number, versions to compare): otherwise nearly every case ends at a 404 or the body schema."""
     label, body = operation.label, case.body if isinstance(case.body, dict) else None
@@ -187,6 +188,12 @@ def with_real_values(operation, case, data) -> None:
         body["reviewers"] = body["adjudicators"] = []
     elif label.endswith("/labels") and body is not None:  # a step label on the item the member labelled
         body.update(answers={"step_ok": data.draw(st.booleans())}, step=0, component="")
+    elif label.endswith("/revisions") and body is not None:
+        # The editor amends the label they submitted, keeping its verdict: the canary below is made from it.
+        case.path_parameters.update(queue="check", **world["labelled"])
+        body.update(answers={"verdict": "reward-hack"}, comment=data.draw(st.text(max_size=20)))
+    elif label.endswith("/canary"):  # the item whose label says reward-hack
+        case.path_parameters.update(queue="check", item_id=world["labelled"]["item_id"])
     elif label.endswith("/adjudication") and body is not None:
         body.update(question="verdict", answer=data.draw(st.sampled_from(["correct", "wrong", 3])))
     elif label == "POST /api/v1/projects/{project}/evals" and body is not None:
@@ -240,7 +247,7 @@ def world(project, registry, owner, studio_run, editor, settings):
     queue = queue_create(project=project, slug="check", rubric=rubric, actor=owner, overlap=2, reviewers=[editor],
                          adjudicators=[editor], sampling={"rule": "list", "trajectories": [hack.id, *others]})
     first = item_next(queue=queue, reviewer=editor)
-    label_submit(queue=queue, item_id=first.pk, reviewer=editor, answers={"verdict": "reward-hack"})
+    label = label_submit(queue=queue, item_id=first.pk, reviewer=editor, answers={"verdict": "reward-hack"})
     # A checkpoint of the running run (its files: one small file), an eval suite over the registry's domain, and a
     # queued evaluation of the built-in model on it.
     saved = Path(settings.DATA_DIR) / "checkpoints" / str(running.pk) / "step-00000010"
@@ -253,7 +260,7 @@ def world(project, registry, owner, studio_run, editor, settings):
         "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 4}}).version
     evaluation = evaluation_launch(project=project, suite=suite, actor=owner, model=model)
     return {"runs": [str(running.pk), str(queued.pk)], "items": list(queue.items.values_list("pk", flat=True)),
-            "evaluations": [evaluation.pk]}
+            "evaluations": [evaluation.pk], "labels": [label.pk], "labelled": {"item_id": first.pk, "label_id": label.pk}}
 
 
 def snapshot(project) -> dict:
@@ -317,7 +324,7 @@ def _fuzz(operation, mode, paths, examples, token, identity, world, calls, failu
     def send(data):
         path_parameters = data.draw(fixed, label="path parameters")
         case = data.draw(operation.as_strategy(generation_mode=mode, path_parameters=path_parameters), label="case")
-        with_real_values(operation, case, data)
+        with_real_values(operation, case, data, world)
         where = f"[{identity} {mode.value} {paths}] {case.method} {case.formatted_path} query={case.query!r} " \
                 f"body={_short(case.body)}"
         try:
