@@ -4,7 +4,7 @@
 # (gpu/whl, made here by deploy/gpu/bundle.sh) into /tmp/gpu-site, then runs workers.rl.bench.gpu_check on the
 # carried SmolLM2 config and tokenizer (gpu/model; random weights): engine and trainer, fp32 and bf16, against
 # generate / generate_batch / TRL, and vLLM where `import vllm` works. Everything ends within GPU_CHECK_SECONDS
-# (345) of the start, installs included; each part is a JSON line on stdout and in $OUT/gpu-check.jsonl,
+# (350) of the start, installs included; each part is a JSON line on stdout and in $OUT/gpu-check.jsonl,
 # $OUT/gpu-check.json holds them all, the libraries' stderr goes to $OUT/gpu-check-stderr.log.
 #
 #   deploy/gpu/check.sh                       on the GPU machine (python3 there holds CUDA torch)
@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 started=$SECONDS
 DRY=${GPU_CHECK_DRY:-0}
-TOTAL=${GPU_CHECK_SECONDS:-345}
+TOTAL=${GPU_CHECK_SECONDS:-350}
 export OUT="${OUT:-/tmp/gpu-check}"
 mkdir -p "$OUT"
 if [ "$DRY" = 1 ]; then

@@ -78,8 +78,8 @@ class Plan:
 GPU_PLAN = Plan(device="cuda", concurrency=(32, 128), new_tokens=64,
                 steps={"smollm2_lora": 6, "smollm2_full": 6, "smollm2_lora_long": 4, "tiny": 30},
                 pretrain_steps=300, sizes=None,
-                estimates={"engine": 60, "smollm2_lora": 25, "smollm2_full": 20, "smollm2_lora_long": 50,
-                           "tiny": 45, "vllm_engine": 90, "vllm_server": 240})
+                estimates={"engine": 50, "smollm2_lora": 25, "smollm2_full": 20, "smollm2_lora_long": 45,
+                           "tiny": 35, "vllm_engine": 90, "vllm_server": 240})
 DRY_PLAN = Plan(device="cpu", concurrency=(2,), new_tokens=8,
                 steps={"smollm2_lora": 2, "smollm2_full": 2, "smollm2_lora_long": 2, "tiny": 2},
                 pretrain_steps=20, sizes={"prompts": 2, "group": 4, "new_tokens": 4},
@@ -118,7 +118,8 @@ class Check:
 
     def part(self, name: str, estimate: float, body, *args, **kwargs):
         """Run body as the part `name` if `estimate` seconds fit before the deadline; record what came of it."""
-        if self.only and name not in ("env", "model") and not name.startswith(self.only):
+        if self.only and name not in ("env", "model") and not any(
+                name == item or (item.endswith("*") and name.startswith(item[:-1])) for item in self.only):
             return self.skip(name, f"not asked for (--only {','.join(self.only)})")
         left = self.deadline - self.elapsed()
         if left < estimate:
@@ -490,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry", action="store_true", default=os.environ.get("GPU_CHECK_DRY") == "1",
                         help="the CPU dry run: a 2-layer model, tiny sizes (also GPU_CHECK_DRY=1)")
     parser.add_argument("--only", default="",
-                        help="comma-separated part names (or their beginnings) to run; the rest are skipped")
+                        help="comma-separated part names to run (a trailing * matches a beginning: trainer_fp32_*); "
+                             "the rest are skipped")
     parser.add_argument("--compare", default=",".join(COMPARE), help="the engine's peers (default: %(default)s)")
     parser.add_argument("--write-model", type=Path, metavar="DIR",
                         help="write the bundle's model files to DIR and stop")
