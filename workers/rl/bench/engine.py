@@ -1,12 +1,24 @@
-"""`manage.py bench engine`: tokens per second of our transformers engine against Hugging Face `generate` on
-the same model, prompts and sampling settings, at several numbers of concurrent requests.
+"""`manage.py bench engine`: tokens per second of our transformers engine against Hugging Face `generate` (and
+its continuous batching, `generate_batch`) on the same model, prompts and sampling settings, at several numbers
+of concurrent requests, on the CPU or a GPU, in fp32 or bf16 — and what one decode step launches.
 
-The model is SmolLM2-135M-Instruct (builtin:smollm2-135m-instruct, converted on first use). The prompts are the
-real-model demo's kinds (a sum, a function to write, an expression for the tool), rendered with the model's
-chat template. Ours: every request submitted at once from its own thread, as rollouts do; the engine batches
-them continuously. `generate`: one left-padded batch of the same prompts, sampling at the same temperature.
-Both are told to stop at the end-of-turn token and to write at most `new_tokens`; tokens are counted up to and
-including the stop, so a batch that runs on for its longest row is not credited for the padding it writes.
+The model is SmolLM2-135M-Instruct (builtin:smollm2-135m-instruct, converted on first use), or its architecture
+with random seeded weights (`random_weights`: speed only, where the weights cannot be had; a random model rarely
+writes the end-of-turn token, so every sample runs to `new_tokens` on every side). The prompts are the
+real-model demo's kinds (a sum, a function to write, an expression for the tool), rendered with the model's chat
+template. Ours: every request submitted at once from its own thread, as rollouts do; the engine batches them
+continuously. `generate`: one left-padded batch of the same prompts, sampling at the same temperature.
+`generate_batch`: transformers' continuous batching (paged attention). All are told to stop at the end-of-turn
+token and to write at most `new_tokens`; tokens are counted up to and including the stop, so a batch that runs
+on for its longest row is not credited for the padding it writes.
+
+`aten_ops_per_decode_step`: the aten operators (torch.profiler) one steady-state decode step of ours runs at
+that many rows — the CPU-side cost of a step, and on a GPU close to its kernel launches
+(`kernel_launches_per_decode_step`, counted there too); `aten_ops_per_forward`: the same for one plain forward
+pass of the model over one token per row, the floor a step cannot go below. A step's count must not grow with
+the rows.
+
+`measure_engine` imports no Django: deploy/gpu's check calls it on a machine without the studio.
 """
 
 from __future__ import annotations
@@ -23,6 +35,9 @@ PROMPTS = [
     "```python block.",
     "What is {a} * {b} + 317? Compute it with run_python first, then answer with just the number.",
 ]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+KERNEL_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
+                   "cudaGraphLaunch")
 
 
 def _prompts(tokenizer, count: int) -> list[list[int]]:
@@ -33,71 +48,178 @@ def _prompts(tokenizer, count: int) -> list[list[int]]:
             for i in range(count)]
 
 
-def _ours(directory: Path, prompts, *, new_tokens: int, stop_ids, temperature: float) -> dict:
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _rate(tokens: int, seconds: float) -> dict:
+    return {"seconds": round(seconds, 3), "tokens": tokens, "tokens_per_second": round(tokens / seconds, 1)}
+
+
+def load_model(model_dir: Path, *, device: str, dtype: str, random_weights: bool):
+    """The model on `device` in `dtype`: loaded from `model_dir`, or built from its config with random weights
+    (seeded: the same model on every machine)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if random_weights:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=DTYPES[dtype])
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
+    return model.to(device).eval()
+
+
+def _ours(engine, prompts, *, new_tokens: int, stop_ids, temperature: float) -> dict:
     from ..engines import GenerationRequest
-    from ..engines.hf import TransformersEngine
 
-    engine = TransformersEngine(str(directory))
-    try:
-        results = [None] * len(prompts)
+    results = [None] * len(prompts)
 
-        def ask(index):
-            results[index] = engine.generate([GenerationRequest(prompts[index], 1, new_tokens, stop_ids, temperature,
-                                                                seed=index)])[0][0]
+    def ask(index):
+        results[index] = engine.generate([GenerationRequest(prompts[index], 1, new_tokens, stop_ids, temperature,
+                                                            seed=index)])[0][0]
 
-        # One warm-up request: the first forward pass allocates and picks kernels.
-        engine.generate([GenerationRequest(prompts[0], 1, 4, stop_ids, temperature, seed=0)])
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        seconds = time.perf_counter() - started
-    finally:
-        engine.close()
-    tokens = sum(len(completion.token_ids) for completion in results)
-    return {"seconds": round(seconds, 2), "tokens": tokens, "tokens_per_second": round(tokens / seconds, 1)}
-
-
-def _generate(model, tokenizer, prompts, *, new_tokens: int, stop_ids, temperature: float) -> dict:
-    width = max(len(p) for p in prompts)
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    torch.manual_seed(0)
-    model.generate(ids[:1], attention_mask=attention[:1], max_new_tokens=4, do_sample=True)  # warm-up
+    # One warm-up request: the first forward pass allocates and picks kernels.
+    engine.generate([GenerationRequest(prompts[0], 1, 4, stop_ids, temperature, seed=0)])
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    _synchronize(engine.device)
     started = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=attention, max_new_tokens=new_tokens, do_sample=True,
-                             temperature=temperature, top_k=0, top_p=1.0, eos_token_id=list(stop_ids), pad_token_id=pad)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    _synchronize(engine.device)
+    seconds = time.perf_counter() - started
+    return _rate(sum(len(completion.token_ids) for completion in results), seconds)
+
+
+def _generate(model, tokenizer, prompts, *, device: str, new_tokens: int, stop_ids, temperature: float) -> dict:
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    settings = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0,
+                "eos_token_id": list(stop_ids), "pad_token_id": pad}
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        model.generate(ids[:1], attention_mask=attention[:1], max_new_tokens=4, **settings)  # warm-up
+        _synchronize(device)
+        started = time.perf_counter()
+        out = model.generate(ids, attention_mask=attention, max_new_tokens=new_tokens, **settings)
+        _synchronize(device)
     seconds = time.perf_counter() - started
     tokens = 0
     for row in out[:, width:].tolist():
         ends = [i for i, token in enumerate(row) if token in stop_ids]
         tokens += ends[0] + 1 if ends else len(row)
-    return {"seconds": round(seconds, 2), "tokens": tokens, "tokens_per_second": round(tokens / seconds, 1)}
+    return _rate(tokens, seconds)
 
 
-def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64,
-        temperature: float = 1.0, **_) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _generate_batch(model, tokenizer, prompts, *, device: str, new_tokens: int, stop_ids,
+                    temperature: float) -> dict:
+    from transformers import GenerationConfig
 
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+    config = GenerationConfig(max_new_tokens=new_tokens, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                              eos_token_id=list(stop_ids), pad_token_id=pad)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("paged|sdpa")
+    try:
+        with torch.inference_mode():
+            model.generate_batch(inputs=prompts[:2], generation_config=config)  # warm-up
+            _synchronize(device)
+            started = time.perf_counter()
+            out = model.generate_batch(inputs=prompts, generation_config=config)
+            _synchronize(device)
+        seconds = time.perf_counter() - started
+    finally:
+        model.set_attn_implementation(previous)
+    return _rate(sum(len(result.generated_tokens) for result in out.values()), seconds)
+
+
+def _profiled(run) -> dict:
+    """aten operators (and, on a GPU, kernel launches) of one call of `run`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as profiler:
+        run()
+    names = [event.name for event in profiler.events()]
+    counts = {"aten_ops": sum(name.startswith("aten::") for name in names)}
+    if torch.cuda.is_available():
+        counts["kernel_launches"] = sum(name in KERNEL_LAUNCHES for name in names)
+    return counts
+
+
+def _step_counts(engine, model, prompts, *, stop_ids) -> dict:
+    """Operators of one steady-state decode step of ours at len(prompts) rows (no row joins or leaves during it),
+    and of one plain forward pass over one token per row."""
+    from ..engines.sampling import SamplingRequest
+
+    batch = engine._open_batch()
+    with torch.inference_mode():
+        batch.admit([(SamplingRequest(prompt, 1, 1 << 20, (), 1.0, seed=index), index)
+                     for index, prompt in enumerate(prompts)])
+        for _ in range(3):  # past the first steps' allocations
+            batch.advance()
+        _synchronize(engine.device)
+        step = _profiled(batch.advance)
+        ids = torch.tensor([[prompt[-1]] for prompt in prompts], device=engine.device)
+        model(input_ids=ids)  # warm at this shape
+        forward = _profiled(lambda: model(input_ids=ids))
+    counts = {"aten_ops_per_decode_step": step["aten_ops"], "aten_ops_per_forward": forward["aten_ops"]}
+    if "kernel_launches" in step:
+        counts["kernel_launches_per_decode_step"] = step["kernel_launches"]
+        counts["kernel_launches_per_forward"] = forward["kernel_launches"]
+    return counts
+
+
+def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_tokens: int, random_weights: bool,
+                   model_dir: str | None, compare: list[str], temperature: float = 1.0) -> dict:
+    """Ours beside `compare` (generate, generate_batch) at each concurrency, with each one's operator counts.
+    `model_dir`: a Hugging Face model directory (config and tokenizer; weights too unless `random_weights`)."""
+    from transformers import AutoTokenizer
+
+    from ..engines.hf import TransformersEngine
     from ..models.chat_formats import HFChat
-    from ..models.packaged import SMOLLM2_135M, converted
 
-    directory = converted(SMOLLM2_135M, models_dir)
+    if model_dir is None:
+        raise ValueError("measure_engine needs model_dir: a Hugging Face model directory (config and tokenizer)")
+    directory = Path(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    model = load_model(directory, device=device, dtype=dtype, random_weights=random_weights)
     stop_ids = HFChat(tokenizer).stop_ids
-    result = {"model": SMOLLM2_135M.name, "new_tokens": new_tokens, "temperature": temperature,
-              "torch_threads": torch.get_num_threads(), "by_concurrency": {}}
+    result = {"model": directory.name, "device": device, "dtype": dtype, "random_weights": random_weights,
+              "new_tokens": new_tokens, "temperature": temperature, "torch_threads": torch.get_num_threads(),
+              "by_concurrency": {}}
+    comparisons = {"generate": _generate, "generate_batch": _generate_batch}
     for count in concurrency:
         prompts = _prompts(tokenizer, count)
-        ours = _ours(directory, prompts, new_tokens=new_tokens, stop_ids=stop_ids, temperature=temperature)
-        theirs = _generate(model, tokenizer, prompts, new_tokens=new_tokens, stop_ids=stop_ids,
-                           temperature=temperature)
-        result["by_concurrency"][str(count)] = {
-            "ours": ours, "generate": theirs,
-            "speedup": round(ours["tokens_per_second"] / max(theirs["tokens_per_second"], 1e-9), 2)}
+        engine = TransformersEngine(str(directory), device=device, shared_model=model, max_batch_rows=max(count, 512))
+        try:
+            figures = _step_counts(engine, model, prompts, stop_ids=stop_ids)
+            figures["ours"] = _ours(engine, prompts, new_tokens=new_tokens, stop_ids=stop_ids,
+                                    temperature=temperature)
+        finally:
+            engine.close()
+        for name in compare:
+            try:
+                figures[name] = comparisons[name](model, tokenizer, prompts, device=device, new_tokens=new_tokens,
+                                                  stop_ids=stop_ids, temperature=temperature)
+                figures[f"speedup_vs_{name}"] = round(figures["ours"]["tokens_per_second"]
+                                                      / max(figures[name]["tokens_per_second"], 1e-9), 2)
+            except Exception as error:  # noqa: BLE001 — a peer that cannot run here is reported, not fatal
+                figures[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
+        result["by_concurrency"][str(count)] = figures
+    return result
+
+
+def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",
+        dtype: str = "fp32", random_weights: bool = False, compare: tuple[str, ...] = ("generate",), **_) -> dict:
+    from ..models.packaged import SMOLLM2_135M, converted
+
+    result = measure_engine(device=device, dtype=dtype, concurrency=list(concurrency), new_tokens=new_tokens,
+                            random_weights=random_weights, model_dir=str(converted(SMOLLM2_135M, models_dir)),
+                            compare=list(compare))
+    result["model"] = SMOLLM2_135M.name
     return result

@@ -193,6 +193,7 @@ class ContinuousBatch:
         # Each prompt is computed once and written into a slot per sample: a GRPO group's n samples share it.
         owners = [index for index, (request, _, _) in enumerate(accepted) for _ in range(request.n)]
         slots = self._free_slots(len(owners))
+        self.cache.reserve(max(slots) + 1, width + 1)
         slot_tensor = torch.tensor(slots, device=self.device)
         owner_tensor = torch.tensor(owners, device=self.device) if len(owners) > len(accepted) else None
         self.cache.write(slot_tensor, layers, pads,
@@ -275,10 +276,9 @@ class ContinuousBatch:
             used = len(self.occupant)
             width = max(row["length"] for row in self.rows)  # the new token's column included
             self.cache.reserve(used, width)
-            mask = self.cache.prepare(used, width)
-            positions = self.cache.lengths[:used, None]
+            mask, positions = self.cache.prepare(used, width)
             self.last = self.decode_step(tokens[:used, None], positions, self.cache, mask)
-            self.cache.advance(used)
+            self.cache.advance()
         share = (time.monotonic() - started) / max(len(took_part), 1)
         for entry, sample in took_part:
             entry["compute"][sample] += share

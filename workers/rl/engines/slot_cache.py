@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+COLUMN_STEP = 64  # a decode step attends a multiple of this many columns: its views last that many tokens
+
 
 def _doubled(size: int, needed: int) -> int:
     while size < needed:
@@ -32,7 +34,7 @@ class SlotCache:
         self.live = torch.zeros(slots, dtype=torch.long, device=device)  # 1 where a row is sampling
         self.device = device
         self._columns = torch.arange(columns, device=device)
-        self._index, self._rows, self._width = None, 0, 0
+        self._shape = None  # (rows, columns) of the decode step `prepare` last set up
 
     @property
     def slots(self) -> int:
@@ -55,6 +57,7 @@ class SlotCache:
         self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(new_slots - len(self.lengths))])
         self.live = torch.cat([self.live, self.live.new_zeros(new_slots - len(self.live))])
         self._columns = torch.arange(new_columns, device=self.device)
+        self._shape = None
 
     def write(self, slots: torch.Tensor, layers: list, pads: torch.Tensor, lengths: torch.Tensor,
               owners: torch.Tensor | None = None) -> None:
@@ -62,8 +65,7 @@ class SlotCache:
         left-padded by `pads` (prompts,); slot i takes prompt owners[i] (a prompt shared by n samples is computed
         once and written n times), `lengths` (slots,) its prompt's length. Columns past a row's length receive
         another column's values: masked, and overwritten as the row grows."""
-        width = layers[0][0].shape[2]
-        self.reserve(int(slots.max()) + 1, width + 1)
+        width = layers[0][0].shape[2]  # the caller reserved room for it
         source = (self._columns[None, :width] + pads[:, None]).clamp(max=width - 1)  # (prompts, W)
         if owners is not None:
             source = source.index_select(0, owners)
@@ -91,25 +93,43 @@ class SlotCache:
             state.index_copy_(0, targets, state.index_select(0, sources))
         self.free(sources)
 
-    def prepare(self, rows: int, width: int) -> torch.Tensor:
-        """Set up a decode step over slots [0, rows) attending columns [0, width): each row writes its token at
-        column lengths[slot]. Returns the attention mask, (rows, 1, 1, width) booleans."""
-        if width > self.columns:
+    def prepare(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set up a decode step over slots [0, rows) attending at least columns [0, width): each row writes its
+        token at column lengths[slot], its position. Returns the attention mask (rows, 1, 1, W), additive in the
+        cache's dtype, and the positions (rows, 1). W is `width` rounded up to a multiple of COLUMN_STEP: the
+        views, the write index and the mask buffer are made once per (rows, W) and reused while they last — a
+        step then adds two scatters per layer and two small operations to the model's forward pass, whatever
+        the rows."""
+        span = min(self.columns, -(-width // COLUMN_STEP) * COLUMN_STEP)
+        if width > span:
             raise ValueError(f"a decode step of {width} columns in a cache of {self.columns}")
-        written = self.lengths[:rows]
-        heads, dim = self.keys[0].shape[1], self.keys[0].shape[3]
-        self._index = written[:, None, None, None].expand(rows, heads, 1, dim)
-        self._rows, self._width = rows, width
-        return (self._columns[None, :width] <= written[:, None])[:, None, None, :]
+        if self._shape != (rows, span):
+            heads, dim = self.keys[0].shape[1], self.keys[0].shape[3]
+            written = self.lengths[:rows]
+            self._written, self._live_rows = written, self.live[:rows]
+            self._index = written.view(rows, 1, 1, 1).expand(rows, heads, 1, dim)
+            self._positions = written.view(rows, 1)
+            self._layers = [(keys[:rows], values[:rows], keys[:rows, :, :span], values[:rows, :, :span])
+                            for keys, values in zip(self.keys, self.values, strict=True)]
+            # Additive (0 where attended, the dtype's minimum elsewhere): a boolean mask would be converted in
+            # every layer's attention.
+            self._allowed = torch.empty(rows, 1, 1, span, dtype=torch.bool, device=self.device)
+            self._mask = torch.empty(rows, 1, 1, span, dtype=self.keys[0].dtype, device=self.device)
+            self._attended, self._masked = (torch.tensor(value, dtype=self._mask.dtype, device=self.device)
+                                            for value in (0.0, torch.finfo(self._mask.dtype).min))
+            self._span_columns, self._shape = self._columns[:span], (rows, span)
+        torch.le(self._span_columns, self._written.view(rows, 1, 1, 1), out=self._allowed)
+        torch.where(self._allowed, self._attended, self._masked, out=self._mask)
+        return self._mask, self._positions
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer: int, *_, **__):
         """This step's keys and values (rows, heads, 1, dim) written at each row's column; returns the layer's keys
-        and values (rows, heads, width, dim) to attend."""
-        key_buffer, value_buffer = self.keys[layer][:self._rows], self.values[layer][:self._rows]
-        key_buffer.scatter_(2, self._index, keys.to(key_buffer.dtype))
-        value_buffer.scatter_(2, self._index, values.to(value_buffer.dtype))
-        return key_buffer[:, :, :self._width], value_buffer[:, :, :self._width]
+        and values (rows, heads, W, dim) to attend."""
+        key_buffer, value_buffer, attended_keys, attended_values = self._layers[layer]
+        key_buffer.scatter_(2, self._index, keys)
+        value_buffer.scatter_(2, self._index, values)
+        return attended_keys, attended_values
 
-    def advance(self, rows: int) -> None:
+    def advance(self) -> None:
         """After a decode step: every sampling row holds one more token."""
-        self.lengths[:rows] += self.live[:rows]
+        self._written.add_(self._live_rows)
