@@ -145,9 +145,9 @@ class Check:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            _free_memory()
+            memory = _free_memory()
         record = value if isinstance(value, dict) else {"value": value}
-        record = {**record, "part_seconds": round(time.monotonic() - started, 1)}
+        record = {**record, "part_seconds": round(time.monotonic() - started, 1), **memory}
         self.results["parts"][name] = record
         self.emit({"part": name, "elapsed": self.elapsed(), **record})
         self.save()
@@ -163,16 +163,22 @@ def _raise_timeout(signum, frame):
     raise PartTimeout()
 
 
-def _free_memory() -> None:
+def _free_memory() -> dict:
+    """Collect what the part left; on a GPU, its peak memory and what stays allocated after it (a leak would
+    starve the parts after it)."""
     gc.collect()
     try:
         import torch
 
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-    except Exception:  # noqa: BLE001
-        pass
+        if not torch.cuda.is_available():
+            return {}
+        memory = {"cuda_peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+                  "cuda_left_allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2)}
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        return memory
+    except Exception:  # noqa: BLE001 - a broken CUDA context shows in the next part's error
+        return {}
 
 
 # --- the parts ----------------------------------------------------------------------------------------------------
@@ -198,6 +204,7 @@ def env_part() -> dict:
     facts = {"python": platform.python_version(), "versions": versions, "imported_from": locations,
              "cuda_available": torch.cuda.is_available(), "torch_cuda": torch.version.cuda,
              "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+             "float32_matmul_precision": torch.get_float32_matmul_precision(),
              "vllm": vllm_probe(), "django_imported": "django" in sys.modules}
     if torch.cuda.is_available():
         properties = torch.cuda.get_device_properties(0)
