@@ -228,8 +228,9 @@ class ContinuousBatch:
         if self.last is None:
             self.last = last.new_zeros(used, last.shape[1])
             self.temperatures = temperatures.new_ones(used, 1)
-        elif len(self.last) < used:
+        if len(self.last) < used:  # the last decode step's logits cover the slots in use then
             self.last = torch.cat([self.last, self.last.new_zeros(used - len(self.last), self.last.shape[1])])
+        if len(self.temperatures) < used:
             self.temperatures = torch.cat([self.temperatures,
                                            self.temperatures.new_ones(used - len(self.temperatures), 1)])
         self.last.index_copy_(0, slots, last.to(self.last.dtype))

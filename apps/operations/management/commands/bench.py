@@ -60,9 +60,10 @@ class Command(BaseCommand):
                             help="engine: concurrent requests, one measurement each")
         parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")
         parser.add_argument("--compare", nargs="+", choices=["generate", "generate_batch"],
-                            default=["generate", "generate_batch"],
                             help="engine: what ours is compared with: transformers' model.generate (one batch) and "
-                                 "generate_batch (its continuous batching, paged attention)")
+                                 "generate_batch (its continuous batching, paged attention); default both on cuda, "
+                                 "generate on the CPU (generate_batch polls there: ~20 s for 32 x 8 tokens of a "
+                                 "tiny model)")
         parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                             help="engine, trainer: where the model runs (both sides of a comparison)")
         parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
