@@ -245,6 +245,15 @@ JUDGE_API_KEY = os.environ.get("JUDGE_API_KEY", "")
 # `manage.py serve` requires and what a run generating on servers (inference_servers) sends. Empty: the servers
 # take weights from loopback clients only.
 INFERENCE_SERVER_TOKEN = os.environ.get("STUDIO_SERVE_WEIGHTS_TOKEN", "")
+# Where a request a user aimed may go (eval endpoints, a run's inference servers: workers/egress.py): public
+# addresses only, and the host names and CIDRs listed here (e.g. "127.0.0.0/8 ::1 localhost" for a server on this
+# machine). Inference servers receive the run's weights and the weight token above: each must be listed here.
+EGRESS_ALLOW = os.environ.get("STUDIO_EGRESS_ALLOW", "")
+# The key that encrypts the API keys owners store for their projects' endpoints (apps/accounts/credentials.py), a
+# Fernet key (base64 of 32 bytes; `python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key()
+# .decode())"`): kept out of the database, so a copy of the database alone reveals no key. Empty: projects cannot
+# store keys; endpoints use the operator's STUDIO_ENDPOINT_KEY_<NAME> variables only.
+SECRETS_KEY = os.environ.get("STUDIO_SECRETS_KEY", "")
 JUDGE_TIMEOUT_SECONDS = float(os.environ.get("JUDGE_TIMEOUT_SECONDS", 60))
 JUDGE_MAX_CONCURRENCY = int(os.environ.get("JUDGE_MAX_CONCURRENCY", 8))
 JUDGE_PRICE_PER_1K_INPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_INPUT_TOKENS", 0))

@@ -205,3 +205,20 @@ def layer_cache():
     cache = reachable_cache()
     yield cache
     remove_cache(cache)
+
+
+# --- the egress policy ----------------------------------------------------------------------------------------
+
+LOOPBACK = "127.0.0.0/8 ::1 localhost"
+
+
+@pytest.fixture
+def egress_loopback(settings, monkeypatch):
+    """The operator's allowance of this machine's loopback (STUDIO_EGRESS_ALLOW, as the demo sets it), for a test
+    whose endpoints or inference servers are servers it starts here; any process the test starts inherits it.
+    Without it, the loopback is refused, as in production (tests/security). Returns the policy."""
+    from workers.egress import EgressPolicy
+
+    settings.EGRESS_ALLOW = LOOPBACK
+    monkeypatch.setenv("STUDIO_EGRESS_ALLOW", LOOPBACK)
+    return EgressPolicy.parse(LOOPBACK)

@@ -100,3 +100,20 @@ class AuditEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["project", "-created_at"])]
+
+
+class ProjectSecret(models.Model):
+    """An API key an owner stored for the project's endpoints (apps/accounts/credentials.py): only its Fernet
+    token is kept, encrypted with settings.SECRETS_KEY, which is not in the database. Never shown again."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=63, validators=[slug_validator])
+    ciphertext = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="project_secret_name_unique")]
+
+    def __str__(self) -> str:
+        return f"project:{self.name}"  # the name only: a secret's value never goes into a string

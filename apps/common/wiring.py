@@ -14,6 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from workers.egress import EgressPolicy, EgressRefused
 from workers.rl.config import REFERENCE_MODEL, RunConfig
 from workers.rl.models.packaged import (
     PACKAGED_MODELS,
@@ -45,6 +46,24 @@ def sandbox_pool(*, backend: str | None = None) -> SandboxPool:
     """A new pool on `backend` (default: settings.SANDBOX_BACKEND); the caller closes it. It publishes its
     state for `manage.py sandbox pool-status`."""
     return SandboxPool(sandbox_backend(backend), status_dir=settings.SANDBOX_STATUS_DIR)
+
+
+def egress_policy() -> EgressPolicy:
+    """Where a request a user aimed may go: public addresses, and what the operator allowed (STUDIO_EGRESS_ALLOW)."""
+    return EgressPolicy.parse(settings.EGRESS_ALLOW)
+
+
+def inference_servers_problem(urls: list[str]) -> str:
+    """Why a run may not generate on the inference servers at `urls` (empty when it may): they receive the run's
+    weights and the weight token, so each must be one the operator listed in STUDIO_EGRESS_ALLOW."""
+    policy = egress_policy()
+    for url in urls:
+        try:
+            policy.check_url(url, listed_only=True)
+        except EgressRefused as exc:
+            return (f"{url}: {exc}; inference servers receive the run's weights and the studio's weight token, so "
+                    "the operator lists each one")
+    return ""
 
 
 def judge_client():
@@ -189,7 +208,7 @@ def run_model(config: RunConfig, tasks: TaskSet, *, progress=None, run_id=None) 
     weights = weights_storage(run_id) if run_id is not None and config.inference_servers else None
     return build.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
                              progress=progress, shared=shared_models(), weights=weights,
-                             server_token=settings.INFERENCE_SERVER_TOKEN)
+                             server_token=settings.INFERENCE_SERVER_TOKEN, egress=egress_policy())
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:

@@ -19,7 +19,14 @@ from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_res
 from apps.runs.models import Checkpoint, CheckpointAlias
 
 from . import results, selectors
-from .services import EvalError, endpoint_create, evaluation_launch, target_resolve
+from .services import (
+    EvalError,
+    endpoint_create,
+    endpoint_credential_set,
+    endpoint_problem,
+    evaluation_launch,
+    target_resolve,
+)
 from .suites import suite_key
 
 router = Router(tags=["evals"])
@@ -115,17 +122,29 @@ class EndpointIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
     slug: str = Field(pattern=SLUG)
-    base_url: str = Field(max_length=500, pattern=r"^https?://[^\s/]+", description="e.g. https://api.example.com/v1")
+    base_url: str = Field(max_length=500, pattern=r"^https?://[^\s/]+",
+                          description="e.g. https://api.example.com/v1; a public address, or one the operator "
+                                      "allowed (STUDIO_EGRESS_ALLOW)")
     model: str = Field(min_length=1, max_length=200, description="the model name the server knows")
-    api_key_env: str = Field("", max_length=100, description="the environment variable the workers read the "
-                                                             "API key from; never the key itself")
+    credential: str = Field("", max_length=80, description="the API key's credential, one of GET /projects/"
+                                                           "{project}/credentials (operator:NAME, project:NAME); "
+                                                           "empty: none")
+    api_key_env: str = Field("", max_length=100, description="the older way: only STUDIO_ENDPOINT_KEY_<NAME> "
+                                                             "(taken as operator:<NAME>); any other is refused")
+
+
+class EndpointCredentialIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    credential: str = Field(max_length=80, description="one of GET /projects/{project}/credentials, or empty")
 
 
 class EndpointOut(Schema):
     slug: str
     base_url: str
     model: str
-    api_key_env: str
+    credential: str
+    problem: str = Field(description="why it cannot be evaluated as it is, and what to do; empty when it can")
 
 
 class CheckpointOut(Schema):
@@ -219,19 +238,34 @@ def compare_evaluations(request, project: str, a: int, b: int):
             "regressions": [_change(c) for c in regressions], "improvements": [_change(c) for c in improvements]}
 
 
+def _endpoint(endpoint) -> dict:
+    return {"slug": endpoint.slug, "base_url": endpoint.base_url, "model": endpoint.model,
+            "credential": endpoint.credential, "problem": endpoint_problem(endpoint)}
+
+
 @router.get(EVALS + "/endpoints/", response={200: list[EndpointOut], **READ_ERRORS})
 def list_endpoints(request, project: str):
-    return list(selectors.endpoint_list(project=caller_project(request, project)))
+    return [_endpoint(e) for e in selectors.endpoint_list(project=caller_project(request, project))]
 
 
 @router.post(EVALS + "/endpoints/", response={201: EndpointOut, **WRITE_ERRORS})
 def add_endpoint(request, project: str, payload: EndpointIn):
-    """An OpenAI-compatible server to evaluate (editors). Its key stays out of the studio: name the environment
-    variable the workers read it from."""
+    """An OpenAI-compatible server to evaluate (editors), at an address the egress policy allows. Its key is a
+    credential from the studio's list, by name: the operator's or one an owner stored for the project."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     endpoint = endpoint_create(project=scope, slug=payload.slug, base_url=payload.base_url, model=payload.model,
-                               api_key_env=payload.api_key_env, actor=request.auth, via="api")
-    return Status(201, endpoint)
+                               credential=payload.credential, api_key_env=payload.api_key_env, actor=request.auth,
+                               via="api")
+    return Status(201, _endpoint(endpoint))
+
+
+@router.patch(EVALS + "/endpoints/{slug}", response={200: EndpointOut, **WRITE_ERRORS})
+def set_endpoint_credential(request, project: str, slug: str, payload: EndpointCredentialIn):
+    """Point an endpoint at a credential from the list (editors): how an endpoint that named an environment
+    variable is fixed."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    return _endpoint(endpoint_credential_set(project=scope, slug=slug, credential=payload.credential,
+                                             actor=request.auth, via="api"))
 
 
 @router.get("/projects/{project}/checkpoints", response={200: list[CheckpointOut], **READ_ERRORS})

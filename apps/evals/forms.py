@@ -33,3 +33,37 @@ class EvaluationLaunchForm(forms.Form):
         if kind == "checkpoint":
             return {"checkpoint": Checkpoint.objects.select_related("run").get(pk=pk, run__project=project)}
         return {"endpoint": Endpoint.objects.get(pk=pk, project=project)}
+
+
+class EndpointForm(forms.Form):
+    """An endpoint to add (editors): its credential chosen from the studio's list, its address checked against the
+    egress policy by endpoint_create before anything is saved."""
+
+    slug = forms.SlugField(max_length=63, help_text="it is named endpoint/SLUG")
+    base_url = forms.CharField(max_length=500, label="Base URL", help_text="e.g. https://api.example.com/v1")
+    model = forms.CharField(max_length=200, help_text="the model name the server knows")
+    credential = forms.ChoiceField(required=False, label="API key")
+
+    def __init__(self, *args, credentials: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["credential"].choices = [("", "none")] + [(name, name) for name in credentials]
+
+
+class EndpointCredentialForm(forms.Form):
+    """An endpoint's credential, picked again (an endpoint that named an environment variable)."""
+
+    slug = forms.SlugField(max_length=63, widget=forms.HiddenInput)
+    credential = forms.ChoiceField(required=False, label="API key")
+
+    def __init__(self, *args, credentials: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["credential"].choices = [("", "none")] + [(name, name) for name in credentials]
+
+
+class SecretForm(forms.Form):
+    """An API key an owner stores for the project's endpoints: write-only."""
+
+    name = forms.RegexField(regex=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$", max_length=63,
+                            help_text="endpoints name it project:NAME")
+    value = forms.CharField(max_length=10_000, label="Key", widget=forms.PasswordInput(render_value=False),
+                            strip=False, help_text="stored encrypted, never shown again")

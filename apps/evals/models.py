@@ -16,14 +16,20 @@ from apps.runs.models import Checkpoint, Run
 
 
 class Endpoint(models.Model):
-    """An OpenAI-compatible server to evaluate. Its API key never enters the studio: `api_key_env` names the
-    environment variable the workers read it from."""
+    """An OpenAI-compatible server to evaluate, at an address the egress policy allows (workers/egress.py). Its
+    API key is a credential from the list apps/accounts/credentials.py keeps (`operator:NAME`, `project:NAME`),
+    read only where the work runs.
+
+    `api_key_env` is what endpoints named before that list (any environment variable, the studio's own secrets
+    included): an endpoint that still has one is refused until an editor picks a credential
+    (`endpoint_credential_set`); migration evals/0002 translated those that named STUDIO_ENDPOINT_KEY_<NAME>."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="endpoints")
     slug = models.SlugField(max_length=63)
     base_url = models.URLField(max_length=500)
     model = models.CharField(max_length=200)  # the model name the server knows
-    api_key_env = models.CharField(max_length=100, blank=True, default="")
+    credential = models.CharField(max_length=80, blank=True, default="")
+    api_key_env = models.CharField(max_length=100, blank=True, default="")  # before credentials: refused
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -69,7 +69,7 @@ def evaluation_get(*, project: Project, pk: int) -> Evaluation:
 
 
 def endpoint_list(*, project: Project) -> QuerySet[Endpoint]:
-    return Endpoint.objects.filter(project=project).order_by("slug")
+    return Endpoint.objects.filter(project=project).select_related("project").order_by("slug")
 
 
 def checkpoint_rows(*, project: Project, limit: int = 500) -> list[dict]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from apps.accounts.credentials import OPERATOR_PREFIX, CredentialRefused, choices_text, credential_check
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
+from apps.common import wiring
 from apps.common.errors import StudioError
 from apps.registry.models import Version
 from apps.registry.pins import PinnedBundleError, bundle_tasks
@@ -14,6 +16,7 @@ from apps.registry.selectors import version_resolve
 from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoint_resolve
 from apps.runs.models import Checkpoint, RunKind
 from apps.runs.services import RunError, run_create
+from workers.egress import EgressRefused
 from workers.rl.config import RunConfig
 from workers.rl.rollout.evaluation import evaluation_steps, suite_tasks
 from workers.rl.tasks.overlap import overlap
@@ -31,25 +34,79 @@ class EvalError(StudioError, ValueError):
     """An evaluation, endpoint or alias request refused, in words for the person who made it."""
 
 
-def endpoint_create(*, project: Project, slug: str, base_url: str, model: str, api_key_env: str = "", actor,
-                    via: str = "web") -> Endpoint:
-    if not base_url.startswith(("http://", "https://")):
-        raise EvalError("base_url must be an http(s) URL, e.g. https://api.example.com/v1", field="base_url")
-    if api_key_env and not api_key_env.replace("_", "").isalnum():
-        raise EvalError("api_key_env names an environment variable (letters, digits, _), not the key itself",
-                        field="api_key_env")
+def endpoint_create(*, project: Project, slug: str, base_url: str, model: str, credential: str = "",
+                    api_key_env: str = "", actor, via: str = "web") -> Endpoint:
+    """An endpoint at an address the egress policy allows, sending the credential it names (one of
+    `credential_names`). `api_key_env` is the older way, refused unless it names a declared operator variable
+    (STUDIO_ENDPOINT_KEY_<NAME>, taken as operator:<NAME>)."""
+    if api_key_env:
+        credential = _credential_of_variable(project=project, variable=api_key_env, given=credential)
+    _credential_ok(project=project, credential=credential)
+    base_url = base_url.strip().rstrip("/")
+    endpoint_address_check(base_url)
     with transaction.atomic():
         try:
-            endpoint = Endpoint.objects.create(project=project, slug=slug, base_url=base_url.rstrip("/"),
-                                               model=model, api_key_env=api_key_env,
+            endpoint = Endpoint.objects.create(project=project, slug=slug, base_url=base_url, model=model,
+                                               credential=credential,
                                                created_by=actor if getattr(actor, "is_authenticated", False)
                                                else None)
         except IntegrityError:
             raise EvalError(f"project {project.slug} already has an endpoint {slug!r}", status=409,
                             field="slug") from None
         audit_record(project=project, actor=actor, action="eval.endpoint.create", target=f"endpoint/{slug}",
-                     details={"base_url": endpoint.base_url, "model": model, "api_key_env": api_key_env}, via=via)
+                     details={"base_url": endpoint.base_url, "model": model, "credential": credential}, via=via)
     return endpoint
+
+
+def endpoint_credential_set(*, project: Project, slug: str, credential: str, actor, via: str = "web") -> Endpoint:
+    """Point endpoint `slug` at a credential from the list (how an endpoint made before credentials is fixed)."""
+    _credential_ok(project=project, credential=credential)
+    with transaction.atomic():
+        endpoint = Endpoint.objects.select_for_update().filter(project=project, slug=slug).first()
+        if endpoint is None:
+            raise EvalError(f"no endpoint {slug!r} in project {project.slug}", status=404, field="endpoint")
+        endpoint.credential, endpoint.api_key_env = credential, ""
+        endpoint.save(update_fields=["credential", "api_key_env"])
+        audit_record(project=project, actor=actor, action="eval.endpoint.credential", target=f"endpoint/{slug}",
+                     details={"credential": credential}, via=via)
+    return endpoint
+
+
+def endpoint_address_check(base_url: str, *, field: str = "base_url") -> None:
+    """EvalError (about `field`) unless `base_url` is an http(s) URL the egress policy lets the workers reach."""
+    if not base_url.startswith(("http://", "https://")):
+        raise EvalError("base_url must be an http(s) URL, e.g. https://api.example.com/v1", field=field)
+    try:
+        wiring.egress_policy().check_url(base_url)
+    except EgressRefused as exc:
+        raise EvalError(f"base_url: {exc}", field=field) from None
+
+
+def endpoint_problem(endpoint: Endpoint) -> str:
+    """Why `endpoint` cannot be evaluated as it is, and what to do; empty when it can."""
+    if not endpoint.api_key_env:
+        return ""
+    return (f"endpoint/{endpoint.slug} reads its API key from the environment variable {endpoint.api_key_env}, "
+            f"which endpoints may no longer name (any variable could be one of the studio's own secrets): an editor "
+            f"picks its credential on the evals page or with PATCH /api/v1/projects/{endpoint.project.slug}/evals/"
+            f"endpoints/{endpoint.slug} {{\"credential\": ...}}; "
+            + choices_text(project=endpoint.project))
+
+
+def _credential_ok(*, project: Project, credential: str, field: str = "credential") -> None:
+    try:
+        credential_check(project=project, credential=credential, field=field)
+    except CredentialRefused as exc:
+        raise EvalError(str(exc), field=field) from None
+
+
+def _credential_of_variable(*, project: Project, variable: str, given: str) -> str:
+    if given:
+        raise EvalError("name the credential only (api_key_env is the older way)", field="api_key_env")
+    if variable.startswith(OPERATOR_PREFIX) and len(variable) > len(OPERATOR_PREFIX):
+        return "operator:" + variable[len(OPERATOR_PREFIX):]
+    raise EvalError(f"api_key_env: an endpoint may not send the environment variable {variable!r}: its key is a "
+                    f"credential from the studio's list; " + choices_text(project=project), field="api_key_env")
 
 
 def target_resolve(*, project: Project, model: str | None = None, checkpoint: str | None = None,
@@ -109,8 +166,13 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
     else:
         if endpoint.project_id != project.pk:
             raise EvalError(f"endpoint {endpoint.slug} is not of project {project.slug}", field="endpoint")
+        problem = endpoint_problem(endpoint)
+        if problem:
+            raise EvalError(problem, field="endpoint")
+        _credential_ok(project=project, credential=endpoint.credential, field="endpoint")
+        endpoint_address_check(endpoint.base_url, field="endpoint")
         plan["endpoint"] = {"base_url": endpoint.base_url, "model": endpoint.model,
-                            "api_key_env": endpoint.api_key_env}
+                            "credential": endpoint.credential}
         kind, label = TargetKind.ENDPOINT, f"endpoint/{endpoint.slug}"
     pinned["evaluation"] = plan
     try:

@@ -7,23 +7,72 @@ from __future__ import annotations
 from django.contrib import messages
 from django.shortcuts import redirect, render
 
+from apps.accounts.credentials import CredentialRefused, credential_names, project_secret_store
 from apps.accounts.models import Role
-from apps.accounts.selectors import project_for_page, project_for_user
+from apps.accounts.selectors import project_for_page, project_for_user, role_of
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
 
 from . import results, selectors, statistics
 from .figures import timeline_figure
-from .forms import EvaluationLaunchForm
-from .services import EvalError, evaluation_launch
+from .forms import EndpointCredentialForm, EndpointForm, EvaluationLaunchForm, SecretForm
+from .services import EvalError, endpoint_create, endpoint_credential_set, endpoint_problem, evaluation_launch
 from .suites import key_differences, suite_key
 
 
 def eval_list(request, project):
+    """The suites, recent evaluations and endpoints; editors add endpoints and fix their credentials here, owners
+    store the project's API keys (write-only)."""
     project, can_edit = project_for_page(user=request.user, slug=project)
+    credentials = credential_names(project=project)
+    action = request.POST.get("action") if request.method == "POST" else None
+    add = EndpointForm(request.POST if action == "endpoint" else None, credentials=credentials, prefix="endpoint")
+    secret = SecretForm(request.POST if action == "secret" else None, prefix="secret")
+    if action:
+        project_for_user(user=request.user, slug=project.slug,
+                         min_role=Role.OWNER if action == "secret" else Role.EDITOR)
+        done = _eval_list_post(request, project, action, add, secret, credentials)
+        if done:
+            messages.success(request, done)
+            return redirect("evals:list", project=project.slug)
+    endpoints = [(e, endpoint_problem(e), EndpointCredentialForm(initial={"slug": e.slug, "credential":
+                 e.credential}, credentials=credentials, prefix=f"fix-{e.slug}"))
+                 for e in selectors.endpoint_list(project=project)]
     context = {"project": project, "suites": selectors.suite_list(project=project),
-               "evaluations": selectors.evaluation_list(project=project)[:50],
-               "endpoints": selectors.endpoint_list(project=project), "can_edit": can_edit}
-    return render(request, "evals/eval_list.html", context)
+               "evaluations": selectors.evaluation_list(project=project)[:50], "endpoints": endpoints,
+               "can_edit": can_edit, "is_owner": role_of(user=request.user, project=project) == Role.OWNER,
+               "add_form": add, "secret_form": secret, "credentials": credentials}
+    return render(request, "evals/eval_list.html", context, status=400 if add.errors or secret.errors else 200)
+
+
+def _eval_list_post(request, project, action, add, secret, credentials) -> str:
+    """What an editor's or owner's form on the evals page did (a message), or "" when its form shows errors."""
+    if action == "endpoint" and add.is_valid():
+        try:
+            endpoint = endpoint_create(project=project, actor=request.user, via="web", **add.cleaned_data)
+        except EvalError as exc:
+            add.add_error(exc.field if exc.field in add.fields else None, str(exc))
+            return ""
+        return f"Added endpoint/{endpoint.slug}."
+    if action == "secret" and secret.is_valid():
+        try:
+            stored = project_secret_store(project=project, actor=request.user, via="web", **secret.cleaned_data)
+        except CredentialRefused as exc:
+            secret.add_error(exc.field if exc.field in secret.fields else None, str(exc))
+            return ""
+        return f"Stored project:{stored.name} (it is not shown again)."
+    if action == "credential":
+        slug = request.POST.get("slug", "")
+        fix = EndpointCredentialForm(request.POST, credentials=credentials, prefix=f"fix-{slug}")
+        if not fix.is_valid():
+            messages.error(request, f"endpoint/{slug}: {'; '.join(e for es in fix.errors.values() for e in es)}")
+            return ""
+        try:
+            endpoint_credential_set(project=project, actor=request.user, via="web", **fix.cleaned_data)
+        except EvalError as exc:
+            messages.error(request, str(exc))
+            return ""
+        return f"endpoint/{slug} sends {fix.cleaned_data['credential'] or 'no key'}."
+    return ""
 
 
 def suite_page(request, project, slug, number=None):

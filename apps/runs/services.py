@@ -109,6 +109,9 @@ def run_config_resolve(*, project: Project, bundle: Version, overrides: dict | N
     problem = wiring.model_problem(config.model)
     if problem:
         raise RunError(f"config: {problem}", errors=[FieldError("model", problem)])
+    problem = wiring.inference_servers_problem(config.server_urls())
+    if problem:
+        raise _config_refused([FieldError("inference_servers", problem)])
     stored = config.to_dict()
     return stored, config_hash(bundle_hash=bundle.content_hash, config=stored)
 

@@ -44,7 +44,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "rollout_concurrency": (1, 4096), "verify_concurrency": (1, 1024), "oversampling": (1, 64),
     "eval_suite_every": (0, 10_000_000), "temperature": (0, 10), "learning_rate": (0, 1),
     "warmup_steps": (0, 10_000_000), "weight_decay": (0, 10),
-    "max_grad_norm": (0, 1e6), "micro_batch_size": (1, 65_536), "clip_low": (0, 1), "clip_high": (0, 10),
+    "max_grad_norm": (0, 1e6), "micro_batch_size": (1, 65_536),
+    "micro_batch_tokens": (0, 16_777_216), "clip_low": (0, 1), "clip_high": (0, 10),
     "kl_coef": (0, 100), "lora_rank": (0, 4096), "lora_alpha": (1, 65_536), "checkpoint_every": (1, 10_000_000),
     "keep_checkpoints": (1, 1000), "eval_tasks_per_domain": (0, 100_000), "max_tool_output_chars": (100, 1_000_000),
     "reference_per_template": (1, 1000), "data_parallel": (1, 64),
@@ -57,7 +58,8 @@ class EndpointTarget:
 
     base_url: str
     model: str
-    api_key_env: str = ""  # the variable the key is read from where the work runs; the key is never stored
+    credential: str = ""  # the credential the key is read from where the work runs (apps/accounts/credentials.py)
+    api_key_env: str = ""  # what plans pinned before credentials: any environment variable, so refused
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,15 @@ class RunConfig:
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global norm before each update."""
     micro_batch_size: int = 64
-    """Sequences per forward/backward; a step's batch is accumulated over as many as it needs."""
+    """Sequences per forward/backward where no token budget applies (micro_batch_tokens; a CPU by default); a
+    step's batch is accumulated over as many as it needs."""
+    micro_batch_tokens: int = 0
+    """Padded tokens (rows × the longest row) per forward/backward: whole groups are packed while they fit, a
+    longer group is split. 0: by device — 32,768 on a GPU, where one large pass beats several small ones; none
+    on a CPU, where micro_batch_size decides (a pass of one group computes its shared prompt once)."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """The trainer's arithmetic: bf16 runs the forward and backward under bf16 autocast with fp32 weights and
+    optimizer state; auto is bf16 on a GPU that has it, fp32 otherwise (a CPU)."""
     clip_low: float = 0.2
     """The policy ratio is clipped below at 1 - clip_low (PPO-style; below 1)."""
     clip_high: float = 0.28
@@ -200,7 +210,7 @@ class RunConfig:
     """Set by the studio for an evaluation (apps/evals), which trains nothing: the suite's decoding settings
     (samples_per_task, temperature, tasks_per_template, seed), its comparability key, and what answers — the
     model above, at a run's checkpoint (checkpoint: its directory), or an OpenAI-compatible endpoint
-    (endpoint: base_url, model, api_key_env)."""
+    (endpoint: base_url, model, credential)."""
 
     @classmethod
     def resolve(cls, overrides: dict | None = None) -> RunConfig:
@@ -282,6 +292,8 @@ class RunConfig:
         if len(self.inference_servers) > 4000 or any(not SERVER_URL.fullmatch(url) for url in self.server_urls()):
             problems.append(FieldError("inference_servers",
                                        "base URLs (http://host:port/v1) separated by spaces or commas"))
+        if self.precision not in ("auto", "fp32", "bf16"):
+            problems.append(FieldError("precision", f"{self.precision!r} is not auto, fp32 or bf16"))
         if self.lr_schedule not in ("constant", "linear"):
             problems.append(FieldError("lr_schedule", f"{self.lr_schedule!r} is not constant or linear"))
         if any(not isinstance(w, int | float) or not 0 <= w <= 1000 for w in self.domain_weights.values()):

@@ -7,9 +7,9 @@ batch it archived). Nothing is trained. apps/evals launches these runs and reads
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
+from apps.accounts.credentials import CredentialRefused, credential_value
 from apps.common import wiring
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import parse_ref
@@ -28,7 +28,8 @@ class EvaluationAttempt(Attempt):
         plan = config.evaluation_plan
         tasks = bundle_tasks(bundle=run.bundle, config=config)
         chosen = suite_tasks(tasks, per_template=plan.tasks_per_template, seed=plan.seed)
-        engine, chat = evaluation_engine(config, model_tasks(run, plan, tasks), opened=self.closing)
+        engine, chat = evaluation_engine(config, model_tasks(run, plan, tasks), opened=self.closing,
+                                         project=run.project)
         pool = self.closing(wiring.sandbox_pool())
         for template in tasks.templates.values():
             pool.warm(template.image)
@@ -65,18 +66,27 @@ def model_tasks(run: Run, plan: EvaluationPlan, suite: TaskSet) -> TaskSet:
                         config=RunConfig.resolve({}))  # the tasks do not depend on the settings
 
 
-def evaluation_engine(config: RunConfig, tasks: TaskSet, *, opened):
+def evaluation_engine(config: RunConfig, tasks: TaskSet, *, opened, project):
     """(engine, chat) answering for the evaluation: an endpoint's client, or the model at the checkpoint the plan
     names (the base model without one), built from `tasks` (model_tasks). What it opens goes to `opened`, which
-    closes it when the attempt ends."""
+    closes it when the attempt ends. An endpoint's address and credential are checked again here, before any
+    request: the policy or the credentials may have changed since the launch, and plans pinned before credentials
+    name an environment variable (refused: it could be any of the studio's secrets)."""
     plan = config.evaluation_plan
     if plan.endpoint is not None:
         from workers.rl.engines.endpoint import EndpointEngine, MessagesChat
 
-        # The key is read where the work runs, from the variable the endpoint names: never stored in the studio.
+        if plan.endpoint.api_key_env:
+            raise CredentialRefused(
+                f"this evaluation's endpoint was to send the environment variable {plan.endpoint.api_key_env} as "
+                "its API key, which endpoints may no longer name (it could be one of the studio's own secrets); "
+                "nothing was sent. Pick the endpoint's credential on the evals page (or PATCH its credential "
+                "through the API) and launch the evaluation again")
+        # The key is read where the work runs, from the credential the endpoint names; the address is checked by
+        # the engine (EgressRefused) before it sends anything.
         engine = opened(EndpointEngine(base_url=plan.endpoint.base_url, model=plan.endpoint.model,
-                                       api_key=os.environ.get(plan.endpoint.api_key_env, ""),
-                                       max_concurrency=config.rollout_concurrency))
+                                       api_key=credential_value(project=project, credential=plan.endpoint.credential),
+                                       max_concurrency=config.rollout_concurrency, egress=wiring.egress_policy()))
         return engine, MessagesChat()
     model = opened(wiring.run_model(config, tasks))
     if plan.checkpoint:

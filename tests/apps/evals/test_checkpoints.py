@@ -71,7 +71,8 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
 
 @pytest.mark.sandbox
 @pytest.mark.django_db(transaction=True)  # a training attempt closes its connection at the end, as workers do
-def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(project, registry, owner, tiny):
+def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(project, registry, owner, tiny,
+                                                                           egress_loopback):
     """`serve --checkpoint`'s model behind its app, evaluated as an endpoint through the official client, against
     the checkpoint evaluated directly: greedy, the same answers and the same scores."""
     import threading

@@ -30,7 +30,7 @@ def _answered(evaluation: Evaluation, rewards: dict[str, float]) -> Evaluation:
 
 
 @pytest.fixture
-def planted(project, owner, suite, tiny):
+def planted(project, owner, suite, tiny, egress_loopback):
     """(base, other): the base model, and an endpoint that lost add-00001 and gained add-00002."""
     endpoint = endpoint_create(project=project, slug="trained", base_url="http://127.0.0.1:9/v1", model="trained",
                                actor=owner)

@@ -66,7 +66,8 @@ def test_a_base_model_on_a_suite_scores_pairs_and_refuses_another_key(client, pr
     assert compare.status_code == 409 and "verifier/numeric: @1 against @2" in compare.content.decode()
 
 
-def test_launching_needs_a_suite_and_one_thing_to_evaluate(project, registry, owner, suite, tiny, api_as):
+def test_launching_needs_a_suite_and_one_thing_to_evaluate(project, registry, owner, suite, tiny, api_as,
+                                                            monkeypatch, settings):
     with pytest.raises(EvalError, match="is not an eval suite"):
         evaluation_launch(project=project, suite=registry["bundle"], actor=owner, model=tiny)
     with pytest.raises(EvalError, match="name one thing to evaluate"):
@@ -87,6 +88,9 @@ def test_launching_needs_a_suite_and_one_thing_to_evaluate(project, registry, ow
     bad = api.post(f"/projects/{project.slug}/evals/endpoints/", {"slug": "x", "base_url": "ftp://x",
                                                                           "model": "m"})
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "base_url"  # its schema says http(s)
+    monkeypatch.setenv("STUDIO_ENDPOINT_KEY_LOCAL", "local-key")  # the operator declares a credential
+    settings.EGRESS_ALLOW = "127.0.0.1"  # and allows the loopback
     added = api.post(f"/projects/{project.slug}/evals/endpoints/",
-                     {"slug": "local", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "LOCAL_KEY"})
-    assert added.status_code == 201 and added.json()["api_key_env"] == "LOCAL_KEY"
+                     {"slug": "local", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                      "credential": "operator:LOCAL"})
+    assert added.status_code == 201 and added.json()["credential"] == "operator:LOCAL", added.json()

@@ -8,6 +8,9 @@ The conversation goes as messages, the standard way: an assistant turn that call
 `tool_calls` has them written back into the text in the Hermes convention the studio parses
 (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`), so one parser serves both.
 
+The base URL is an editor's: the client reaches only what the egress policy allows (workers/egress.py), checked
+when the engine is built (a refusal fails the evaluation with its reason) and on every connection it makes.
+
 Failures are the infrastructure's, never the model's: a timeout, a 5xx, a 429 or an answer that is not the API's
 JSON is retried (the client's retries with backoff, then ours), and what still fails comes back as a completion
 with finish_reason "error", which the agent records as an infrastructure error: never scored as wrong.
@@ -23,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 
 from workers.definitions.newlines import normalise_newlines
+from workers.egress import PUBLIC_ONLY, EgressPolicy, egress_client, refused_cause
 
 from ..types import TOOL_CALL
 from . import Completion, GenerationRequest
@@ -83,13 +87,16 @@ class EndpointEngine:
     shares_weights = False
 
     def __init__(self, *, base_url: str, model: str, api_key: str = "", timeout_seconds: float = 60.0,
-                 client_retries: int = 2, retries: int = 1, max_concurrency: int = 8, policy_version: int = 0):
+                 client_retries: int = 2, retries: int = 1, max_concurrency: int = 8, policy_version: int = 0,
+                 egress: EgressPolicy = PUBLIC_ONLY):
+        egress.check_url(base_url)  # EgressRefused: before any request leaves
         self.model = model
         self.policy_version = policy_version
         self.busy_seconds = 0.0
         self.retries = retries
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_seconds,
-                                     max_retries=client_retries)
+                                     max_retries=client_retries,
+                                     http_client=egress_client(egress, timeout=timeout_seconds, follow_redirects=True))
         self._threads = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="endpoint")
         self._lock = threading.Lock()
 
@@ -112,7 +119,10 @@ class EndpointEngine:
                 if len(choices) != request.n:
                     raise ValueError(f"asked for {request.n} answers, got {len(choices)}")
             except (openai.APIError, ValueError, TypeError, AttributeError) as exc:
-                error = f"{type(exc).__name__}: {exc}"[:500]
+                refused = refused_cause(exc)  # a redirect, or a name that resolves elsewhere now
+                error = (f"EgressRefused: {refused}" if refused else f"{type(exc).__name__}: {exc}")[:500]
+                if refused:
+                    break
                 continue
             seconds = time.monotonic() - started
             with self._lock:

@@ -30,7 +30,7 @@ class RanksEngine(ServerEngine):
     def __init__(self, local, follower_urls: list[str], *, token: str, max_staleness: int, max_concurrency: int):
         super().__init__([LOCAL, *follower_urls], token=token, max_staleness=max_staleness,
                          policy_version=local.policy_version, max_context=local.max_context,
-                         max_concurrency=max_concurrency)
+                         max_concurrency=max_concurrency, egress=None)  # the followers are the run's own
         self.local = local
         self.shares_weights = local.shares_weights
         self.answered = {url: 0 for url in self.urls}  # completions each rank sampled

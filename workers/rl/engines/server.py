@@ -28,17 +28,21 @@ cache reset) and a top-level `policy_version` on every completion, started with 
 processed_logprobs` by default (the logprobs of the distribution sampled from, as the trainer recomputes them).
 With vLLM's `--api-key` set, give it the engine's token (one token serves both). The servers must read the
 storage the weights are published to (an object store every host reaches, or a directory on the same host).
+
+The servers receive the run's weights and the studio's weight token, and a run's config names them (an editor's
+words): each must be one the operator listed in the egress policy (workers/egress.py, STUDIO_EGRESS_ALLOW) —
+public is not enough — checked when the engine is built and on every connection; redirects are not followed.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx2
+
+from workers.egress import PUBLIC_ONLY, EgressPolicy, EgressRefused, egress_client
 from workers.storage import Storage
 
 from . import Completion, GenerationRequest
@@ -59,10 +63,23 @@ class ServerEngine:
 
     def __init__(self, urls: list[str], *, weights: Storage | None = None, token: str = "", model: str | None = None,
                  max_staleness: int = 1, policy_version: int = 0, max_context: int | None = None,
-                 timeout_seconds: float = 600.0, retries: int = 2, max_concurrency: int = 64):
+                 timeout_seconds: float = 600.0, retries: int = 2, max_concurrency: int = 64,
+                 egress: EgressPolicy | None = PUBLIC_ONLY):
+        """`egress`: the policy the servers are held to; None only for servers the studio itself started (the
+        ranks engine's followers), never for URLs a run's config names."""
         if not urls:
             raise ValueError("the server engine needs at least one inference server")
         self.urls = [url.rstrip("/") for url in urls]
+        for url in self.urls if egress is not None else ():
+            try:
+                egress.check_url(url, listed_only=True)
+            except EgressRefused as exc:
+                raise EgressRefused(f"inference server {url}: {exc} (inference servers receive the run's weights "
+                                    f"and the studio's weight token: the operator lists each one)") from None
+        connections = max_concurrency + len(self.urls)
+        self._http = (httpx2.Client(timeout=timeout_seconds, trust_env=False, limits=httpx2.Limits(
+            max_connections=connections, max_keepalive_connections=connections)) if egress is None else
+            egress_client(egress, listed_only=True, max_connections=connections, timeout=timeout_seconds))
         self.weights, self.token, self.model = weights, token, model
         self.max_staleness, self.policy_version, self.max_context = max_staleness, policy_version, max_context
         self.timeout, self.retries = timeout_seconds, retries
@@ -82,14 +99,12 @@ class ServerEngine:
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                return json.loads(reply.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode(errors="replace")
-            raise ServerError(f"{url}: HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reply = self._http.post(url, json=body, headers=headers)
+            if reply.status_code >= 300:  # a redirect too: never followed
+                raise ServerError(f"{url}: HTTP {reply.status_code}: {reply.text[:500]}")
+            return reply.json()
+        except (httpx2.HTTPError, OSError, ValueError) as exc:  # EgressRefused: a name that now resolves elsewhere
             raise ServerError(f"{url}: {type(exc).__name__}: {exc}") from None
 
     # --- generation ------------------------------------------------------------------------------------------
@@ -223,3 +238,4 @@ class ServerEngine:
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self._http.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from workers.egress import PUBLIC_ONLY, EgressPolicy
 from workers.storage import Storage
 
 from ..config import REFERENCE_MODEL, RunConfig
@@ -78,20 +79,23 @@ def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float
     return directory
 
 
-def server_engine(config: RunConfig, *, weights: Storage, token: str, max_context: int | None):
+def server_engine(config: RunConfig, *, weights: Storage, token: str, max_context: int | None,
+                  egress: EgressPolicy = PUBLIC_ONLY):
     """The engine of a run that generates on inference servers (config.inference_servers): the trainer's weights
-    go to `weights` after each step, and every server loads them from there."""
+    go to `weights` after each step, and every server loads them from there; `egress` lists the servers the
+    operator allows (EgressRefused otherwise)."""
     from ..engines.server import ServerEngine
 
     if config.context_length:
         max_context = min(max_context or config.context_length, config.context_length)
     return ServerEngine(config.server_urls(), weights=weights, token=token, max_staleness=config.max_staleness,
-                        max_context=max_context, max_concurrency=max(8, config.rollout_concurrency * 4))
+                        max_context=max_context, max_concurrency=max(8, config.rollout_concurrency * 4),
+                        egress=egress)
 
 
 def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float,
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
-                server_token: str = "") -> Model:
+                server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY) -> Model:
     """The run's model on the device the config asks for. `models_dir` caches built-in base models (and `shared`,
     if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
     `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
@@ -117,7 +121,8 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
                                                    progress=progress, shared=shared), device=device)
         if on_servers:
             return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,
-                                                             max_context=policy.model.config.block_size),
+                                                             max_context=policy.model.config.block_size,
+                                                             egress=egress),
                          chat=CharChat())
         return Model(policy=policy, engine=TorchEngine(policy.model, device=device, share=config.mode == "sync"),
                      chat=CharChat())
@@ -130,7 +135,7 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
     if on_servers:
         context = getattr(policy.model.config, "max_position_embeddings", None)
         return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,
-                                                         max_context=context), chat=chat)
+                                                         max_context=context, egress=egress), chat=chat)
     if config.engine == "vllm":
         from ..engines.vllm_engine import VLLMEngine
 

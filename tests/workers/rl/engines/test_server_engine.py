@@ -14,6 +14,7 @@ import pytest
 import torch
 import uvicorn
 
+from workers.egress import EgressPolicy, EgressRefused
 from workers.rl.config import ConfigError, RunConfig
 from workers.rl.engines import GenerationRequest
 from workers.rl.engines.server import ServerEngine
@@ -30,6 +31,10 @@ from workers.rl.types import TrajectoryStatus
 from workers.storage import Storage
 
 from ..conftest import ITEMS, RUN_ID, addition_template
+
+# The servers these tests start are on the loopback, which the operator allows explicitly (inference servers must
+# be listed: tests/security/test_egress.py).
+LOOPBACK = EgressPolicy.parse("127.0.0.1")
 
 PROMPTS = ["3+4=", "8+9=", "1+1=", "7+2="]
 
@@ -106,7 +111,7 @@ def _get(url: str) -> dict:
 def test_generation_on_two_servers_matches_the_in_process_engine_and_follows_weight_syncs(
         servers, addition_base_model, tmp_path):
     urls, engines = servers
-    engine = ServerEngine(urls, weights=Storage(tmp_path / "weights"), max_staleness=1)
+    engine = ServerEngine(urls, weights=Storage(tmp_path / "weights"), max_staleness=1, egress=LOOPBACK)
     try:
         before = engine.generate(_requests())
         _same(before, _local(addition_base_model))
@@ -149,8 +154,8 @@ def test_chat_answers_carry_their_policy_version_and_token_ids(servers):
 
 def test_an_answer_older_than_the_staleness_bound_is_refused(servers):
     urls, _ = servers  # both serve version 0
-    lagging = ServerEngine(urls, max_staleness=1, policy_version=2, retries=1)
-    within = ServerEngine(urls[:1], max_staleness=2, policy_version=2)
+    lagging = ServerEngine(urls, max_staleness=1, policy_version=2, retries=1, egress=LOOPBACK)
+    within = ServerEngine(urls[:1], max_staleness=2, policy_version=2, egress=LOOPBACK)
     try:
         [group] = lagging.generate(_requests()[:1])
         assert all(c.finish_reason == "error" and "stale" in c.error for c in group)
@@ -172,7 +177,7 @@ def test_a_swap_lets_requests_in_flight_finish_on_the_old_weights(addition_base_
     save_file({k: v.contiguous() for k, v in _changed(addition_base_model).state_dict().items()},
               str(staging / "model.safetensors"))
     weights.publish("next", staging)
-    engine = ServerEngine([url])
+    engine = ServerEngine([url], egress=LOOPBACK)
     try:
         long = [GenerationRequest([*CharChat().prompt([{"role": "user", "content": "3+4="}], [])], 16, 40, (),
                                   temperature=1.0, seed=3)]
@@ -234,7 +239,7 @@ def test_an_async_run_trains_on_rollouts_from_the_servers_within_its_staleness_b
         "eval_tasks_per_domain": 0, "checkpoint_every": 10, "mode": "async", "max_staleness": 1,
         "rollout_concurrency": 4, "inference_servers": " ".join(urls)})
     engine = ServerEngine(config.server_urls(), weights=Storage(tmp_path / "weights"),
-                          max_staleness=config.max_staleness)
+                          max_staleness=config.max_staleness, egress=LOOPBACK)
     tracker = MemoryTracker()
     pipeline = build_pipeline(
         run_id=RUN_ID, config=config, total_steps=3, tasks=TaskSet.single_template(addition_template(), ITEMS),
@@ -261,8 +266,12 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
     config = RunConfig.resolve({"inference_servers": "http://a:1/v1 http://b:1/v1",
                                                     "max_staleness": 2, "device": "cpu"})
     tasks = TaskSet.single_template(addition_template(), ITEMS)
+    with pytest.raises(EgressRefused, match="inference server http://a:1/v1"):  # not listed by the operator
+        build.build_model(config, tasks, models_dir=tmp_path, pretrain_seconds=0,
+                          weights=Storage(tmp_path / "weights"), server_token="t")
     model = build.build_model(config, tasks, models_dir=tmp_path, pretrain_seconds=0,
-                              weights=Storage(tmp_path / "weights"), server_token="t")
+                              weights=Storage(tmp_path / "weights"), server_token="t",
+                              egress=EgressPolicy.parse("a b"))
     try:
         assert isinstance(model.engine, ServerEngine) and not model.engine.shares_weights
         assert model.engine.urls == ["http://a:1/v1", "http://b:1/v1"] and model.engine.max_staleness == 2
@@ -293,7 +302,7 @@ def test_an_api_token_guards_every_generation_route(addition_base_model):
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=10)
             assert refused.value.code == 401, path
-        engine = ServerEngine([url], token="s3cret")  # the engine sends its token with every request
+        engine = ServerEngine([url], token="s3cret", egress=LOOPBACK)  # the engine sends its token with every request
         try:
             [group] = engine.generate(_requests()[:1])
             assert all(c.finish_reason == "stop" for c in group)

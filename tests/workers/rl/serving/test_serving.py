@@ -13,6 +13,7 @@ import openai
 import pytest
 import uvicorn
 
+from workers.egress import EgressPolicy
 from workers.rl.engines import GenerationRequest
 from workers.rl.engines.endpoint import EndpointEngine, MessagesChat, openai_messages
 from workers.rl.engines.torch_engine import TorchEngine
@@ -25,6 +26,8 @@ from workers.rl.tasks.taskset import TaskSet
 from workers.rl.types import TrajectoryStatus
 
 from ..conftest import ITEMS, addition_template
+
+LOOPBACK = EgressPolicy.parse("127.0.0.1")  # the servers here are on the loopback, which these tests allow
 
 
 def _free_port() -> int:
@@ -87,7 +90,7 @@ def test_an_evaluation_through_the_server_scores_what_the_model_scores(served, a
     direct_engine = TorchEngine(copy.deepcopy(addition_base_model))
     direct = evaluate_batch(tasks, engine=direct_engine, chat=CharChat(), **common)
     direct_engine.close()
-    endpoint = EndpointEngine(base_url=served, model="tiny-adder")
+    endpoint = EndpointEngine(base_url=served, model="tiny-adder", egress=LOOPBACK)
     remote = evaluate_batch(tasks, engine=endpoint, chat=MessagesChat(), **common)
     endpoint.close()
     assert [t.turns[-1].content for t in remote] == [t.turns[-1].content for t in direct]
@@ -129,7 +132,7 @@ def test_a_failing_endpoint_is_retried_then_an_infrastructure_error(mode):
     _Failing.calls = []
     try:
         engine = EndpointEngine(base_url=f"http://127.0.0.1:{server.server_port}/{mode}/v1", model="m",
-                                timeout_seconds=0.5, client_retries=1, retries=1)
+                                timeout_seconds=0.5, client_retries=1, retries=1, egress=LOOPBACK)
         tasks = suite_tasks(TaskSet.single_template(addition_template(), ITEMS), per_template=2, seed=0)
         rows = evaluate_batch(tasks, run_id="00000000-0000-4000-8000-0000000000e2", step=1, engine=engine,
                               chat=MessagesChat(), tool_runner=None, verifier=LocalVerifier(pool=None),
@@ -177,7 +180,7 @@ def test_an_endpoints_answer_is_read_with_newlines():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _WindowsModel)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        engine = EndpointEngine(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m")
+        engine = EndpointEngine(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m", egress=LOOPBACK)
         [[completion]] = engine.generate([GenerationRequest(prompt_ids=[], n=1, max_new_tokens=16, stop_ids=(),
                                                             messages=({"role": "user", "content": "2 + 3?"},))])
         engine.close()
