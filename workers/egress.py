@@ -43,7 +43,7 @@ class EgressRefused(ValueError):
 def _kind(address: Address) -> str:
     """Why an address is not public, in the words of its range."""
     for name, words in (("loopback", "a loopback"), ("link_local", "a link-local"), ("multicast", "a multicast"),
-                        ("unspecified", "an unspecified"), ("private", "a private"), ("reserved", "a reserved")):
+                        ("unspecified", "an unspecified"), ("reserved", "a reserved"), ("private", "a private")):
         if getattr(address, f"is_{name}"):
             return words
     return "a special-purpose (not public)"

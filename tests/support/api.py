@@ -22,6 +22,9 @@ class ApiClient:
     def put(self, path: str, body):
         return self._send("put", path, body)
 
+    def patch(self, path: str, body):
+        return self._send("patch", path, body)
+
     def _send(self, method: str, path: str, body):
         data = body if isinstance(body, (str, bytes)) else json.dumps(body)
         return getattr(self.client, method)(PREFIX + path, data, content_type="application/json", **self.headers)
