@@ -14,18 +14,62 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
-from torch.nn import functional as F
 
 from .tiny_lm import ModelConfig, TinyLM
 
+# Positions × vocabulary entries computed at once by token_logprobs: 64 MiB of fp32 per chunk, whatever the batch.
+LOGPROB_CHUNK_ELEMENTS = 1 << 24
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
-    """(B, T, V) logits and (B, T) targets -> logprobs of the targets and the entropy at each position."""
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)
-    chosen = logp.gather(2, targets.unsqueeze(2)).squeeze(2)
-    with torch.no_grad():
-        entropy = -(logp.exp() * logp).sum(-1)
-    return chosen, entropy
+
+class _ChosenLogprobs(torch.autograd.Function):
+    """The log-softmax of the chosen tokens only, chunk by chunk of positions: logsumexp and a gather per chunk in
+    fp32, so a batch's full-vocabulary fp32 log-softmax (and the copies autograd would keep of it) never exists.
+    The backward recomputes each chunk's softmax from the saved logits (in the model's dtype: bf16 under
+    autocast) and their logsumexp. Hand-written because the field's fused version (liger-kernel's fused linear
+    cross-entropy) returns a loss, not per-token logprobs with their entropy, and needs Triton."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature: float, rows_per_chunk: int):
+        vocabulary = logits.shape[-1]
+        flat, chosen_ids = logits.reshape(-1, vocabulary), targets.reshape(-1, 1)
+        positions = flat.shape[0]
+        chosen = torch.empty(positions, dtype=torch.float32, device=logits.device)
+        entropy, lse = torch.empty_like(chosen), torch.empty_like(chosen)
+        for start in range(0, positions, rows_per_chunk):
+            end = min(start + rows_per_chunk, positions)
+            scaled = flat[start:end].float() / temperature  # (rows, V) fp32, this chunk only
+            norm = torch.logsumexp(scaled, dim=-1)
+            chosen[start:end] = scaled.gather(1, chosen_ids[start:end]).squeeze(1) - norm
+            # entropy = logsumexp - sum(p * x), with p = softmax(x)
+            entropy[start:end] = norm - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)
+            lse[start:end] = norm
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature, ctx.rows_per_chunk = temperature, rows_per_chunk
+        ctx.mark_non_differentiable(entropy)
+        return chosen.view(targets.shape), entropy.view(targets.shape)
+
+    @staticmethod
+    def backward(ctx, grad_chosen, _grad_entropy):
+        logits, targets, lse = ctx.saved_tensors
+        vocabulary = logits.shape[-1]
+        flat, chosen_ids = logits.reshape(-1, vocabulary), targets.reshape(-1, 1)
+        upstream = grad_chosen.reshape(-1, 1).float()
+        grad = torch.empty_like(flat)
+        for start in range(0, flat.shape[0], ctx.rows_per_chunk):
+            end = min(start + ctx.rows_per_chunk, flat.shape[0])
+            # d(x_t - logsumexp(x)) / dx = onehot(t) - softmax(x), times the upstream gradient, over temperature
+            part = torch.exp(flat[start:end].float() / ctx.temperature - lse[start:end, None])
+            part.mul_(-upstream[start:end]).scatter_add_(1, chosen_ids[start:end], upstream[start:end])
+            grad[start:end] = part.div_(ctx.temperature)
+        return grad.view_as(logits), None, None, None
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, *,
+                   chunk_elements: int = LOGPROB_CHUNK_ELEMENTS):
+    """(B, T, V) logits and (B, T) targets -> fp32 logprobs of the targets (differentiable) and the entropy at
+    each position (not), computed `chunk_elements` logits at a time (_ChosenLogprobs)."""
+    rows_per_chunk = max(1, chunk_elements // max(logits.shape[-1], 1))
+    return _ChosenLogprobs.apply(logits, targets, float(temperature), rows_per_chunk)
 
 
 class TinyLMPolicy:

@@ -39,6 +39,20 @@ def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
 
     token_count: the tokens of the whole batch when this is one micro-batch of it, so that the micro-batches'
     losses add up to the batch's token-level mean (gradient accumulation without re-weighting)."""
+    loss, sums = grpo_terms(new_logprobs, old_logprobs, advantages, mask, config, ref_logprobs=ref_logprobs,
+                            token_count=token_count)
+    kl_sum, clipped, tokens = sums.tolist()
+    tokens = max(tokens, 1.0)
+    return loss, {"loss": loss.item(), "kl": kl_sum / tokens, "clip_fraction": clipped / tokens,
+                  "tokens": int(tokens)}
+
+
+def grpo_terms(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+               mask: torch.Tensor, config: GRPOConfig, ref_logprobs: torch.Tensor | None = None,
+               token_count: int | None = None):
+    """grpo_loss's arithmetic with its statistics left on the loss's device, so a trainer reads them once a step
+    rather than waiting for the device after every micro-batch: the loss and the (3,) fp32 sums (KL over the
+    masked tokens, clipped masked tokens, masked tokens)."""
     ratio = torch.exp(new_logprobs - old_logprobs)
     advantage = advantages.unsqueeze(1)
     unclipped = ratio * advantage
@@ -49,11 +63,13 @@ def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
         kl = torch.exp(delta) - delta - 1
         per_token = per_token + config.kl_coef * kl
     else:
-        kl = torch.zeros_like(per_token)
-    tokens = mask.sum().clamp(min=1)
-    loss = (per_token * mask).sum() / (tokens if token_count is None else max(token_count, 1))
+        kl = None
+    if token_count is None:
+        loss = (per_token * mask).sum() / mask.sum().clamp(min=1)
+    else:
+        loss = (per_token * mask).sum() / max(token_count, 1)
     with torch.no_grad():
-        clipped_fraction = (((ratio < 1 - config.clip_low) | (ratio > 1 + config.clip_high)) & mask.bool()).sum()
-        stats = {"loss": loss.item(), "kl": float((kl * mask).sum() / tokens),
-                 "clip_fraction": float(clipped_fraction / tokens), "tokens": int(tokens)}
-    return loss, stats
+        outside = (ratio < 1 - config.clip_low) | (ratio > 1 + config.clip_high)
+        kl_sum = (kl * mask).sum() if kl is not None else mask.new_zeros(())
+        sums = torch.stack([kl_sum.float(), (outside & mask.bool()).sum().float(), mask.sum().float()])
+    return loss, sums

@@ -3,7 +3,15 @@
 A step takes groups of trajectories of the same task. Rewards become group-relative advantages (grpo.py);
 each trajectory's whole context is one sequence, and only the policy's own tokens are in the loss (the
 prompt and tool results are context). The loss is the token-level mean over the whole batch, accumulated
-over micro-batches of `micro_batch_size` sequences, so the update does not depend on how the batch was split.
+over micro-batches, so the update does not depend on how the batch was split.
+
+Micro-batches are sized for the device (`_micro_batches`): on a GPU by a budget of padded tokens, so a step is a
+few large passes (the GPU idles between small ones); on a CPU by `micro_batch_size` sequences, whole groups
+together, so a group's shared prompt is computed once. A step's batch tensors are built once, before its first
+pass, and copied to the device from pinned memory without waiting; the statistics stay on the device until the
+step's end, so nothing inside the loop waits for the device. Under bf16 (`precision`) the passes run in bf16
+autocast while the weights, their gradients and AdamW's state stay fp32; the logprobs are fp32 either way
+(policies.token_logprobs).
 
 Data-parallel training (distributed.py) shards a step's rows across processes and keeps this arithmetic: the
 token count that divides the loss is the whole batch's (`_sum_over_ranks`), and the gradients are summed over
@@ -13,6 +21,7 @@ process both hooks do nothing.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -22,7 +31,11 @@ import torch
 from ..config import RunConfig
 from ..protocols import Policy
 from ..types import Trajectory
-from .grpo import GRPOConfig, group_advantages, grpo_loss
+from .grpo import GRPOConfig, group_advantages, grpo_terms
+
+# RunConfig.micro_batch_tokens 0 on a GPU: one pass of a 16 × 8 × 64-token step of a small model, a few of
+# a long-context one; activations of a 135M model at this many tokens are a few GiB.
+GPU_MICRO_BATCH_TOKENS = 32_768
 
 
 @dataclass
@@ -43,6 +56,59 @@ def training_rows(groups: list[list[Trajectory]]) -> list[list[tuple]]:
     return [[(t.training_sequence(), t.advantage) for t in group] for group in groups]
 
 
+def autocast_dtype(precision: str, device: str) -> torch.dtype | None:
+    """The dtype the trainer's passes autocast to (None: fp32 throughout) for RunConfig.precision on `device`."""
+    kind = torch.device(device).type
+    has_bf16 = kind != "cuda" or torch.cuda.is_bf16_supported()
+    if precision == "fp32" or (precision == "auto" and (kind != "cuda" or not has_bf16)):
+        return None
+    if not has_bf16:
+        raise ValueError(f"precision bf16 asked for, but {device} has no bf16 arithmetic: use fp32 (or auto)")
+    return torch.bfloat16
+
+
+def micro_batch_tokens(config: RunConfig, device: str) -> int:
+    """The padded-token budget of a micro-batch on `device` (0: none, micro_batch_size sequences decide)."""
+    if config.micro_batch_tokens:
+        return config.micro_batch_tokens
+    return GPU_MICRO_BATCH_TOKENS if torch.device(device).type == "cuda" else 0
+
+
+@dataclass
+class MicroBatch:
+    """One forward/backward's padded tensors, on the policy's device."""
+
+    ids: torch.Tensor  # (B, T) token ids, right-padded with 0
+    attention: torch.Tensor  # (B, T) 1 on real tokens
+    mask: torch.Tensor  # (B, T) 1 on the policy's own tokens (the loss's)
+    old: torch.Tensor  # (B, T) the sampling logprobs
+    advantages: torch.Tensor  # (B,)
+    first: int  # the first position any row trains on (ids[:, first + 1] is the first trained token)
+
+
+def padded_batch(rows: list[tuple], device: str) -> MicroBatch:
+    """Rows — ((ids, loss mask, sampling logprobs), advantage) — as one MicroBatch on `device`: built on the host
+    in one go per tensor, then copied from pinned memory without waiting (the device orders the copy before the
+    kernels that read it)."""
+    width = max(len(ids) for (ids, _, _), _ in rows)
+    lengths = torch.tensor([len(ids) for (ids, _, _), _ in rows])
+    ids = torch.tensor([list(seq) + [0] * (width - len(seq)) for (seq, _, _), _ in rows], dtype=torch.long)
+    mask = torch.tensor([[float(m) for m in seq_mask] + [0.0] * (width - len(seq_mask))
+                         for (_, seq_mask, _), _ in rows], dtype=torch.float)
+    old = torch.tensor([list(seq_old) + [0.0] * (width - len(seq_old)) for (_, _, seq_old), _ in rows],
+                       dtype=torch.float)
+    attention = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    advantages = torch.tensor([advantage for _, advantage in rows], dtype=torch.float)
+    # Where the first trained token of any row is: the prompts before it are context, no vocabulary softmax.
+    first = int(mask[:, 1:].argmax(dim=1).min())
+    if torch.device(device).type == "cuda":
+        ids, attention, mask, old, advantages = (t.pin_memory().to(device, non_blocking=True)
+                                                 for t in (ids, attention, mask, old, advantages))
+    elif torch.device(device).type != "cpu":
+        ids, attention, mask, old, advantages = (t.to(device) for t in (ids, attention, mask, old, advantages))
+    return MicroBatch(ids=ids, attention=attention, mask=mask, old=old, advantages=advantages, first=first)
+
+
 def assign_advantages(group: list[Trajectory], *, normalize_std: bool) -> bool:
     """Sets each trajectory's advantage; returns whether the group carries signal (its rewards differ)."""
     rewards = torch.tensor([[t.reward for t in group]], dtype=torch.float64)
@@ -58,8 +124,14 @@ class GRPOTrainer:
         self.config = config
         self.grpo = GRPOConfig(clip_low=config.clip_low, clip_high=config.clip_high,
                                normalize_std=config.normalize_std, kl_coef=config.kl_coef)
+        device = str(policy.device)
+        self.autocast_dtype = autocast_dtype(config.precision, device)
+        self.micro_batch_tokens = micro_batch_tokens(config, device)
+        # fused on a GPU: one kernel updates every parameter; the CPU keeps foreach, as it was measured with.
+        on_cuda = torch.device(device).type == "cuda"
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
-                                           weight_decay=config.weight_decay, foreach=True)
+                                           weight_decay=config.weight_decay,
+                                           **({"fused": True} if on_cuda else {"foreach": True}))
         warmup, total = config.warmup_steps, max(total_steps, 1)
 
         def factor(step: int) -> float:
@@ -91,33 +163,24 @@ class GRPOTrainer:
             self.step += 1
             return StepStats(loss=0.0, kl=0.0, entropy=0.0, clip_fraction=0.0, grad_norm=0.0, tokens=0, sequences=0,
                              learning_rate=learning_rate, seconds=time.monotonic() - started)
-        totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
-        for chunk in self._micro_batches(grouped):
-            width = max(len(ids) for (ids, _, _), _ in chunk)
-            ids = torch.zeros(len(chunk), width, dtype=torch.long)
-            mask = torch.zeros(len(chunk), width)
-            attention = torch.zeros(len(chunk), width, dtype=torch.long)
-            old = torch.zeros(len(chunk), width)
-            for row, ((seq, seq_mask, seq_old), _) in enumerate(chunk):
-                ids[row, :len(seq)] = torch.tensor(seq)
-                mask[row, :len(seq)] = torch.tensor(seq_mask, dtype=torch.float)
-                attention[row, :len(seq)] = 1
-                old[row, :len(seq)] = torch.tensor(seq_old)
-            ids, mask, attention, old = ids.to(device), mask.to(device), attention.to(device), old.to(device)
-            advantages = torch.tensor([adv for _, adv in chunk], dtype=torch.float, device=device)
-            # Logprobs from the first position any row of the chunk trains on: the prompts before it are context.
-            first = int(mask[:, 1:].argmax(dim=1).min())
-            new, entropy = self.policy.logprobs(ids, attention, self.config.temperature, first)
-            ref = self.reference.logprobs(ids, attention, self.config.temperature, first) if self.reference else None
-            target_mask = mask[:, 1 + first:]
-            loss, stats = grpo_loss(new, old[:, 1 + first:], advantages, target_mask, self.grpo, ref_logprobs=ref,
-                                    token_count=total_tokens)
+        batches = [padded_batch(chunk, device) for chunk in self._micro_batches(grouped)]
+        autocast = (torch.autocast(torch.device(device).type, dtype=self.autocast_dtype)
+                    if self.autocast_dtype is not None else contextlib.nullcontext())
+        # loss, KL over tokens, clipped tokens, entropy over tokens: summed on the device, read once at the end
+        sums = torch.zeros(4, dtype=torch.float64, device=device)
+        temperature = self.config.temperature
+        for batch in batches:
+            first = batch.first
+            with autocast:
+                new, entropy = self.policy.logprobs(batch.ids, batch.attention, temperature, first)
+                ref = (self.reference.logprobs(batch.ids, batch.attention, temperature, first)
+                       if self.reference else None)
+            target_mask = batch.mask[:, 1 + first:]
+            loss, terms = grpo_terms(new, batch.old[:, 1 + first:], batch.advantages, target_mask, self.grpo,
+                                     ref_logprobs=ref, token_count=total_tokens)
             loss.backward()
-            tokens = stats["tokens"]
-            totals["loss"] += loss.item()
-            totals["kl"] += stats["kl"] * tokens
-            totals["clip_fraction"] += stats["clip_fraction"] * tokens
-            totals["entropy"] += float((entropy * target_mask).sum())
+            sums += torch.stack([loss.detach(), terms[0], terms[1], (entropy * target_mask).sum()]).double()
+        totals = dict(zip(("loss", "kl", "clip_fraction", "entropy"), sums.tolist(), strict=True))
         self._sync_gradients()
         totals = dict(zip(totals, self._sum_over_ranks(list(totals.values())), strict=True))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), self.config.max_grad_norm)
@@ -140,23 +203,39 @@ class GRPOTrainer:
         """Make every process's gradients the whole batch's: here, one process, they are."""
 
     def _micro_batches(self, grouped: list[list[tuple]]) -> list[list[tuple]]:
-        """Rows — (training sequence, advantage) — in micro-batches of at most micro_batch_size.
+        """Rows — (training sequence, advantage) — in micro-batches: of at most `micro_batch_tokens` padded tokens
+        (rows × the longest row) where a token budget applies (a GPU), else of at most micro_batch_size rows.
 
         For a policy that computes a prompt all rows of a micro-batch share once (HFPolicy), micro-batches take
         whole groups while they fit, so a micro-batch of one group's size shares its prompt (the real model's
-        case: 8 samples of a 40-600-token prompt) and a large one still takes many groups in one pass (a tiny
-        model, where a forward call costs more than the tokens it saves). Otherwise similar lengths share a
-        micro-batch, for less padding."""
+        case on a CPU: 8 samples of a 40-600-token prompt) and a large one still takes many groups in one pass
+        (a tiny model, or a GPU, where a forward call costs more than the tokens it saves); a group that does not
+        fit alone is split into pieces that do. Otherwise similar lengths share a micro-batch, for less padding."""
+        budget = self.micro_batch_tokens
         size = self.config.micro_batch_size
+
+        def fits(rows: list[tuple]) -> bool:
+            if budget:
+                return len(rows) * max(len(ids) for (ids, _, _), _ in rows) <= budget
+            return len(rows) <= size
+
+        def pieces(rows: list[tuple]) -> list[list[tuple]]:  # in order, each as large as fits (one row at least)
+            chunks, current = [], []
+            for row in rows:
+                if current and not fits(current + [row]):
+                    chunks.append(current)
+                    current = []
+                current.append(row)
+            return chunks + ([current] if current else [])
+
         if not getattr(self.policy, "shares_prompts", False):
-            rows = sorted((row for group in grouped for row in group), key=lambda row: len(row[0][0]))
-            return [rows[start:start + size] for start in range(0, len(rows), size)]
+            return pieces(sorted((row for group in grouped for row in group), key=lambda row: len(row[0][0])))
         chunks, current = [], []
         for group in grouped:
-            if len(group) > size:  # a group larger than a micro-batch: its own pieces, each sharing the prompt
-                chunks += [group[start:start + size] for start in range(0, len(group), size)]
+            if not fits(group):  # a group larger than a micro-batch: its own pieces, each sharing the prompt
+                chunks += pieces(group)
                 continue
-            if len(current) + len(group) > size:
+            if current and not fits(current + group):
                 chunks.append(current)
                 current = []
             current += group
