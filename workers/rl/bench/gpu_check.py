@@ -82,7 +82,7 @@ GPU_PLAN = Plan(device="cuda", concurrency=(32, 128), new_tokens=64,
                            "tiny": 35, "vllm_engine": 90, "vllm_server": 240})
 DRY_PLAN = Plan(device="cpu", concurrency=(2,), new_tokens=8,
                 steps={"smollm2_lora": 2, "smollm2_full": 2, "smollm2_lora_long": 2, "tiny": 2},
-                pretrain_steps=20, sizes={"prompts": 2, "group": 4, "new_tokens": 4},
+                pretrain_steps=5, sizes={"prompts": 2, "group": 4, "new_tokens": 4},
                 estimates={"engine": 5, "smollm2_lora": 5, "smollm2_full": 5, "smollm2_lora_long": 5, "tiny": 5,
                            "vllm_engine": 30, "vllm_server": 240},
                 shrink={"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
@@ -205,7 +205,7 @@ def env_part() -> dict:
              "cuda_available": torch.cuda.is_available(), "torch_cuda": torch.version.cuda,
              "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
              "float32_matmul_precision": torch.get_float32_matmul_precision(),
-             "vllm": vllm_probe(), "django_imported": "django" in sys.modules}
+             "vllm": vllm_probe(), "django_imported": sys.modules.get("django") is not None}
     if torch.cuda.is_available():
         properties = torch.cuda.get_device_properties(0)
         facts.update({"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),
@@ -349,6 +349,18 @@ def _find(entry, key):
     return None
 
 
+def _nested_errors(entry, where: str = "") -> dict:
+    """Every {"error": ...} a bench reported inside a part that itself succeeded (one side of a comparison
+    that could not run), by its path."""
+    found = {}
+    if isinstance(entry, dict):
+        if isinstance(entry.get("error"), str) and where:
+            found[where] = entry["error"][:300]
+        for key, value in entry.items():
+            found.update(_nested_errors(value, f"{where}.{key}" if where else str(key)))
+    return found
+
+
 def _ratio(top, bottom):
     if isinstance(top, (int, float)) and isinstance(bottom, (int, float)) and bottom > 0:
         return round(top / bottom, 2)
@@ -420,7 +432,8 @@ def summary(results: dict, plan: Plan) -> dict:
     vllm = parts.get("vllm") or {}
     return {"engine": engine, "trainer": trainer, "targets": targets,
             "vllm": vllm.get("note") or vllm.get("reason") or results["skipped"].get("vllm"),
-            "errors": sorted(results["errors"]), "skipped": sorted(results["skipped"])}
+            "errors": sorted(results["errors"]), "errors_inside_parts": _nested_errors(parts),
+            "skipped": sorted(results["skipped"])}
 
 
 # --- the check ----------------------------------------------------------------------------------------------------
