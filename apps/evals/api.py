@@ -259,12 +259,12 @@ def add_endpoint(request, project: str, payload: EndpointIn):
     return Status(201, _endpoint(endpoint))
 
 
-@router.patch(EVALS + "/endpoints/{slug}", response={200: EndpointOut, **WRITE_ERRORS})
-def set_endpoint_credential(request, project: str, slug: str, payload: EndpointCredentialIn):
+@router.patch(EVALS + "/endpoints/{endpoint}", response={200: EndpointOut, **WRITE_ERRORS})
+def set_endpoint_credential(request, project: str, endpoint: str, payload: EndpointCredentialIn):
     """Point an endpoint at a credential from the list (editors): how an endpoint that named an environment
     variable is fixed."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
-    return _endpoint(endpoint_credential_set(project=scope, slug=slug, credential=payload.credential,
+    return _endpoint(endpoint_credential_set(project=scope, slug=endpoint, credential=payload.credential,
                                              actor=request.auth, via="api"))
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
+from cryptography.fernet import Fernet
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -39,7 +40,7 @@ from schemathesis import GenerationMode
 from schemathesis.core import NotSet
 
 from apps.accounts.models import AuditEvent, Project
-from apps.evals.services import evaluation_launch
+from apps.evals.services import endpoint_create, evaluation_launch
 from apps.registry.models import Alias, Version
 from apps.registry.services import alias_move, version_publish
 from apps.review.services import item_next, label_submit, queue_create
@@ -102,6 +103,7 @@ def real_path_parameters(operation, world) -> st.SearchStrategy[dict]:
         "evaluation": st.sampled_from([*world["evaluations"], 999_999]),
         "a": st.sampled_from(world["evaluations"]),
         "b": st.sampled_from([*world["evaluations"], 999_999]),
+        "endpoint": st.sampled_from(["local", "nope"]),
     }
     unknown = names - set(choices) - {"kind", "slug", "action"}
     assert not unknown, f"{operation.label}: no real values for the path parameters {unknown}"
@@ -203,8 +205,14 @@ def with_real_values(operation, case, data, world) -> None:
         body.update({"suite": data.draw(st.sampled_from(["arith-suite", "arith-suite@1", "arith-bundle"])),
                      what[0]: what[1]})
     elif label == "POST /api/v1/projects/{project}/evals/endpoints/" and body is not None:
-        body.update(slug=data.draw(st.sampled_from(["local", "other"])), base_url="http://127.0.0.1:9/v1", model="m",
-                    api_key_env=data.draw(st.sampled_from(["", "LOCAL_KEY", "sk-not-a-name!"])))
+        body.clear()
+        body.update(slug=data.draw(st.sampled_from(["local", "other"])), model="m",
+                    base_url=data.draw(st.sampled_from(["http://127.0.0.1:9/v1", "http://169.254.169.254/v1"])),
+                    credential=data.draw(st.sampled_from(["", "operator:LOCAL", "SECRET_KEY"])))
+    elif label == "PATCH /api/v1/projects/{project}/evals/endpoints/{endpoint}" and body is not None:
+        body.update(credential=data.draw(st.sampled_from(["", "operator:LOCAL", "operator:SECRET_KEY"])))
+    elif label == "POST /api/v1/projects/{project}/secrets" and body is not None:
+        body.update(name=data.draw(st.sampled_from(["prod", "staging"])), value="sk-fuzzed-key")
     elif label == "POST /api/v1/projects/{project}/checkpoints/aliases" and body is not None:
         body.update(name=data.draw(st.sampled_from(["champion", "challenger"])),
                     checkpoint=data.draw(st.sampled_from(["live-run@10", "live-run@latest", "nope@1"])))
@@ -226,7 +234,7 @@ def editor(member):
 
 
 @pytest.fixture
-def world(project, registry, owner, studio_run, editor, settings):
+def world(project, registry, owner, studio_run, editor, settings, monkeypatch, egress_loopback):
     """The project's content: a running run with history, a queued one, an alias, a review queue whose reviewer
     and adjudicator is the editor (who has labelled its first item); returns the run ids and the queue's items."""
     alias_move(version=registry["verifier"], name="stable", actor=owner)
@@ -259,8 +267,14 @@ def world(project, registry, owner, studio_run, editor, settings):
     suite = version_publish(project=project, kind="bundle", slug="arith-suite", author=owner, spec={
         "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 4}}).version
     evaluation = evaluation_launch(project=project, suite=suite, actor=owner, model=model)
+    # An endpoint on the loopback (allowed, as the demo allows it), a credential the operator declared, and a key
+    # for the project's stored secrets.
+    monkeypatch.setenv("STUDIO_ENDPOINT_KEY_LOCAL", "local-key")
+    settings.SECRETS_KEY = Fernet.generate_key().decode()
+    endpoint_create(project=project, slug="local", base_url="http://127.0.0.1:9/v1", model="m", actor=owner)
     return {"runs": [str(running.pk), str(queued.pk)], "items": list(queue.items.values_list("pk", flat=True)),
-            "evaluations": [evaluation.pk], "labels": [label.pk], "labelled": {"item_id": first.pk, "label_id": label.pk}}
+            "evaluations": [evaluation.pk], "labels": [label.pk],
+            "labelled": {"item_id": first.pk, "label_id": label.pk}}
 
 
 def snapshot(project) -> dict:
