@@ -42,6 +42,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 # by itself: a run on the demo bundle is queued (its base model pretrained first, about a
 # minute, once per data directory) and the web process trains it (embedded training), so the run page's curves
 # move as soon as the server is up. --noreload: the autoreloader's parent process would train a second time.
+# The demo allows its endpoints and inference servers on this machine's loopback (an explicit operator choice,
+# README "Security model"); set STUDIO_EGRESS_ALLOW to override.
+demo: export STUDIO_EGRESS_ALLOW ?= 127.0.0.0/8 ::1 localhost
 demo: setup secret-key
 	$(BIN)/python manage.py migrate --noinput
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
