@@ -29,4 +29,5 @@ def test_details_named_like_a_dicts_methods_are_shown_as_written(login, owner, p
     assert page.status_code == 200
     # PostgreSQL's jsonb keeps keys in its own order (shortest first), SQLite as written: the cell, in any order.
     cell = re.search(r"<td class=\"muted\">([^<]*items=[^<]*)</td>", page.content.decode()).group(1)
-    assert sorted(cell.split(", ")) == ["items=15", "keys=[&#x27;a&#x27;]", "rubric=rubric/correctness@1", "values=None"]
+    assert sorted(cell.split(", ")) == ["items=15", "keys=[&#x27;a&#x27;]", "rubric=rubric/correctness@1",
+                                        "values=None"]
