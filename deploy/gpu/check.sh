@@ -4,8 +4,9 @@
 # (gpu/whl, made here by deploy/gpu/bundle.sh) into /tmp/gpu-site, then runs workers.rl.bench.gpu_check on the
 # carried SmolLM2 config and tokenizer (gpu/model; random weights): engine and trainer, fp32 and bf16, against
 # generate / generate_batch / TRL, and vLLM where `import vllm` works. Everything ends within GPU_CHECK_SECONDS
-# (350) of the start, installs included; each part is a JSON line on stdout and in $OUT/gpu-check.jsonl,
-# $OUT/gpu-check.json holds them all, the libraries' stderr goes to $OUT/gpu-check-stderr.log.
+# (350; 900 for the dry run) of the start, installs included; each part is a JSON line on stdout and in
+# $OUT/gpu-check.jsonl, $OUT/gpu-check.json holds them all, the libraries' stderr goes to $OUT/gpu-check-stderr.log.
+# Arguments go to the check (--only engine_bf16,trainer_fp32_*, --compare generate; see its --help).
 #
 #   deploy/gpu/check.sh                       on the GPU machine (python3 there holds CUDA torch)
 #   GPU_CHECK_DRY=1 deploy/gpu/check.sh       here, on the CPU: a 2-layer model, tiny sizes (.venv's python)
@@ -13,15 +14,14 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 started=$SECONDS
 DRY=${GPU_CHECK_DRY:-0}
-TOTAL=${GPU_CHECK_SECONDS:-350}
+TOTAL=${GPU_CHECK_SECONDS:-$([ "$DRY" = 1 ] && echo 900 || echo 350)}  # a dry run on two busy CPU cores: ~5 min
 export OUT="${OUT:-/tmp/gpu-check}"
 mkdir -p "$OUT"
+MODEL=${GPU_CHECK_MODEL:-gpu/model}
 if [ "$DRY" = 1 ]; then
     PY=${PYTHON:-.venv/bin/python}
-    MODEL=${GPU_CHECK_MODEL:-gpu/model}
 else
     PY=${PYTHON:-python3}
-    MODEL=${GPU_CHECK_MODEL:-gpu/model}
     if compgen -G "gpu/whl/*.whl" >/dev/null; then
         # --no-deps: the folder names every wheel it needs; --target: the machine's own site-packages stay as they
         # are, the carried versions come first on PYTHONPATH.
