@@ -27,7 +27,7 @@ from .allocator import return_freed_tensors_to_the_os
 from .base_model import pretrain, reference_turns
 from .chat_formats import CharChat, CharTokenizer, HFChat
 from .packaged import DEMO_MODEL, PACKAGED_MODELS, TRAINABLE_BUILTINS, converted
-from .policies import HFPolicy, TinyLMPolicy
+from .policies import HFPolicy, TinyLMPolicy, autocast_dtype
 from .weights import check_weights
 
 PRETRAIN_SEED = 0
@@ -147,7 +147,9 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
         # adapters applied unmerged made SmolLM2's decoding 1.35x slower on 2 CPU cores (32 rows x 32 tokens:
         # 7.4 s against 5.5 s merged), far more than the merge and copy a step costs (about 0.3 s).
         share = config.mode == "sync" and not config.lora_rank
-        engine = TransformersEngine(path, device=device, shared_model=policy.model if share else None)
+        # A copy of its own samples in the trainer's precision (bf16: half the weights to read per token).
+        dtype = autocast_dtype(config.precision, device) or torch.float32
+        engine = TransformersEngine(path, device=device, dtype=dtype, shared_model=policy.model if share else None)
     if config.context_length:
         engine.max_context = min(engine.max_context or config.context_length, config.context_length)
     return Model(policy=policy, engine=engine, chat=chat)

@@ -17,6 +17,18 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from .tiny_lm import ModelConfig, TinyLM
 
+
+def autocast_dtype(precision: str, device: str) -> torch.dtype | None:
+    """The dtype the trainer's passes autocast to (None: fp32 throughout) for RunConfig.precision on `device`."""
+    kind = torch.device(device).type
+    has_bf16 = kind != "cuda" or torch.cuda.is_bf16_supported()
+    if precision == "fp32" or (precision == "auto" and (kind != "cuda" or not has_bf16)):
+        return None
+    if not has_bf16:
+        raise ValueError(f"precision bf16 asked for, but {device} has no bf16 arithmetic: use fp32 (or auto)")
+    return torch.bfloat16
+
+
 # Positions × vocabulary entries computed at once by token_logprobs: 64 MiB of fp32 per chunk, whatever the batch.
 LOGPROB_CHUNK_ELEMENTS = 1 << 24
 
@@ -45,8 +57,9 @@ class _ChosenLogprobs(torch.autograd.Function):
             lse[start:end] = norm
         ctx.save_for_backward(logits, targets, lse)
         ctx.temperature, ctx.rows_per_chunk = temperature, rows_per_chunk
+        chosen, entropy = chosen.view(targets.shape), entropy.view(targets.shape)
         ctx.mark_non_differentiable(entropy)
-        return chosen.view(targets.shape), entropy.view(targets.shape)
+        return chosen, entropy
 
     @staticmethod
     def backward(ctx, grad_chosen, _grad_entropy):

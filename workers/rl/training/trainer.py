@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import RunConfig
+from ..models.policies import autocast_dtype
 from ..protocols import Policy
 from ..types import Trajectory
 from .grpo import GRPOConfig, group_advantages, grpo_terms
@@ -54,17 +55,6 @@ class StepStats:
 def training_rows(groups: list[list[Trajectory]]) -> list[list[tuple]]:
     """Each group's rows: ((token ids, loss mask, sampling logprobs), advantage) per trajectory."""
     return [[(t.training_sequence(), t.advantage) for t in group] for group in groups]
-
-
-def autocast_dtype(precision: str, device: str) -> torch.dtype | None:
-    """The dtype the trainer's passes autocast to (None: fp32 throughout) for RunConfig.precision on `device`."""
-    kind = torch.device(device).type
-    has_bf16 = kind != "cuda" or torch.cuda.is_bf16_supported()
-    if precision == "fp32" or (precision == "auto" and (kind != "cuda" or not has_bf16)):
-        return None
-    if not has_bf16:
-        raise ValueError(f"precision bf16 asked for, but {device} has no bf16 arithmetic: use fp32 (or auto)")
-    return torch.bfloat16
 
 
 def micro_batch_tokens(config: RunConfig, device: str) -> int:
