@@ -253,6 +253,45 @@ class Storage:
     def read(self, key: str) -> bytes:
         return self._remote(self.fs.cat_file, self._path(key))
 
+    def upload(self, key: str, source: Path) -> None:
+        """Write the blob from a local file, whole (streamed: a model's weights need not fit in memory)."""
+        if self.local:
+            target = Path(self._path(key))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+            shutil.copyfile(source, temporary)
+            os.replace(temporary, target)
+        else:
+            self._remote(self.fs.put_file, str(source), self._path(key))
+
+    def download(self, key: str, target: Path) -> None:
+        """Copy the blob to a local file (FileNotFoundError if there is none)."""
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        if self.local:
+            shutil.copyfile(self._path(key), target)
+        else:
+            self._remote(self.fs.get_file, self._path(key), str(target))
+
+    def listing(self, key: str = "") -> dict[str, dict]:
+        """Every blob under `key`, at any depth: its key (relative to this root) -> {"bytes", and on an object store
+        "etag" as the store reports it}. {} when there is none."""
+        base = self._path(key).rstrip("/")
+        try:
+            found = self._remote(self.fs.find, base, detail=True)
+        except FileNotFoundError:
+            return {}
+        root = self.root.rstrip("/")
+        blobs = {}
+        for path, info in found.items():
+            if info.get("type") == "directory":
+                continue
+            relative = path[len(root):].lstrip("/") if path.startswith(root) else path
+            entry = {"bytes": int(info.get("size") or 0)}
+            if not self.local and info.get("ETag"):
+                entry["etag"] = str(info["ETag"]).strip('"')
+            blobs[relative] = entry
+        return blobs
+
     def open(self, key: str):
         """A binary file object for reading (FileNotFoundError if there is no such blob)."""
         return self._remote(self.fs.open, self._path(key), "rb")
