@@ -43,8 +43,8 @@ def studio_state(tmp_path: Path) -> dict:
                           Label.objects.filter(item__trajectory__run=run).count(),
                           sorted(Checkpoint.objects.filter(run=run).values_list("step", flat=True)))
             for run in Run.objects.all()}
-    boards = {str(e.pk): [(row.label, row.scores) for row in results.leaderboard([e]).rows]
-              for e in Evaluation.objects.all()}
+    boards = {str(e.pk): [(row.evaluation.label, row.scores, row.clean, row.overlapping, row.infra_errors, row.cost)
+                          for row in results.leaderboard([e]).rows] for e in Evaluation.objects.all()}
     return {"exports": exports, "runs": runs, "leaderboards": boards}
 
 
