@@ -90,6 +90,8 @@ def real_path_parameters(operation, world) -> st.SearchStrategy[dict]:
                                       [(kind_in_path, "nope")])
     elif "/bundles/{slug}" in path:
         kinds_slugs = st.just(("bundle", "arith-bundle"))
+    elif "/verifiers/{slug}" in path:  # review's calibration and canaries: a verifier's slug, not any kind's
+        kinds_slugs = st.just(("verifier", "numeric"))
     else:
         kinds_slugs = st.sampled_from(DEFINITIONS)
     choices = {
