@@ -29,15 +29,17 @@ def autocast_dtype(precision: str, device: str) -> torch.dtype | None:
     return torch.bfloat16
 
 
-# Positions × vocabulary entries computed at once by token_logprobs: 64 MiB of fp32 per chunk, whatever the batch.
+# Positions × vocabulary entries token_logprobs computes at once: 64 MiB of fp32 per chunk on a CPU, whatever the
+# batch; 256 MiB on a GPU, where each chunk's dozen kernel launches cost more than the memory.
 LOGPROB_CHUNK_ELEMENTS = 1 << 24
+LOGPROB_CHUNK_ELEMENTS_GPU = 1 << 26
 
 
 class _ChosenLogprobs(torch.autograd.Function):
-    """The log-softmax of the chosen tokens only, chunk by chunk of positions: logsumexp and a gather per chunk in
-    fp32, so a batch's full-vocabulary fp32 log-softmax (and the copies autograd would keep of it) never exists.
-    The backward recomputes each chunk's softmax from the saved logits (in the model's dtype: bf16 under
-    autocast) and their logsumexp. Hand-written because the field's fused version (liger-kernel's fused linear
+    """The log-softmax of the chosen tokens only, chunk by chunk of positions: a chunk's fp32 log-softmax exists
+    while the chunk is computed, so a batch's full-vocabulary fp32 log-softmax (and the copies autograd would keep
+    of it) never does. The backward recomputes each chunk's softmax from the saved logits (in the model's dtype:
+    bf16 under autocast). Hand-written because the field's fused version (liger-kernel's fused linear
     cross-entropy) returns a loss, not per-token logprobs with their entropy, and needs Triton."""
 
     @staticmethod
@@ -46,16 +48,13 @@ class _ChosenLogprobs(torch.autograd.Function):
         flat, chosen_ids = logits.reshape(-1, vocabulary), targets.reshape(-1, 1)
         positions = flat.shape[0]
         chosen = torch.empty(positions, dtype=torch.float32, device=logits.device)
-        entropy, lse = torch.empty_like(chosen), torch.empty_like(chosen)
+        entropy = torch.empty_like(chosen)
         for start in range(0, positions, rows_per_chunk):
             end = min(start + rows_per_chunk, positions)
-            scaled = flat[start:end].float() / temperature  # (rows, V) fp32, this chunk only
-            norm = torch.logsumexp(scaled, dim=-1)
-            chosen[start:end] = scaled.gather(1, chosen_ids[start:end]).squeeze(1) - norm
-            # entropy = logsumexp - sum(p * x), with p = softmax(x)
-            entropy[start:end] = norm - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)
-            lse[start:end] = norm
-        ctx.save_for_backward(logits, targets, lse)
+            logp = torch.log_softmax(_scaled(flat[start:end], temperature), dim=-1)  # (rows, V) fp32, this chunk
+            chosen[start:end] = logp.gather(1, chosen_ids[start:end]).squeeze(1)
+            entropy[start:end] = -(logp.exp() * logp).sum(-1)
+        ctx.save_for_backward(logits, targets)
         ctx.temperature, ctx.rows_per_chunk = temperature, rows_per_chunk
         chosen, entropy = chosen.view(targets.shape), entropy.view(targets.shape)
         ctx.mark_non_differentiable(entropy)
@@ -63,24 +62,32 @@ class _ChosenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_chosen, _grad_entropy):
-        logits, targets, lse = ctx.saved_tensors
+        logits, targets = ctx.saved_tensors
         vocabulary = logits.shape[-1]
         flat, chosen_ids = logits.reshape(-1, vocabulary), targets.reshape(-1, 1)
         upstream = grad_chosen.reshape(-1, 1).float()
         grad = torch.empty_like(flat)
         for start in range(0, flat.shape[0], ctx.rows_per_chunk):
             end = min(start + ctx.rows_per_chunk, flat.shape[0])
-            # d(x_t - logsumexp(x)) / dx = onehot(t) - softmax(x), times the upstream gradient, over temperature
-            part = torch.exp(flat[start:end].float() / ctx.temperature - lse[start:end, None])
+            # d(log_softmax(x)_t) / dx = onehot(t) - softmax(x), times the upstream gradient, over temperature
+            part = torch.softmax(_scaled(flat[start:end], ctx.temperature), dim=-1)
             part.mul_(-upstream[start:end]).scatter_add_(1, chosen_ids[start:end], upstream[start:end])
-            grad[start:end] = part.div_(ctx.temperature)
+            grad[start:end] = part if ctx.temperature == 1.0 else part.div_(ctx.temperature)
         return grad.view_as(logits), None, None, None
 
 
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """fp32 logits over the temperature (no copy of fp32 logits at temperature 1)."""
+    logits = logits.float()
+    return logits if temperature == 1.0 else logits / temperature
+
+
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, *,
-                   chunk_elements: int = LOGPROB_CHUNK_ELEMENTS):
+                   chunk_elements: int | None = None):
     """(B, T, V) logits and (B, T) targets -> fp32 logprobs of the targets (differentiable) and the entropy at
     each position (not), computed `chunk_elements` logits at a time (_ChosenLogprobs)."""
+    if chunk_elements is None:
+        chunk_elements = LOGPROB_CHUNK_ELEMENTS_GPU if logits.is_cuda else LOGPROB_CHUNK_ELEMENTS
     rows_per_chunk = max(1, chunk_elements // max(logits.shape[-1], 1))
     return _ChosenLogprobs.apply(logits, targets, float(temperature), rows_per_chunk)
 
@@ -149,13 +156,15 @@ class _FrozenTiny:
 
 class HFPolicy:
     kind = "hf"
-    shares_prompts = True  # logprobs() computes a prompt all rows share once (_hf_logits)
 
     def __init__(self, path: str, *, device: str = "cpu", lora_rank: int = 0, lora_alpha: int = 16,
                  lora_target_modules: list[str] | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.path, self.device = str(path), device
+        # logprobs() computes a prompt the rows of a batch share once (_hf_logits) on a CPU, where compute is the
+        # cost; a GPU is bound by kernel launches at these sizes, and sharing takes two forward passes, not one.
+        self.shares_prompts = torch.device(device).type == "cpu"
         if not Path(self.path).is_dir():
             raise FileNotFoundError(f"no Hugging Face model directory at {self.path} (models load by local path)")
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
@@ -179,15 +188,16 @@ class HFPolicy:
         self.model.train()
 
     def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0):
-        return token_logprobs(_hf_logits(self.model, ids, attention_mask, first), ids[:, first + 1:], temperature)
+        return token_logprobs(_hf_logits(self.model, ids, attention_mask, first, share=self.shares_prompts),
+                              ids[:, first + 1:], temperature)
 
     def frozen_copy(self):
         if self.lora:
-            return _LoraReference(self.model)
+            return _LoraReference(self.model, share=self.shares_prompts)
         reference = copy.deepcopy(self.model).eval()
         for parameter in reference.parameters():
             parameter.requires_grad_(False)
-        return _FrozenHF(reference)
+        return _FrozenHF(reference, share=self.shares_prompts)
 
     def inference_state(self) -> dict:
         """Full weights under the base model's names; LoRA adapters merged in (and taken out again)."""
@@ -233,7 +243,7 @@ class HFPolicy:
             load_model(self.model, str(path), device=str(self.device))
 
 
-def _hf_logits(model, ids, attention_mask, first: int):
+def _hf_logits(model, ids, attention_mask, first: int, *, share: bool = True):
     """Logits predicting ids[:, first + 1:] only (`logits_to_keep`): with a 49k vocabulary the output layer and
     its softmax over every prompt position cost a fifth of the compute and most of the memory, for nothing.
 
@@ -241,11 +251,12 @@ def _hf_logits(model, ids, attention_mask, first: int):
     that prefix computed once, not once per sample: its keys and values (with their autograd history, so LoRA
     on the attention still learns from them) are handed to every row that shares it, and only the rows' own
     tokens are computed. On a CPU, where a group's 8 copies of a 150-token prompt outweigh 10-token answers,
-    that is most of a step's compute; a micro-batch of many groups computes each of its prompts once."""
-    rows, prefix = ids.shape[0], first + 1
-    if rows > 1 and prefix >= 2:
+    that is most of a step's compute; a micro-batch of many groups computes each of its prompts once. `share`
+    False: one plain forward pass."""
+    rows, prefix, prefixes = ids.shape[0], first + 1, None
+    if share and rows > 1 and prefix >= 2:
         prefixes, owners = torch.unique(ids[:, :prefix], dim=0, return_inverse=True)
-    if rows == 1 or prefix < 2 or len(prefixes) == rows:
+    if prefixes is None or len(prefixes) == rows:
         return model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1],
                      logits_to_keep=ids.shape[1] - 1 - first).logits
     shared = model(input_ids=prefixes, use_cache=True, logits_to_keep=1)
@@ -269,22 +280,23 @@ def _hf_logits(model, ids, attention_mask, first: int):
 
 
 class _FrozenHF:
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, *, share: bool):
+        self.model, self.share = model, share
 
     @torch.no_grad()
     def logprobs(self, ids, attention_mask, temperature, first: int = 0):
-        return token_logprobs(_hf_logits(self.model, ids, attention_mask, first), ids[:, first + 1:], temperature)[0]
+        logits = _hf_logits(self.model, ids, attention_mask, first, share=self.share)
+        return token_logprobs(logits, ids[:, first + 1:], temperature)[0]
 
 
 class _LoraReference:
     """The base model is the reference: the same module with its adapters switched off."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, *, share: bool):
+        self.model, self.share = model, share
 
     @torch.no_grad()
     def logprobs(self, ids, attention_mask, temperature, first: int = 0):
         with self.model.disable_adapter():
-            logits = _hf_logits(self.model, ids, attention_mask, first)
+            logits = _hf_logits(self.model, ids, attention_mask, first, share=self.share)
         return token_logprobs(logits, ids[:, first + 1:], temperature)[0]

@@ -12,7 +12,7 @@ from workers.rl.config import RunConfig
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.models.policies import HFPolicy, TinyLMPolicy, token_logprobs
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM
-from workers.rl.training.trainer import GRPOTrainer
+from workers.rl.training.trainer import GRPOTrainer, padded_batch
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -106,3 +106,15 @@ def test_a_gpu_packs_a_step_into_few_passes_and_a_cpu_keeps_micro_batch_size(tmp
     assert [len(chunk) for chunk in cpu._micro_batches(grouped)] == [8] * 8  # one group a pass, as before
     cpu.micro_batch_tokens = 32_768  # what a GPU gets by default (micro_batch_tokens 0)
     assert [len(chunk) for chunk in cpu._micro_batches(grouped)] == [64]
+
+
+def test_the_plain_pass_a_gpu_takes_gives_the_logprobs_of_the_shared_prompt_passes(tmp_path):
+    policy, _, vocab = _policies("hf", tmp_path)
+    batch = padded_batch([row for group in _step_rows(vocab, groups=2, group=3) for row in group], "cpu")
+    assert policy.shares_prompts  # on a CPU
+    shared, shared_entropy = policy.logprobs(batch.ids, batch.attention, 0.8, batch.first)
+    policy.shares_prompts = False  # as on a GPU
+    plain, plain_entropy = policy.logprobs(batch.ids, batch.attention, 0.8, batch.first)
+    trained = batch.mask[:, batch.first + 1:].bool()
+    assert torch.allclose(shared[trained], plain[trained], atol=1e-5)
+    assert torch.allclose(shared_entropy[trained], plain_entropy[trained], atol=1e-5)
