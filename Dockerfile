@@ -5,7 +5,10 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DEBUG=false STUDIO_DATA_DIR=/var/lib/s
     STUDIO_STATIC_ROOT=/app/staticfiles
 WORKDIR /app
 # bubblewrap: the process sandbox backend that runs model-written code in the rollout and verify workers.
-RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
+# postgresql-client: pg_dump and pg_restore for `manage.py backup` and `restore` (Debian's: the major version of
+# docker-compose.yml's postgres or newer, which is what pg_dump needs).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap postgresql-client \
+    && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY studio studio
 COPY apps apps
