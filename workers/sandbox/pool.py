@@ -8,11 +8,15 @@
   idle past `lease_idle_timeout` loses its sandbox.
 - `execute(image, execution)` is acquire + run + release, retrying infrastructure errors a bounded number of
   times; a program's own failure (error, timeout, killed) is never retried.
+- Once its background threads can no longer take work (the interpreter is exiting: concurrent.futures refuses new
+  jobs), the pool starts nothing more, destroys on the caller's thread what it would have reset or destroyed in
+  the background, and its maintenance thread carries on: a process that stops mid-run releases its sandboxes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import threading
@@ -24,6 +28,8 @@ from pathlib import Path
 
 from .interface import SandboxBackend
 from .types import Execution, ExecutionResult, SandboxImage, Status
+
+log = logging.getLogger(__name__)
 
 
 class AcquireTimeout(Exception):
@@ -115,6 +121,7 @@ class SandboxPool:
         self._lock = threading.Condition()
         self._jobs = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-pool")
         self._closed = False
+        self._refused = False  # the background threads took no more work: see _submit
         self._maintenance = threading.Thread(target=self._maintain, name="sandbox-pool-maintenance", daemon=True)
         self._maintenance.start()
 
@@ -224,7 +231,9 @@ class SandboxPool:
             sandbox.destroy()
             return
         self._destroying += 1
-        self._jobs.submit(self._destroy_job, sandbox)
+        if not self._submit(self._destroy_job, sandbox):
+            self._destroying -= 1
+            sandbox.destroy()
 
     def _destroy_job(self, sandbox) -> None:  # in a worker thread, without the lock
         try:
@@ -256,7 +265,22 @@ class SandboxPool:
 
     def _start(self, entry: _ImagePool) -> None:
         entry.starting += 1
-        self._jobs.submit(self._start_job, entry)
+        if not self._submit(self._start_job, entry):
+            entry.starting -= 1
+            entry.last_error = "the process is exiting: no sandbox is started any more"
+
+    def _submit(self, job, *args) -> bool:
+        """Hand `job` to the background threads; False when they take no more work (the interpreter is exiting,
+        or the pool closed them): the caller then does without, or does it itself. With the lock held."""
+        if self._refused:
+            return False
+        try:
+            self._jobs.submit(job, *args)
+        except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+            self._refused = True
+            log.info("sandbox pool: the process is exiting; no sandbox is started or reset any more")
+            return False
+        return True
 
     def _start_job(self, entry: _ImagePool) -> None:  # in a worker thread, without the lock
         started = time.monotonic()
@@ -290,8 +314,10 @@ class SandboxPool:
             if self._closed:
                 self._discard(lease.sandbox)
                 return
-            entry.resetting += 1
-            self._jobs.submit(self._reset_job, entry, lease.sandbox)
+            if self._submit(self._reset_job, entry, lease.sandbox):
+                entry.resetting += 1
+            else:
+                lease.sandbox.destroy()
 
     def _reset_job(self, entry: _ImagePool, sandbox) -> None:  # in a worker thread, without the lock
         healthy = sandbox.alive
@@ -314,11 +340,14 @@ class SandboxPool:
     def _publish_status(self) -> None:
         if self._status_file is None:
             return
-        self._status_file.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._status_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"pid": os.getpid(), "backend": self.backend.name,
-                                         "updated": time.time(), "images": self.status()}))
-        temporary.replace(self._status_file)
+        try:
+            self._status_file.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self._status_file.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"pid": os.getpid(), "backend": self.backend.name,
+                                             "updated": time.time(), "images": self.status()}))
+            temporary.replace(self._status_file)
+        except OSError:  # a status nobody can read must not stop the maintenance thread
+            log.warning("sandbox pool: could not publish its status to %s", self._status_file, exc_info=True)
 
     def _maintain(self) -> None:
         last_ping = last_publish = time.monotonic()
@@ -346,8 +375,10 @@ class SandboxPool:
                     self._fill(entry)
             if ping:
                 last_ping = time.monotonic()
-                for entry, sandbox in idle:
-                    self._jobs.submit(self._heartbeat_job, entry, sandbox)
+                with self._lock:
+                    for entry, sandbox in idle:
+                        if not self._submit(self._heartbeat_job, entry, sandbox):
+                            break  # not pinged: an idle sandbox is destroyed by close() all the same
 
     def _heartbeat_job(self, entry: _ImagePool, sandbox) -> None:
         with self._lock:

@@ -1,12 +1,16 @@
 """SandboxPool behaviour: warm hand-out, replacement of dead sandboxes, reclaimed sessions, bounded retries."""
 
+import subprocess
+import sys
 import time
 
 import pytest
 
+from tests.support import ROOT
 from tests.support.sandbox import HOSTILE_IMAGE, IDLE_PROCESSES, TIGHT, sandbox_processes, settle
 from workers.sandbox import AcquireTimeout, Execution, LeaseExpired, SandboxImage, SandboxPool, Status
 from workers.sandbox.process import ProcessBackend
+from workers.sandbox.soak import uid_process_counts
 
 pytestmark = pytest.mark.sandbox
 
@@ -100,3 +104,41 @@ def test_closing_the_pool_leaves_no_process(fresh_pool):
     assert sandbox_processes().get(uid) == IDLE_PROCESSES["process"]
     pool.close()
     assert uid not in sandbox_processes()
+
+
+# The interpreter exiting under a pool in use, as the embedded studio's does when it is stopped mid-run: the
+# executors refuse new jobs (concurrent.futures' exit hook) while the maintenance thread pings and a trajectory
+# releases its lease. The maintenance thread once died there ("cannot schedule new futures after interpreter
+# shutdown"); now the pool starts nothing more, destroys what it can no longer reset, and the process exits.
+EXITING_POOL = """
+import sys, threading, time
+from tests.support.sandbox import HOSTILE_IMAGE as IMAGE, reachable_cache, remove_cache
+from workers.sandbox import Execution, SandboxPool
+from workers.sandbox.process import ProcessBackend, own_uid_range
+
+cache = reachable_cache()
+pool = SandboxPool(ProcessBackend(layers=cache), heartbeat_interval=0.1)
+pool.warm(IMAGE, 2)
+lease = pool.acquire(IMAGE, timeout=20)
+assert lease.run(Execution(program="print(1)")).stdout == b"1\\n"
+
+def release_during_exit():
+    time.sleep(1.0)  # the main thread has returned: concurrent.futures refuses new work by now
+    lease.release()
+    time.sleep(0.5)  # the maintenance thread pings a few more times
+    pool.close()
+    remove_cache(cache)
+
+threading.Thread(target=release_during_exit).start()  # not a daemon: the interpreter waits for it
+print(own_uid_range().start, flush=True)
+"""
+
+
+def test_a_pool_in_use_while_the_interpreter_exits_releases_its_sandboxes_and_the_process_ends(layer_cache):
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", EXITING_POOL], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Exception in thread" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert time.monotonic() - started < 30
+    first_uid = int(done.stdout.split()[0])
+    assert uid_process_counts(range(first_uid, first_uid + 1000)) == {}
