@@ -236,6 +236,11 @@ SANDBOX_STATUS_DIR = DATA_DIR / "sandbox-pools"  # running pools publish their s
 # the machine, outside the data directory because the sandboxes' own uids must reach them.
 SANDBOX_LAYER_CACHE = Path(os.environ.get("STUDIO_SANDBOX_CACHE", "/var/tmp/posttrain-studio/layers"))
 SANDBOX_DOCKER_CONTROL = Path(os.environ.get("STUDIO_DOCKER_CONTROL", "/var/tmp/posttrain-studio/docker"))
+# Whether a sandbox image may ask for the network (limits.network: true). Such a sandbox shares the host's network
+# (bubblewrap --share-net, Docker's host mode): model-written code reaches the host's loopback services (PostgreSQL,
+# Redis) and the cloud's metadata address. Off: publishing such an image is refused, and one published before
+# cannot start a sandbox.
+SANDBOX_NETWORK = env_flag("STUDIO_SANDBOX_NETWORK", False)
 
 # The judge layer: any OpenAI-compatible endpoint. Without JUDGE_BASE_URL, judge checks report infra_error
 # (never a reward). Prices turn token counts into the cost each verdict records.

@@ -39,7 +39,7 @@ from workers.verifiers import Context
 def sandbox_backend(name: str | None = None) -> SandboxBackend:
     """The sandbox backend `name` (default: settings.SANDBOX_BACKEND) over this machine's shared directories."""
     return backend_named(name or settings.SANDBOX_BACKEND, layer_cache=settings.SANDBOX_LAYER_CACHE,
-                         docker_control=settings.SANDBOX_DOCKER_CONTROL)
+                         docker_control=settings.SANDBOX_DOCKER_CONTROL, network_allowed=settings.SANDBOX_NETWORK)
 
 
 def sandbox_pool(*, backend: str | None = None) -> SandboxPool:

@@ -3,6 +3,7 @@
 import re
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
 
 from apps.accounts.models import Project
@@ -77,6 +78,11 @@ def spec_check(*, project: Project, kind: str, slug: str, spec: dict) -> dict:
     if size > MAX_SPEC_BYTES:
         raise SpecError([FieldError("spec", f"is {size / 1e6:.1f} MB; the limit is {MAX_SPEC_BYTES / 1e6:.0f} MB "
                                             "(put task data in task instances, not in the spec)")])
+    if kind == "sandbox_image" and normalised["limits"]["network"] and not settings.SANDBOX_NETWORK:
+        raise SpecError([FieldError("limits.network", "sandboxes in this studio have no network: with it, "
+                                    "model-written code would reach the host's own services (its database, Redis, "
+                                    "the cloud's metadata address). Remove it (network: false); if the tasks "
+                                    "really need it, the operator can allow it with STUDIO_SANDBOX_NETWORK=1")])
     if kind == "bundle":
         studio_set = sorted(set(normalised.get("run_config", {})) & set(SET_BY_THE_STUDIO))
         if studio_set:

@@ -1,7 +1,7 @@
 """Sandboxes for model-written code: a warm pool over pluggable backends. No Django here."""
 
 from .pool import AcquireTimeout, ImageUnavailable, Lease, LeaseExpired, SandboxPool
-from .types import DEFAULT_IMAGE, Execution, ExecutionResult, Limits, SandboxImage, Status
+from .types import DEFAULT_IMAGE, Execution, ExecutionResult, Limits, NetworkRefused, SandboxImage, Status
 
 __all__ = ["AcquireTimeout", "DEFAULT_IMAGE", "Execution", "ExecutionResult", "ImageUnavailable", "Lease",
-           "LeaseExpired", "Limits", "SandboxImage", "SandboxPool", "Status"]
+           "LeaseExpired", "Limits", "NetworkRefused", "SandboxImage", "SandboxPool", "Status"]

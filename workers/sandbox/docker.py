@@ -23,7 +23,7 @@ from .layers import SUPPORTED_BASES, LayerBuildError, install_python_packages, w
 from .process import ZYGOTE_SOURCE
 from .protocol import Channel
 from .rootfs import build_python_rootfs
-from .types import SandboxImage
+from .types import SandboxImage, refuse_network
 from .zygote_client import START_TIMEOUT, SandboxError, ZygoteSandbox
 
 BASE_TAG = "posttrain/base:python-3.11"
@@ -39,7 +39,7 @@ class DockerBackend:
 
     API_CONNECTIONS = 4  # sockets to the engine this backend may hold open at once
 
-    def __init__(self, client=None, *, control_root: Path = DEFAULT_CONTROL_ROOT):
+    def __init__(self, client=None, *, control_root: Path = DEFAULT_CONTROL_ROOT, network_allowed: bool = False):
         import docker  # the SDK is only needed where this backend is used
         from urllib3._collections import RecentlyUsedContainer
 
@@ -52,8 +52,10 @@ class DockerBackend:
             adapter.pools = RecentlyUsedContainer(1, dispose_func=lambda pool: pool.close())
         self.control_root = Path(control_root)  # per container: the socket its zygote answers on
         self.builds = 0  # layers built (not found as tags) by this instance; the tests read it
+        self.network_allowed = network_allowed  # limits.network: the host's network, the operator's choice only
 
     def start(self, image: SandboxImage) -> "DockerSandbox":
+        refuse_network(image, allowed=self.network_allowed)
         return DockerSandbox(self.client, image, tag=self.image_tag(image), control_root=self.control_root)
 
     def image_tag(self, image: SandboxImage) -> str:

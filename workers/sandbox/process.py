@@ -24,7 +24,7 @@ from pathlib import Path
 from .cgroups import SandboxCgroup
 from .layers import LayerCache
 from .protocol import Channel
-from .types import Limits, SandboxImage
+from .types import Limits, SandboxImage, refuse_network
 from .zygote_client import START_TIMEOUT, SandboxError, ZygoteSandbox
 
 ZYGOTE_SOURCE = (Path(__file__).parent / "zygote.py").read_text()
@@ -50,10 +50,14 @@ def _next_uid() -> int:
 class ProcessBackend:
     name = "process"
 
-    def __init__(self, *, layers: LayerCache | None = None):
+    def __init__(self, *, layers: LayerCache | None = None, network_allowed: bool = False):
+        """network_allowed: whether an image may have the host's network (limits.network); the operator's
+        choice (STUDIO_SANDBOX_NETWORK), refused otherwise (types.refuse_network)."""
         self.layers = layers or LayerCache()
+        self.network_allowed = network_allowed
 
     def start(self, image: SandboxImage) -> "ProcessSandbox":
+        refuse_network(image, allowed=self.network_allowed)
         return ProcessSandbox(image, layer_dir=self.layers.materialize(image))
 
 

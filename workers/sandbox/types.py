@@ -133,3 +133,17 @@ class ExecutionResult:
                 data[stream], data[f"{stream}_encoding"] = base64.b64encode(raw).decode(), "base64"
         data["files"] = {name: base64.b64encode(content).decode() for name, content in self.files.items()}
         return data
+
+
+class NetworkRefused(Exception):
+    """The image asks for the network (limits.network) and the backend was not allowed to give it any."""
+
+
+def refuse_network(image: SandboxImage, *, allowed: bool) -> None:
+    """Raises NetworkRefused when `image` asks for the network and the operator did not allow it. A sandbox with
+    the network shares the host's (bubblewrap's --share-net, Docker's host mode): model-written code would reach
+    the host's loopback services (the database, Redis) and the cloud's metadata address."""
+    if image.limits.network and not allowed:
+        raise NetworkRefused(f"{image.key} asks for the network (limits.network: true), which sandboxes in this "
+                             "studio do not get: model-written code would reach the host's own services. Publish "
+                             "the image without it, or have the operator allow it (STUDIO_SANDBOX_NETWORK=1)")
