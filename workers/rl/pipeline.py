@@ -5,10 +5,17 @@ on them, record the step, checkpoint) until the last step or a pause → evaluat
 collector's job (rollout/collectors.py: async with bounded staleness, or sync); grading is rollout/grading.py's;
 where the numbers go is the tracker's (training/tracking.py). Every consumed trajectory is archived with the
 step that consumed it. Built in one place: workers/rl/session.py.
+
+An attempt is abandoned (AttemptAbandoned, the run left to be resumed from its newest checkpoint) at the first
+check after its process starts stopping (`stop`) or after `stuck_after` seconds without progress (the heartbeat
+then stops too): checks come at each step's start, before each step is recorded, and every 50 ms while the
+trainer waits for rollouts and verifications. An update, a checkpoint or an evaluation under way is not
+interrupted: it ends first, or the process's own stop deadline ends it (apps/runs/embedded.py).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -17,7 +24,7 @@ from pathlib import Path
 from workers.storage import Storage, StorageUnavailable
 
 from .config import RunConfig
-from .protocols import ChatFormat, Engine, LeaseLost, Policy, ToolRunner, Tracker, Verifier
+from .protocols import AttemptAbandoned, ChatFormat, Engine, LeaseLost, Policy, ToolRunner, Tracker, Verifier
 from .rollout.agent import rollout_groups
 from .rollout.collectors import Batch, Draws, Group, collector_for, too_stale
 from .rollout.evaluation import evaluate
@@ -40,7 +47,8 @@ class Pipeline:
     def __init__(self, *, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, scheduler: Scheduler,
                  engine: Engine, chat: ChatFormat, policy: Policy, trainer: GRPOTrainer, tool_runner: ToolRunner,
                  verifier: Verifier, tracker: Tracker, checkpoint_dir: Path | Storage, prices: Prices,
-                 eval_tasks: list[tuple[str, str]], progress: Callable | None = None):
+                 eval_tasks: list[tuple[str, str]], progress: Callable | None = None,
+                 stop: threading.Event | None = None, stuck_after: float | None = None):
         self.run_id, self.config, self.total_steps, self.tasks = run_id, config, total_steps, tasks
         self.scheduler, self.engine, self.chat, self.policy, self.trainer = scheduler, engine, chat, policy, trainer
         self.tool_runner, self.verifier, self.tracker = tool_runner, verifier, tracker
@@ -49,12 +57,13 @@ class Pipeline:
         self.eval_start: dict[str, float] = {}
         self.board = PhaseBoard()
         self.counters = RunCounters()
-        self.heartbeat = Heartbeat(tracker)
+        self.heartbeat = Heartbeat(tracker, stuck_after=stuck_after)
+        self.stop = stop
         self._tools = ThreadPoolExecutor(max_workers=max(4, config.rollout_concurrency * 2),
                                          thread_name_prefix="rl-tools")
         self.draws = Draws(scheduler, tasks, batch=config.groups_per_step)
         self.collector = collector_for(config, draws=self.draws, rollout=self._rollout, verify=self._grade,
-                                       select=self._select, board=self.board, check=self._check_lease)
+                                       select=self._select, board=self.board, check=self._check)
         self._last_saved: int | None = None  # the step of the newest checkpoint
         self._step_mark = 0.0  # when the previous step's update ended
         self._bookkeeping_seconds = 0.0  # the previous step's archive and checkpoint
@@ -70,6 +79,7 @@ class Pipeline:
         try:
             if resumed_from is None and self.eval_tasks:
                 self.eval_start = self._evaluate()
+                self._check()
             outcome = self._train()
             self._close_collection()
             if outcome == "paused" and self._last_saved != self.trainer.step:
@@ -91,7 +101,7 @@ class Pipeline:
         self.collector.start()
         self._step_mark = time.monotonic()
         while self.trainer.step < self.total_steps:
-            self._check_lease()
+            self._check()
             batch, consumed = self.collector.collect()
             self._train_and_record(batch, consumed)
             if self.heartbeat.requested == "pause":
@@ -104,20 +114,28 @@ class Pipeline:
         self.collector.close()
         self._tools.shutdown(wait=False, cancel_futures=True)
 
-    def _check_lease(self) -> None:
+    def _check(self) -> None:
+        """Whether this attempt may go on: raises LeaseLost or AttemptAbandoned when it may not."""
         if self.heartbeat.lease_lost:
             raise LeaseLost(f"run {self.run_id} was taken over by another worker")
+        if self.stop is not None and self.stop.is_set():
+            raise AttemptAbandoned(f"the process is stopping at step {self.trainer.step}")
+        if self.heartbeat.stalled:
+            raise AttemptAbandoned(f"no progress for {self.heartbeat.stuck_after:g} s at step {self.trainer.step}")
 
     # --- the stages the collectors call --------------------------------------------------------------------
 
     def _rollout(self, tasks: list[Task], group_size: int, tools: Executor | None = None) -> list[list[Trajectory]]:
-        return rollout_groups(tasks, run_id=self.run_id, group_size=group_size, engine=self.engine, chat=self.chat,
-                              tool_runner=self.tool_runner, tool_executor=tools or self._tools, board=self.board,
-                              seed=self.config.seed, temperature=self.config.temperature)
+        groups = rollout_groups(tasks, run_id=self.run_id, group_size=group_size, engine=self.engine,
+                                chat=self.chat, tool_runner=self.tool_runner, tool_executor=tools or self._tools,
+                                board=self.board, seed=self.config.seed, temperature=self.config.temperature)
+        self.heartbeat.progressed()
+        return groups
 
     def _grade(self, task: Task, trajectory: Trajectory) -> None:
         try:
             grade_trajectory(self.verifier, task, trajectory)
+            self.heartbeat.progressed()
         finally:
             self.board.finish(trajectory.id)
 
@@ -178,9 +196,10 @@ class Pipeline:
                              idle=idle, step_seconds=step_seconds, groups=len(consumed), effective_groups=len(batch),
                              generation_tokens_per_second=tokens / step_seconds,
                              staleness=[version_before - t.policy_version for t in trained])
-        self._check_lease()
+        self._check()
         self.tracker.step(step=step, wall_time=time.time(), points=points, trajectories=all_trajectories,
                           events=step_events(all_trajectories))
+        self.heartbeat.progressed()
         if step % self.config.checkpoint_every == 0 or step == self.total_steps:
             self._save_checkpoint()
         self.heartbeat.beat()  # asked at every step's end as well as by the heartbeat thread: a pause lands here
@@ -227,6 +246,7 @@ class Pipeline:
             raise CheckpointError(f"could not write the checkpoint of step {self.trainer.step} to "
                                   f"{self.checkpoint_dir}: {exc} (the checkpoints before it are intact)") from exc
         self._last_saved = self.trainer.step
+        self.heartbeat.progressed()
         self.tracker.checkpoint(step=checkpoint.step, path=str(checkpoint.path), size=checkpoint.size, removed=removed)
 
     def _restore(self) -> int | None:

@@ -34,6 +34,12 @@ class LeaseLost(Exception):
     """Another worker took the run over: stop writing at once."""
 
 
+class AttemptAbandoned(Exception):
+    """The attempt stops where it is, without a verdict: its process is stopping, or it made no progress for too
+    long (training/tracking.py's Heartbeat). The run is left running; its heartbeat goes stale, and the watchdog
+    (or the next embedded studio) resumes it from its newest checkpoint on whichever worker claims it."""
+
+
 class Engine(Protocol):
     """Samples completions from the policy's weights; the pipeline hands it new weights after each step."""
 

@@ -8,6 +8,7 @@ other workers), never how the engine is put together.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,11 +23,13 @@ from .training.distributed import rollout_engine, trainer_for
 
 def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, model: Model,
                    tool_runner: ToolRunner, verifier: Verifier, tracker: Tracker, checkpoint_dir: Path,
-                   prices: Prices | None = None, progress: Callable | None = None) -> Pipeline:
+                   prices: Prices | None = None, progress: Callable | None = None,
+                   stop: threading.Event | None = None, stuck_after: float | None = None) -> Pipeline:
     """The pipeline of one attempt at a run. `tool_runner` runs the policy's tool calls and `verifier` grades
     its answers (here or on other workers); `tracker` receives what the run reports. Under torchrun (rank 0
     of a process group: distributed.setup) its trainer is data-parallel with the other ranks, and they generate
-    with it when its engine is one of the studio's own."""
+    with it when its engine is one of the studio's own. `stop` (set when the process is stopping) and `stuck_after`
+    (seconds without progress) abandon the attempt, leaving the run to be resumed (pipeline.py)."""
     if model.engine.shares_weights and config.mode != "sync":
         raise ValueError("an engine that samples from the trainer's own model needs a sync run: an async one "
                          "trains while rollouts sample")
@@ -37,4 +40,5 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
         engine=rollout_engine(trainer, model.engine), chat=model.chat, policy=model.policy,
         trainer=trainer, tool_runner=tool_runner,
         verifier=verifier, tracker=tracker, checkpoint_dir=checkpoint_dir, prices=prices or Prices(),
-        eval_tasks=tasks.eval_tasks(per_domain=config.eval_tasks_per_domain, seed=config.seed), progress=progress)
+        eval_tasks=tasks.eval_tasks(per_domain=config.eval_tasks_per_domain, seed=config.seed), progress=progress,
+        stop=stop, stuck_after=stuck_after)

@@ -11,11 +11,12 @@ import logging
 import threading
 import traceback
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from apps.common import wiring
 from apps.registry.pins import PinnedBundleError
-from workers.rl.protocols import LeaseLost
+from workers.rl.protocols import AttemptAbandoned, LeaseLost
 from workers.rl.training.tracking import Heartbeat
 from workers.storage import StorageUnavailable
 
@@ -46,23 +47,30 @@ class Attempt:
     kind:
 
     - another attempt took the run over (the lease is lost): stop, write nothing more;
-    - the database or the object store stayed away past their outage windows, or the process is exiting: stop
-      without a verdict; the run is left to be resumed from where it last recorded progress;
+    - the database or the object store stayed away past their outage windows, the process is exiting, or the
+      attempt made no progress for settings.RUN_STUCK_SECONDS (AttemptAbandoned): stop without a verdict; the run
+      is left to be resumed from where it last recorded progress;
     - anything else: the run fails, with the error.
 
     What `execute` opens it hands to `closing`, which closes it on every way out. While it works, the run's
     heartbeat is beaten on a thread of its own (`heartbeat`), so a long evaluation or reference check is never
-    taken for a lost one, unless `execute` beats it itself."""
+    taken for a lost one, unless `execute` beats it itself. A kind that reports its progress to it
+    (`heartbeat.progressed()`, `reports_progress`) is taken for lost once it stops making any."""
 
     # The training pipeline beats the heartbeat itself (on its own thread, and at every step's end, where a pause
     # or a cancel is acted on).
     beats_itself = False
+    # Whether `execute` calls heartbeat.progressed() as it works: then its heartbeat stops after
+    # settings.RUN_STUCK_SECONDS without progress. A reference check is one step with nothing to report before
+    # its end: its heartbeat is proof of life only.
+    reports_progress = False
 
     def __init__(self, run: Run, attempt: int, *, progress=None, pretrain_progress=None):
         self.run, self.attempt = run, attempt
         self.config = run.run_config
         self.tracker = DatabaseTracker(run.pk, attempt)
-        self.heartbeat = Heartbeat(self.tracker)
+        self.heartbeat = Heartbeat(self.tracker,
+                                   stuck_after=settings.RUN_STUCK_SECONDS if self.reports_progress else None)
         self.progress, self.pretrain_progress = progress, pretrain_progress
         self._opened: list = []
 
@@ -72,6 +80,14 @@ class Attempt:
 
     def finished(self, summary: dict) -> None:
         """After the run's last word is written: what the kind leaves tidy."""
+
+    def check(self) -> None:
+        """For a kind that works in batches: raises AttemptAbandoned once the process is stopping or the attempt
+        made no progress for too long (the pipeline checks the same itself)."""
+        if process_exiting.is_set():
+            raise AttemptAbandoned("the process is stopping")
+        if self.heartbeat.stalled:
+            raise AttemptAbandoned(f"no progress for {self.heartbeat.stuck_after:g} s")
 
     def closing(self, resource):
         """`resource` (anything with close()) is closed when the attempt ends, newest first."""
@@ -90,6 +106,9 @@ class Attempt:
             return summary
         except LeaseLost:
             log.warning("run %s attempt %s was taken over; stopping without writing", run_id, attempt)
+            return None
+        except AttemptAbandoned as exc:
+            log.warning("run %s attempt %s abandoned: %s; it will be resumed", run_id, attempt, exc)
             return None
         except LEFT_TO_RESUME as exc:
             log.exception("run %s attempt %s stopped: the %s is unavailable; it will be resumed", run_id, attempt,

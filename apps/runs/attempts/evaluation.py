@@ -23,6 +23,8 @@ from .base import Attempt
 
 
 class EvaluationAttempt(Attempt):
+    reports_progress = True  # a batch archived
+
     def execute(self) -> dict:
         run, config = self.run, self.config
         plan = config.evaluation_plan
@@ -38,6 +40,7 @@ class EvaluationAttempt(Attempt):
         for step, batch in enumerate(batches, start=1):
             if step <= run.step:
                 continue  # archived by an earlier attempt
+            self.check()
             if self.heartbeat.beat() == "cancel":
                 return {"run": str(run.pk), "outcome": "cancelled", "kind": "evaluation", "batches": step - 1}
             trajectories = evaluate_batch(
@@ -51,6 +54,7 @@ class EvaluationAttempt(Attempt):
             if graded:
                 points["reward/mean"] = sum(t.reward for t in graded) / len(graded)
             self.tracker.step(step=step, wall_time=time.time(), points=points, trajectories=trajectories, events=[])
+            self.heartbeat.progressed()
         return {"run": str(run.pk), "outcome": "completed", "kind": "evaluation", "tasks": len(chosen),
                 "samples_per_task": plan.samples_per_task}
 

@@ -19,7 +19,7 @@ from workers.rl.session import build_pipeline
 from workers.rl.training import distributed
 
 from ..models import RunStatus
-from .base import Attempt, fail_attempt, remove_weights
+from .base import Attempt, fail_attempt, process_exiting, remove_weights
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[3]
@@ -44,7 +44,8 @@ class TrainingAttempt(Attempt):
         pipeline = build_pipeline(run_id=str(run.pk), config=config, total_steps=run.steps_total, tasks=tasks,
                                   model=model, tool_runner=tool_runner, verifier=verifier, tracker=self.tracker,
                                   checkpoint_dir=wiring.checkpoint_dir(run.pk), prices=wiring.prices(),
-                                  progress=self.progress)
+                                  progress=self.progress, stop=process_exiting,
+                                  stuck_after=settings.RUN_STUCK_SECONDS)
         return pipeline.run()
 
     def finished(self, summary: dict) -> None:
