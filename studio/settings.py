@@ -268,6 +268,14 @@ JUDGE_PRICE_PER_1K_OUTPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_OUTP
 # presumed lost and queued again (the watchdog: Celery beat, or the embedded training thread), to resume from its last
 # checkpoint. REMOTE_ROLLOUTS sends tool calls and verifications to the rollout and verify queues.
 RUN_STALE_SECONDS = float(os.environ.get("STUDIO_RUN_STALE_SECONDS", 60))
+# A heartbeat means progress: an attempt that neither rolls out, grades, records a step nor checkpoints (an
+# evaluation: archives a batch) for RUN_STUCK_SECONDS stops heartbeating and is abandoned, so the watchdog resumes
+# its run from its last checkpoint, on whichever worker claims it. Longer than any one step or update can take.
+RUN_STUCK_SECONDS = float(os.environ.get("STUDIO_RUN_STUCK_SECONDS", 900))
+# How long the embedded studio (`make demo`) may take to stop on SIGTERM or Ctrl-C (apps/runs/embedded.py): it
+# stops claiming runs, abandons its attempts at their next check (left to be resumed), releases their sandboxes
+# and exits; what is still running after this many seconds is cut short. A second signal exits at once.
+STOP_SECONDS = float(os.environ.get("STUDIO_STOP_SECONDS", 20))
 # How long a run's worker waits for a database that went away (restarted, failed over) before it stops and leaves
 # the run to be resumed from its last checkpoint.
 RUN_DATABASE_OUTAGE_SECONDS = float(os.environ.get("STUDIO_RUN_DATABASE_OUTAGE_SECONDS", 120))
