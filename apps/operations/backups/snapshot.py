@@ -47,14 +47,18 @@ MANIFEST = "manifest.json"
 DATABASE_FILES = {"postgresql": "database.pgdump", "sqlite": "database.sqlite3"}
 # Their values are never written: a backup only says whether each was set. The operator carries them.
 SECRETS = {"SECRET_KEY": "SECRET_KEY", "JUDGE_API_KEY": "JUDGE_API_KEY",
-           "STUDIO_SERVE_WEIGHTS_TOKEN": "INFERENCE_SERVER_TOKEN", "STUDIO_METRICS_TOKEN": "METRICS_TOKEN"}
+           "STUDIO_SERVE_WEIGHTS_TOKEN": "INFERENCE_SERVER_TOKEN", "STUDIO_METRICS_TOKEN": "METRICS_TOKEN",
+           # The key the projects' stored endpoint keys are encrypted with: the backup holds only their ciphertext,
+           # which a studio restored without the same key cannot read.
+           "STUDIO_SECRETS_KEY": "SECRETS_KEY"}
 # What a restored studio should run with to behave as the backed-up one did (a different DEMO_PRETRAIN_SECONDS,
 # for one, makes another demo base model).
 SETTINGS = ("STORAGE_URL", "STORAGE_CACHE_BYTES", "STORAGE_OUTAGE_SECONDS", "EMBEDDED", "REMOTE_ROLLOUTS",
             "SANDBOX_BACKEND", "RUN_STALE_SECONDS", "RUN_DATABASE_OUTAGE_SECONDS", "DEMO_PRETRAIN_SECONDS",
             "MODEL_DIRS", "JUDGE_BASE_URL", "JUDGE_TIMEOUT_SECONDS", "JUDGE_MAX_CONCURRENCY",
             "JUDGE_PRICE_PER_1K_INPUT_TOKENS", "JUDGE_PRICE_PER_1K_OUTPUT_TOKENS", "GPU_PRICE_PER_HOUR",
-            "SANDBOX_CPU_PRICE_PER_HOUR", "ALLOWED_HOSTS", "HTTPS", "PROXIES", "TASK_UPLOAD_MAX_BYTES")
+            "SANDBOX_CPU_PRICE_PER_HOUR", "ALLOWED_HOSTS", "HTTPS", "PROXIES", "TASK_UPLOAD_MAX_BYTES",
+            "EGRESS_ALLOW", "SANDBOX_NETWORK", "RUN_STUCK_SECONDS", "STOP_SECONDS")
 
 Say = Callable[[str], None]
 
