@@ -110,7 +110,10 @@ class EgressPolicy:
     def check_url(self, url: str, *, listed_only: bool = False) -> None:
         """EgressRefused unless `url` is an http(s) URL whose host resolves to allowed addresses only (with
         `listed_only`, addresses or a host name the operator listed: public is not enough)."""
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # an unbalanced "[" or "]": urllib takes it for a broken IPv6 literal
+            raise EgressRefused(f"{url!r} is not a valid URL") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise EgressRefused(f"{url!r} is not an http(s) URL with a host")
         try:

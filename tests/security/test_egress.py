@@ -39,7 +39,8 @@ def test_only_public_addresses_are_reached_by_default(url, words):
 def test_a_public_address_passes_and_what_is_not_an_http_url_does_not():
     PUBLIC.check_url("http://93.184.215.14/v1")
     PUBLIC.check_url("https://[2606:4700::1111]/v1")
-    for url in ("ftp://93.184.215.14/", "file:///etc/passwd", "http:///v1", "http://93.184.215.14:99999/"):
+    for url in ("ftp://93.184.215.14/", "file:///etc/passwd", "http:///v1", "http://93.184.215.14:99999/",
+                "https://āã]", "http://[::1/v1"):
         with pytest.raises(EgressRefused):
             PUBLIC.check_url(url)
 
