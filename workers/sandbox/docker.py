@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 from .cgroups import oom_kill_count
-from .layers import SUPPORTED_BASES, LayerBuildError, install_python_packages, write_files
+from .layers import SUPPORTED_BASES, LayerBuildError, install_python_packages, place_workspace_source, write_files
 from .process import ZYGOTE_SOURCE
 from .protocol import Channel
 from .rootfs import build_python_rootfs
@@ -112,6 +112,20 @@ class DockerBackend:
     def _layer_files(self, layer: dict, context: Path) -> list[str]:
         write_files(layer["files"], context / "files")
         return ["COPY files/ /image/files/"]
+
+    def _layer_workspace(self, layer: dict, context: Path) -> list[str]:
+        """A session's prepared workspace: the files so far and the source, the prepare commands run where sessions
+        see them (/sandbox), the result kept as the image's files (each sandbox's reset copies them in). The
+        imported base has no bash: prepare commands and a session's shell commands run under its /bin/sh."""
+        place_workspace_source(layer, context / "workspace")
+        (context / "workspace").mkdir(exist_ok=True)
+        (context / "prepare.sh").write_text("\n".join(["set -eu", *layer["prepare"]]) + "\n")
+        return ["COPY prepare.sh /image/prepare.sh",
+                "RUN mkdir -p /image/files && cp -a /image/files/. /sandbox/",
+                "COPY workspace/ /sandbox/",
+                # The image's /sandbox keeps a copy too; a container never sees it (its /sandbox is a tmpfs).
+                "RUN cd /sandbox && HOME=/sandbox PYTHONPATH=/image/site /bin/sh /image/prepare.sh"
+                " && rm -rf /image/files && mkdir /image/files && cp -a /sandbox/. /image/files/"]
 
     def _layer_setup_script(self, layer: dict, context: Path) -> list[str]:
         (context / "setup.sh").write_text(layer["script"])

@@ -23,6 +23,11 @@ class Sandbox(Protocol):
         """Runs one program to completion, enforcing the limits from outside too. Never raises for anything the
         program does; a sandbox that dies during the run is the program's doing (status `killed`)."""
 
+    def call(self, message: dict, timeout: float = 30.0) -> dict:
+        """A session's request other than a run ({"op": "read_file" | "write_file" | "diff", ...}, see
+        zygote.py's SESSION_OPS): the sandbox's answer, or the OSError / ValueError it reported for the caller's
+        path; SandboxError when it does not answer (it is then destroyed)."""
+
     def reset(self) -> None:
         """Back to the image's clean state, or raise SandboxError (the pool then destroys it)."""
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -37,6 +38,24 @@ def write_files(files: dict[str, str], folder: Path) -> None:
         path = folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
+
+
+def place_workspace_source(layer: dict, target: Path) -> None:
+    """A session's workspace source (session.WorkspaceSource: a directory, or a tar archive unpacked with the
+    standard library's `data` filter, which refuses absolute paths, `..`, devices and links out of the tree) into
+    `target`."""
+    if not layer["source"]:
+        return
+    source = Path(layer["source"])
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True, symlinks=True)
+        else:
+            with tarfile.open(source) as archive:
+                archive.extractall(target, filter="data")
+    except (OSError, tarfile.TarError) as exc:
+        raise LayerBuildError(f"the workspace source {source} could not be copied: {exc}") from exc
 
 
 class LayerCache:
@@ -98,6 +117,31 @@ class LayerCache:
 
     def _apply_files(self, layer: dict, work: Path) -> None:
         write_files(layer["files"], work / "files")
+
+    def _apply_workspace(self, layer: dict, work: Path) -> None:
+        """A session's prepared workspace: the files so far, the source on top, then the prepare commands run in it
+        where sessions see it (/sandbox, so paths that installs record stay right), without network."""
+        files, linked = work / "files", work / "files.linked"
+        # The copy of the layer before is hard links: a command that writes a file in place would change that
+        # layer too, so the workspace gets files of its own.
+        files.rename(linked)
+        shutil.copytree(linked, files, symlinks=True)
+        shutil.rmtree(linked)
+        place_workspace_source(layer, files)
+        if not layer["prepare"]:
+            return
+        script = "\n".join(layer["prepare"])
+        done = subprocess.run(["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+                               "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                               "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+                               "--tmpfs", "/tmp", "--ro-bind", str(work), "/image", "--bind", str(files), "/sandbox",
+                               "--chdir", "/sandbox", "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+                               "--setenv", "HOME", "/sandbox", "--setenv", "LANG", "C.UTF-8",
+                               "--setenv", "PYTHONPATH", "/image/site", "/bin/bash", "-euc", script],
+                              capture_output=True, text=True, timeout=1800, env={"PATH": "/usr/bin:/bin"})
+        if done.returncode != 0:
+            raise LayerBuildError(f"the session's prepare commands failed with status {done.returncode}: "
+                                  f"{(done.stdout + done.stderr)[-2000:]}")
 
     def _apply_setup_script(self, layer: dict, work: Path) -> None:
         # Image authors write setup scripts, not the model; it still runs without network, as nobody.

@@ -6,6 +6,9 @@
   or destroyed if it cannot be; dead sandboxes are replaced so the pool stays at its warm size.
 - A maintenance thread pings idle sandboxes (heartbeat) and reclaims leases that stopped answering: a session
   idle past `lease_idle_timeout` loses its sandbox.
+- `open_session(image, spec, workspace=)` leases a sandbox of the image's *prepared workspace* (session.py) for one
+  trajectory: its own idle timeout and hard lifetime, reclaimed by the maintenance thread past either or when its
+  sandbox dies. The warm sandboxes of a prepared workspace that nobody opened for `session_warm_seconds` are let go.
 - `execute(image, execution)` is acquire + run + release, retrying infrastructure errors a bounded number of
   times; a program's own failure (error, timeout, killed) is never retried.
 - Once its background threads can no longer take work (the interpreter is exiting: concurrent.futures refuses new
@@ -58,6 +61,8 @@ class _ImagePool:
     image: SandboxImage
     target: int
     ceiling: int
+    sessions: bool = False  # a prepared workspace's sandboxes (session.prepared_image): its warm ones are let go
+    last_acquired: float = field(default_factory=time.monotonic)
     idle: deque = field(default_factory=deque)
     busy: set = field(default_factory=set)
     starting: int = 0
@@ -81,14 +86,25 @@ class Lease:
         self._pool, self._entry, self.sandbox = pool, entry, sandbox
         self.last_active = time.monotonic()
         self.expired = False
+        self.expired_reason = ""
         self.running = False
+        self.idle_timeout: float | None = None  # a session's own; None: the pool's lease_idle_timeout
+        self.deadline: float | None = None  # a session's hard end (time.monotonic()); reclaimed once past it
 
     def run(self, execution: Execution) -> ExecutionResult:
+        return self._use(self.sandbox.run, execution)
+
+    def call(self, message: dict) -> dict:
+        """A session's read, write or diff (Sandbox.call)."""
+        return self._use(self.sandbox.call, message)
+
+    def _use(self, method, argument):
         if self.expired:
-            raise LeaseExpired("this sandbox was reclaimed after the session stopped answering")
+            raise LeaseExpired(self.expired_reason or "this sandbox was reclaimed after the session stopped "
+                                                      "answering")
         self.running = True
         try:
-            return self.sandbox.run(execution)
+            return method(argument)
         finally:
             self.running = False
             self.last_active = time.monotonic()
@@ -106,10 +122,14 @@ class Lease:
 class SandboxPool:
     def __init__(self, backend: SandboxBackend, *, ceiling_factor: int = 2, lease_idle_timeout: float = 300.0,
                  heartbeat_interval: float = 5.0, max_start_failures: int = 3, workers: int = 4,
-                 status_dir: Path | None = None):
+                 status_dir: Path | None = None, session_ceiling: int = 16, session_warm_seconds: float = 120.0):
         """status_dir: where the pool publishes its status every second (for `manage.py sandbox pool-status`,
-        which runs in another process)."""
+        which runs in another process). session_ceiling: sandboxes of one prepared workspace held or starting at
+        once (a group's samples each hold one for their whole trajectory); session_warm_seconds: how long the
+        warm sandboxes of a prepared workspace nobody opened are kept."""
         self.backend = backend
+        self.session_ceiling = session_ceiling
+        self.session_warm_seconds = session_warm_seconds
         self._status_file = status_dir / f"pool-{os.getpid()}-{id(self):x}.json" if status_dir else None
         self.ceiling_factor = ceiling_factor
         self.lease_idle_timeout = lease_idle_timeout
@@ -143,6 +163,7 @@ class SandboxPool:
             while True:
                 if self._closed:
                     raise AcquireTimeout("the pool is closed")
+                entry.last_acquired = time.monotonic()
                 while entry.idle:
                     sandbox = entry.idle.popleft()
                     if sandbox.alive:
@@ -168,6 +189,17 @@ class SandboxPool:
                     self._lock.wait(remaining)
                 finally:
                     entry.waiting -= 1
+
+    def open_session(self, image: SandboxImage, spec, *, workspace=None, timeout: float = 60.0):
+        """A Session (session.py) of `image` with the workspace `workspace` (a WorkspaceSource, or None: the
+        image's files) prepared by `spec.prepare`: a warm sandbox of that prepared workspace, leased until the
+        session closes. Raises AcquireTimeout / ImageUnavailable as acquire does (an infrastructure error of the
+        trajectory); the first session of a prepared workspace waits for its preparation."""
+        from .session import Session, prepared_image
+
+        started = time.monotonic()
+        lease = self.acquire(prepared_image(image, spec, workspace), timeout=timeout)
+        return Session(lease, spec, open_seconds=time.monotonic() - started)
 
     def execute(self, image: SandboxImage, execution: Execution, *, timeout: float = 30.0,
                 retries: int = 2, on_acquired=None) -> ExecutionResult:
@@ -246,7 +278,9 @@ class SandboxPool:
         entry = self._images.get(image.key)
         if entry is None:
             target = image.warm_pool_size
-            entry = _ImagePool(image=image, target=target, ceiling=max(target * self.ceiling_factor, 1))
+            sessions = bool(image.layers) and image.layers[-1]["type"] == "workspace"
+            ceiling = max(target * self.ceiling_factor, self.session_ceiling if sessions else 1)
+            entry = _ImagePool(image=image, target=target, ceiling=ceiling, sessions=sessions)
             self._images[image.key] = entry
         return entry
 
@@ -363,12 +397,19 @@ class SandboxPool:
                 if self._closed:
                     return
                 now = time.monotonic()
-                for lease in [lease for lease in self._leases
-                              if not lease.running and now - lease.last_active > self.lease_idle_timeout]:
-                    self._leases.discard(lease)
-                    lease.expired = True
-                    lease._entry.busy.discard(lease.sandbox)
-                    self._discard(lease.sandbox)
+                for lease in list(self._leases):
+                    reason = self._reclaim_reason(lease, now)
+                    if reason:
+                        self._leases.discard(lease)
+                        lease.expired, lease.expired_reason = True, reason
+                        lease._entry.busy.discard(lease.sandbox)
+                        self._discard(lease.sandbox)
+                for entry in self._images.values():
+                    if entry.sessions and entry.target and not entry.busy \
+                            and now - entry.last_acquired > self.session_warm_seconds:
+                        entry.target = 0  # a prepared workspace nobody opens any more: its warm copies go
+                        while entry.idle:
+                            self._discard(entry.idle.popleft())
                 ping = now - last_ping >= self.heartbeat_interval
                 idle = [(entry, sandbox) for entry in self._images.values() for sandbox in entry.idle] if ping else []
                 for entry in self._images.values():
@@ -379,6 +420,21 @@ class SandboxPool:
                     for entry, sandbox in idle:
                         if not self._submit(self._heartbeat_job, entry, sandbox):
                             break  # not pinged: an idle sandbox is destroyed by close() all the same
+
+    def _reclaim_reason(self, lease: Lease, now: float) -> str:
+        """Why a lease is taken back now ("" to keep it): idle past its timeout, past a session's hard lifetime, or
+        its sandbox died between calls (a held session's heartbeat: a local liveness check, no round trip). A
+        lease in the middle of a call is left to the call, whose own limits end it."""
+        if lease.running:
+            return ""
+        idle_timeout = self.lease_idle_timeout if lease.idle_timeout is None else lease.idle_timeout
+        if now - lease.last_active > idle_timeout:
+            return f"reclaimed after {idle_timeout:g} s without a call"
+        if lease.deadline is not None and now > lease.deadline:
+            return "reclaimed at the end of the session's lifetime"
+        if not lease.sandbox.alive:
+            return "the session's sandbox died between calls"
+        return ""
 
     def _heartbeat_job(self, entry: _ImagePool, sandbox) -> None:
         with self._lock:

@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 WORKSPACE_ROOT = "/sandbox"  # the workspace as the program sees it (its cwd at the first call)
-SHELL = ("/bin/bash", "-c")  # how exec runs a command given as a string
 DIFF_EXCLUDE = ("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info", ".mypy_cache", ".ruff_cache")
 
 
@@ -140,6 +139,27 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
+def prepared_image(image, spec: SessionSpec, workspace: WorkspaceSource | None):
+    """The SandboxImage whose sandboxes a session of `spec` over `workspace` runs in: `image`'s layers plus a
+    `workspace` layer (the source's contents and the prepare commands, built once and cached like any layer), the
+    session's memory and disk limits. Its key names the exact preparation and limits, so the pool keeps one warm
+    set per prepared workspace."""
+    from dataclasses import replace
+
+    from workers.definitions.canonical import canonical_json
+
+    from .types import SandboxImage
+
+    layer = {"type": "workspace", "source": str(workspace.path) if workspace else "",
+             "digest": workspace.digest if workspace else "", "prepare": list(spec.prepare)}
+    limits = replace(image.limits, memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, wall_seconds=spec.call_seconds,
+                     cpu_seconds=max(image.limits.cpu_seconds, spec.call_seconds))
+    identity = hashlib.sha256(canonical_json({"layers": [*image.layers, layer], "limits": asdict(limits),
+                                              "keep_background": spec.keep_background}).encode()).hexdigest()
+    return SandboxImage(key=f"{image.key}+session-{identity[:16]}", layers=(*image.layers, layer), limits=limits,
+                        warm_pool_size=image.warm_pool_size)
+
+
 @dataclass
 class SessionStats:
     """What a session cost; the rollout copies it into the trajectory."""
@@ -190,13 +210,16 @@ class Session:
         self._count_call()
         seconds = min(self.spec.call_seconds, timeout or self.spec.call_seconds, self._remaining())
         start_in = workspace_path(cwd if cwd is not None else self.cwd)
-        argv = [*SHELL, command] if isinstance(command, str) else list(command)
-        if not argv or not all(isinstance(part, str) for part in argv):
-            raise ValueError("command must be a non-empty string or list of strings")
+        if isinstance(command, str):
+            shape = {"shell": command}
+        elif command and all(isinstance(part, str) for part in command):
+            shape = {"command": list(command)}
+        else:
+            raise ValueError("command must be a string (a bash script) or a non-empty list of strings (an argv)")
         limits = replace(self._lease.sandbox.image.limits, wall_seconds=seconds,
                          cpu_seconds=max(seconds, self._lease.sandbox.image.limits.cpu_seconds))
-        execution = Execution(command=argv, stdin=stdin, limits=limits, cwd=start_in, env=dict(env or {}),
-                              keep_background=self.spec.keep_background, track_cwd=isinstance(command, str))
+        execution = Execution(**shape, stdin=stdin, limits=limits, cwd=start_in, env=dict(env or {}),
+                              keep_background=self.spec.keep_background)
         result = self._call(lambda: self._lease.run(execution))
         if result.status == "infra_error" or not self._lease.sandbox.alive:
             # The sandbox went with the program (it killed its own sandbox, or the host lost it): the workspace

@@ -86,18 +86,27 @@ DEFAULT_IMAGE = SandboxImage(key="builtin/python", layers=({"type": "base", "ima
 @dataclass
 class Execution:
     """One program to run. `program` is Python source run as `main.py` in the warm interpreter; `command`
-    is an argv to exec instead. Files are written into the working directory first."""
+    is an argv to exec instead; `shell` a script for bash (sh where the image has no bash), whose final working
+    directory comes back in the result's `cwd`. Files are written into the working directory first."""
 
     program: str | None = None
     command: list[str] | None = None
+    shell: str | None = None
     files: dict[str, bytes] = field(default_factory=dict)
     stdin: bytes = b""
     collect: list[str] = field(default_factory=list)  # output files to bring back (relative paths)
     limits: Limits | None = None  # defaults to the image's limits
+    cwd: str = ""  # where it starts, relative to the working directory (a session's `cd` carried over)
+    env: dict[str, str] = field(default_factory=dict)  # added to the sandbox's clean environment
+    keep_background: bool = False  # processes it leaves running survive it (a session that says so)
 
     def __post_init__(self):
-        if (self.program is None) == (self.command is None):
-            raise ValueError("give exactly one of program (Python source) or command (argv)")
+        if sum(part is not None for part in (self.program, self.command, self.shell)) != 1:
+            raise ValueError("give exactly one of program (Python source), command (argv) or shell (a script)")
+        for name, value in self.env.items():
+            if not isinstance(name, str) or not isinstance(value, str) or not name or "=" in name \
+                    or "\0" in name + value:
+                raise ValueError(f"environment variable {name!r}: names and values are strings, names without '='")
 
 
 @dataclass
@@ -119,6 +128,7 @@ class ExecutionResult:
     backend: str = ""
     sandbox_id: str = ""
     attempts: int = 1
+    cwd: str = ""  # a shell script's final working directory, relative to the working directory ("" if unknown)
 
     def to_json(self) -> dict:
         """JSON-safe whatever the program printed: output that is not UTF-8 comes back as base64, and says so

@@ -10,6 +10,9 @@ itself non-dumpable so a program running as the same uid cannot ptrace it or rea
 
 import base64
 import ctypes
+import difflib
+import errno
+import fnmatch
 import gc
 import json
 import os
@@ -128,9 +131,9 @@ def reset() -> dict:
     return {"op": "ready"}
 
 
-def safe_path(relative: str) -> str:
+def safe_path(relative: str, *, root_allowed: bool = False) -> str:
     full = os.path.normpath(os.path.join(WORKDIR, relative))
-    if not full.startswith(WORKDIR + "/"):
+    if not full.startswith(WORKDIR + "/") and not (root_allowed and full == WORKDIR):
         raise ValueError(f"{relative!r} leaves the working directory")
     return full
 
@@ -168,24 +171,38 @@ class Spare:
         self.out_r, out_w = os.pipe()
         self.err_r, err_w = os.pipe()
         control_r, self.control_w = os.pipe()
+        self.cwd_fd = os.memfd_create("cwd")  # where a session's shell command leaves its final directory
         self.pid = os.fork()
         if self.pid == 0:
             os.close(self.out_r)
             os.close(self.err_r)
             os.close(self.control_w)
-            child(control_r, out_w, err_w)
+            child(control_r, out_w, err_w, self.cwd_fd)
         os.close(out_w)
         os.close(err_w)
         os.close(control_r)
         self.pidfd = os.pidfd_open(self.pid)
 
     def start(self, request: dict) -> None:
-        message = json.dumps({key: request.get(key) for key in ("limits", "command", "stdin")}).encode()
+        message = json.dumps({key: request.get(key) for key in ("limits", "command", "stdin", "cwd", "env",
+                                                                "shell")}).encode()
         with os.fdopen(self.control_w, "wb") as control:  # closing it tells the child the request is whole
             control.write(message)
 
+    def final_cwd(self) -> str:
+        """The directory a session's shell command ended in, relative to the workspace ("" if it did not say, or
+        said something outside the workspace)."""
+        try:
+            os.lseek(self.cwd_fd, 0, os.SEEK_SET)
+            reported = os.read(self.cwd_fd, 4096).decode("utf-8", "replace").strip().splitlines()
+            if reported:
+                return os.path.relpath(safe_path(reported[-1], root_allowed=True), WORKDIR)
+        except (OSError, ValueError):
+            pass
+        return ""
+
     def close(self) -> None:
-        for fd in (self.out_r, self.err_r, self.pidfd):
+        for fd in (self.out_r, self.err_r, self.pidfd, self.cwd_fd):
             try:
                 os.close(fd)
             except OSError:
@@ -199,7 +216,12 @@ class Spare:
 SPARE: Spare | None = None
 
 
-def child(control_fd: int, stdout_w: int, stderr_w: int) -> None:
+# A session's shell command reports where it ended (its `cd`s carry into the next call) on fd 3, a memfd the zygote
+# reads after the command exits. A command that replaces the EXIT trap or closes fd 3 just keeps the old directory.
+SHELL_PROLOGUE = "trap 'pwd -P >&3 2>/dev/null' EXIT\n"
+
+
+def child(control_fd: int, stdout_w: int, stderr_w: int, cwd_fd: int) -> None:
     """In the forked child: wait for the request, then limits, descriptors and the program. Never returns."""
     try:
         os.dup2(stdout_w, 1)
@@ -217,7 +239,8 @@ def child(control_fd: int, stdout_w: int, stderr_w: int) -> None:
         os.write(stdin_fd, base64.b64decode(request.get("stdin") or ""))
         os.lseek(stdin_fd, 0, os.SEEK_SET)
         os.dup2(stdin_fd, 0)
-        os.closerange(3, 1 << 16)
+        os.dup2(cwd_fd, 3)
+        os.closerange(4, 1 << 16)
         limits = request["limits"]
         cpu = max(1, int(limits["cpu_seconds"] + 0.999))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -228,9 +251,20 @@ def child(control_fd: int, stdout_w: int, stderr_w: int) -> None:
         if limits.get("address_space_bytes"):
             space = limits["address_space_bytes"]
             resource.setrlimit(resource.RLIMIT_AS, (space, space))
-        os.chdir(WORKDIR)
+        start_in = WORKDIR
+        if request.get("cwd"):
+            start_in = safe_path(request["cwd"], root_allowed=True)
+            if not os.path.isdir(start_in):
+                os.write(2, f"(the directory {request['cwd']} is gone: running in {WORKDIR})\n".encode())
+                start_in = WORKDIR
+        os.chdir(start_in)
+        environment = {**os.environ, **(request.get("env") or {})}
+        if request.get("shell") is not None:
+            shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+            os.execve(shell, [shell, "-c", SHELL_PROLOGUE + request["shell"]], environment)
+        os.close(3)
         if request.get("command"):
-            os.execvpe(request["command"][0], request["command"], dict(os.environ))
+            os.execvpe(request["command"][0], request["command"], environment)
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
@@ -306,12 +340,17 @@ def run(request: dict) -> dict:
         if totals[out_r] + totals[err_r] > hard:
             status, reason = "killed", f"wrote more than {hard} bytes of output"
             break
+    keep_background = request.get("keep_background") and status is None
     if status is not None:  # stop it now; the child is reaped first so its resource usage can be read
         os.kill(-1, signal.SIGKILL)
     _, wait_status, usage = os.wait4(pid, 0)
-    kill_everything_else()
-    for fd in list(open_fds):  # drain what the killed processes wrote before dying
-        while True:
+    if not keep_background:
+        kill_everything_else()
+    # Drain what the killed processes wrote before dying; a background process kept alive may write for ever, so
+    # its output is read for a moment only.
+    drain_until = time.monotonic() + (0.05 if keep_background else 3600)
+    for fd in list(open_fds):
+        while time.monotonic() < drain_until:
             ready, _, _ = select.select([fd], [], [], 0.05)
             chunk = os.read(fd, 65536) if ready else b""
             if not chunk:
@@ -320,6 +359,7 @@ def run(request: dict) -> dict:
             room = cap - len(captured[fd])
             if room > 0:
                 captured[fd] += chunk[:room]
+    cwd = spare.final_cwd() if request.get("shell") is not None else ""
     spare.close()
     wall = time.monotonic() - started
     exit_code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None
@@ -333,7 +373,141 @@ def run(request: dict) -> dict:
             "stderr": base64.b64encode(bytes(captured[err_r])).decode(),
             "stdout_truncated": totals[out_r] > cap, "stderr_truncated": totals[err_r] > cap,
             "wall_seconds": wall, "cpu_seconds": cpu, "peak_memory_mb": usage.ru_maxrss / 1024,
-            "files": files, "missing_files": missing}
+            "files": files, "missing_files": missing, "cwd": cwd}
+
+
+def file_error(exc: BaseException) -> dict:
+    kind = {errno.ENOENT: "not_found", errno.EISDIR: "is_a_directory", errno.EACCES: "permission",
+            errno.EPERM: "permission", errno.ELOOP: "not_found", errno.ENOSPC: "no_space",
+            errno.ENOTDIR: "not_found"}.get(getattr(exc, "errno", None), "invalid" if isinstance(exc, ValueError)
+                                                                       else "os")
+    return {"op": "error", "error": kind, "reason": str(exc)}
+
+
+def read_file(request: dict) -> dict:
+    """A session reads a file of its workspace: regular files only (a fifo would hang the zygote), no symlink as
+    the last component."""
+    try:
+        fd = os.open(safe_path(request["path"]), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (OSError, ValueError) as exc:
+        return file_error(exc)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            return {"op": "error", "error": "is_a_directory", "reason": f"{request['path']} is a directory"}
+        if not stat.S_ISREG(info.st_mode):
+            return {"op": "error", "error": "not_found", "reason": f"{request['path']} is not a regular file"}
+        return {"op": "file", "content": base64.b64encode(handle.read(request["limit"])).decode(),
+                "size": info.st_size}
+
+
+def write_file(request: dict) -> dict:
+    try:
+        path = safe_path(request["path"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, request.get("mode", 0o644) & 0o777)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(base64.b64decode(request["content"]))
+    except (OSError, ValueError) as exc:
+        return file_error(exc)
+    return {"op": "written"}
+
+
+def _tree(root: str, exclude: list) -> dict:
+    """relative path -> lstat of every file and symlink under `root` (a symlink to a folder is an entry, never
+    followed), leaving out names that match `exclude`."""
+    found = {}
+    for folder, dirs, files in os.walk(root):  # does not follow symlinks; those to folders come in `dirs`
+        kept = [name for name in dirs if not any(fnmatch.fnmatch(name, pattern) for pattern in exclude)]
+        dirs[:] = [name for name in kept if not os.path.islink(os.path.join(folder, name))]
+        for name in [*files, *(name for name in kept if name not in dirs)]:
+            if any(fnmatch.fnmatch(name, pattern) for pattern in exclude):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                found[os.path.relpath(path, root)] = os.lstat(path)
+            except OSError:
+                pass
+    return found
+
+
+def _content(path: str, info) -> bytes:
+    if stat.S_ISLNK(info.st_mode):
+        return os.readlink(path).encode()
+    if not stat.S_ISREG(info.st_mode):
+        return b""
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _git_mode(info) -> str:
+    if stat.S_ISLNK(info.st_mode):
+        return "120000"
+    return "100755" if info.st_mode & 0o111 else "100644"
+
+
+def _text_lines(data: bytes):
+    """The lines of a text file, or None for a binary one (a NUL byte, or not UTF-8: git's own test is the NUL)."""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return None
+
+
+def file_diff(relative: str, old, new, old_data: bytes, new_data: bytes) -> str:
+    """One file's part of a git-style diff (`git apply` and `patch -p1` take it); old or new None for an added or
+    deleted file."""
+    header = [f"diff --git a/{relative} b/{relative}"]
+    if old is None:
+        header.append(f"new file mode {_git_mode(new)}")
+    elif new is None:
+        header.append(f"deleted file mode {_git_mode(old)}")
+    elif _git_mode(old) != _git_mode(new):
+        header += [f"old mode {_git_mode(old)}", f"new mode {_git_mode(new)}"]
+    if old_data == new_data:
+        return "\n".join(header) + "\n" if len(header) > 1 else ""
+    before, after = _text_lines(old_data), _text_lines(new_data)
+    source = "/dev/null" if old is None else f"a/{relative}"
+    target = "/dev/null" if new is None else f"b/{relative}"
+    if before is None or after is None:
+        return "\n".join(header + [f"Binary files {source} and {target} differ"]) + "\n"
+    out = ["\n".join(header + [f"--- {source}", f"+++ {target}"]) + "\n"]
+    for line in list(difflib.unified_diff(before, after, n=3, lineterm=""))[2:]:
+        if line.startswith("@@"):
+            out.append(line + "\n")
+        elif line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def workspace_diff(request: dict) -> dict:
+    """The workspace against its base (the image's files, which every reset copies in), file by file in path
+    order. A file whose size and modification time match the base's is taken as unchanged (the copy kept the
+    times), as git's own index does: a program that forges both hides its change from the diff, and so from
+    verification, which applies only the diff."""
+    exclude, limit = request.get("exclude", []), request["limit"]
+    base, work = _tree(IMAGE_FILES, exclude), _tree(WORKDIR, exclude)
+    parts, size = [], 0
+    for relative in sorted(set(base) | set(work)):
+        old, new = base.get(relative), work.get(relative)
+        if old is not None and new is not None and (old.st_size, old.st_mtime_ns, _git_mode(old)) == (
+                new.st_size, new.st_mtime_ns, _git_mode(new)) and not stat.S_ISLNK(new.st_mode):
+            continue
+        try:
+            old_data = _content(os.path.join(IMAGE_FILES, relative), old) if old is not None else b""
+            new_data = _content(os.path.join(WORKDIR, relative), new) if new is not None else b""
+        except OSError:
+            continue  # unreadable (the program took its permissions away): not part of the diff
+        part = file_diff(relative, old, new, old_data, new_data)
+        size += len(part)
+        if size > limit:
+            return {"op": "diff", "too_long": True, "diff": ""}
+        parts.append(part)
+    return {"op": "diff", "diff": "".join(parts)}
 
 
 def classify(exit_code, signal_number, cpu, limits) -> tuple[str, str]:
@@ -349,6 +523,9 @@ def classify(exit_code, signal_number, cpu, limits) -> tuple[str, str]:
     if signal_number in SELF_SIGNALS:
         return "error", f"crashed with {name}"
     return "killed", f"killed by {name}"
+
+
+SESSION_OPS = {"read_file": read_file, "write_file": write_file, "diff": workspace_diff}
 
 
 def main() -> None:
@@ -378,6 +555,11 @@ def main() -> None:
             except Exception as exc:  # a fault of the sandbox itself, never of the program
                 kill_everything_else()
                 send({"op": "result", "status": "infra_error", "reason": f"sandbox fault: {exc!r}"})
+        elif op in SESSION_OPS:
+            try:
+                send(SESSION_OPS[op](request))
+            except Exception as exc:  # a fault of the sandbox itself, never of the program
+                send({"op": "error", "error": "sandbox", "reason": f"sandbox fault: {exc!r}"})
         elif op == "exit":
             break
 

@@ -10,6 +10,7 @@ from .types import Execution, ExecutionResult, SandboxImage, Status
 START_TIMEOUT = 30.0
 HEARTBEAT_TIMEOUT = 3.0  # a sandbox that sends nothing for this long during a run has stopped answering
 WALL_GRACE = 2.0  # the zygote enforces the wall limit; the host kills the whole sandbox this much later
+CALL_TIMEOUT = 30.0  # a read, write or diff the zygote has not answered by then: the sandbox is stuck
 
 
 class SandboxError(Exception):
@@ -62,13 +63,34 @@ class ZygoteSandbox:
             raise SandboxError(f"sandbox reset failed: {exc}") from None
         self._expect("ready", START_TIMEOUT, "reset")
 
+    def call(self, message: dict, timeout: float = CALL_TIMEOUT) -> dict:
+        """One of a session's requests other than a run (read_file, write_file, diff): the zygote's answer.
+        Raises the OSError or ValueError the sandbox reported for the caller's path, SandboxError when the
+        sandbox does not answer (and destroys it)."""
+        try:
+            self.channel.send(message)
+            reply = self.channel.receive(timeout)
+        except (ChannelClosed, ChannelTimeout) as exc:
+            self.destroy()
+            raise SandboxError(f"the sandbox did not answer {message.get('op')}: {type(exc).__name__} {exc}") \
+                from None
+        if reply.get("op") != "error":
+            return reply
+        error, reason = reply.get("error"), reply.get("reason", "")
+        if error == "sandbox":
+            self.destroy()
+            raise SandboxError(reason)
+        raise {"not_found": FileNotFoundError, "is_a_directory": IsADirectoryError, "permission": PermissionError,
+               "invalid": ValueError}.get(error, OSError)(reason)
+
     def run(self, execution: Execution) -> ExecutionResult:
         limits = execution.limits or self.image.limits
         files = dict(execution.files)
         if execution.program is not None:
             files["main.py"] = execution.program.encode()
         request = {
-            "op": "run", "command": execution.command, "collect": execution.collect,
+            "op": "run", "command": execution.command, "shell": execution.shell, "collect": execution.collect,
+            "cwd": execution.cwd, "env": execution.env, "keep_background": execution.keep_background,
             "files": {name: base64.b64encode(content).decode() for name, content in files.items()},
             "stdin": base64.b64encode(execution.stdin).decode(),
             "limits": {"cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
@@ -102,7 +124,7 @@ class ZygoteSandbox:
             cpu_seconds=message.get("cpu_seconds", 0.0), peak_memory_mb=message.get("peak_memory_mb", 0.0),
             files={name: base64.b64decode(data) for name, data in message.get("files", {}).items()},
             missing_files=message.get("missing_files", []), reason=message.get("reason", ""),
-            isolation=self.isolation, backend=self.backend_name, sandbox_id=self.id,
+            isolation=self.isolation, backend=self.backend_name, sandbox_id=self.id, cwd=message.get("cwd", ""),
         )
         if self.oom_kills() > oom_before and result.status != Status.OK:
             result.status = Status.KILLED
