@@ -4,6 +4,12 @@ the shapes benchmarks ship in, or in any other shape through a column mapping.
 - `code-benchmark`: `{task_id, prompt, canonical_solution, test, entry_point}` (the HumanEval shape): the
   prompt is the input; the tests, the entry point and the canonical solution are hidden.
 - `exact-answer`: `{key, prompt, answer}`: the prompt is the input, the answer hidden.
+- `gsm8k`: `{question, answer}` with the answer's worked solution ending in `#### <number>` (GSM8K's shape): the
+  question is the input; the number after `####` is the hidden `answer`, the worked solution `solution`.
+- `multiple-choice`: `{question, choices, answer}` with `answer` the right choice's index from 0 (MMLU's shape,
+  `cais/mmlu`) or its letter: the question and the choices as lettered lines (`A. ...`) are the inputs (`subject`
+  too, where the row has one); hidden are the right `answer` as its letter, its `answer_index`, and the `choices`
+  themselves (what a loglikelihood scoring ranks).
 - `columns`: any other shape, read through a ColumnMapping: one column is the key, some are the inputs (under
   the names the prompt template uses), some are hidden (under their own names).
 
@@ -37,18 +43,80 @@ from workers.definitions.newlines import normalise_newlines
 
 from .errors import FieldError, SpecError
 
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+GSM8K_MARK = "####"
+
+
+def _gsm8k(row: dict, index: int) -> dict:
+    """GSM8K's `answer` is a worked solution whose last line is `#### 72`: the number is what is graded."""
+    answer = row["answer"]
+    if isinstance(answer, int | float) and not isinstance(answer, bool):
+        solution, number = "", str(answer)
+    elif not isinstance(answer, str):
+        raise ValueError(f"answer must be text ending in '{GSM8K_MARK} <number>'")
+    else:
+        solution, mark, number = answer.rpartition(GSM8K_MARK)
+        if not mark:
+            raise ValueError(f"answer has no '{GSM8K_MARK} <number>' line (GSM8K's final answer)")
+        number = number.strip().replace(",", "")
+        if not number:
+            raise ValueError(f"answer has nothing after '{GSM8K_MARK}'")
+    return {"key": _own_key(row, index), "inputs": {"question": row["question"]},
+            "hidden": {"answer": number, "solution": solution.strip()}}
+
+
+def _multiple_choice(row: dict, index: int) -> dict:
+    """MMLU's shape: the choices as a list, the answer as the right one's index from 0 (or its letter)."""
+    choices, answer = row["choices"], row["answer"]
+    if not isinstance(choices, list) or not 2 <= len(choices) <= len(LETTERS) or \
+            not all(isinstance(c, str) and c.strip() for c in choices):
+        raise ValueError(f"choices must be a list of 2 to {len(LETTERS)} texts, none empty")
+    if isinstance(answer, str) and answer.strip().isdigit():
+        answer = int(answer.strip())  # a CSV cell
+    if isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip().upper() in LETTERS:
+        answer = LETTERS.index(answer.strip().upper())
+    if not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(choices):
+        raise ValueError(f"answer must be the right choice's index (0 to {len(choices) - 1}) or its letter "
+                         f"(A to {LETTERS[len(choices) - 1]}), not {answer!r}")
+    inputs = {"question": row["question"], "choices": choice_lines(choices)}
+    if isinstance(row.get("subject"), str):
+        inputs["subject"] = row["subject"]
+    return {"key": _own_key(row, index), "inputs": inputs,
+            "hidden": {"answer": LETTERS[answer], "answer_index": answer, "choices": list(choices)}}
+
+
+def choice_lines(choices: list[str]) -> str:
+    """`A. first\nB. second`: the choices as MMLU's prompt (and lm-evaluation-harness's mmlu task) shows them."""
+    return "\n".join(f"{LETTERS[i]}. {choice}" for i, choice in enumerate(choices))
+
+
+def _own_key(row: dict, index: int):
+    """The row's own `key` or `id` where it has one, else its place among the file's rows from 0 (what
+    lm-evaluation-harness calls its doc_id: the benchmarks of these shapes ship no key of their own)."""
+    for name in ("key", "id"):
+        if row.get(name) is not None:
+            return row[name]
+    return index
+
+
+# Each fixed format: the fields it needs, the fields that must be text, and its row -> instance (given the row's
+# place among the file's rows from 0).
 FORMATS = {
     "code-benchmark": (("task_id", "prompt", "canonical_solution", "test", "entry_point"),
-                       lambda row: {"key": row["task_id"], "inputs": {"prompt": row["prompt"]},
-                                    "hidden": {"test": row["test"], "entry_point": row["entry_point"],
-                                               "canonical_solution": row["canonical_solution"]}}),
-    "exact-answer": (("key", "prompt", "answer"),
-                     lambda row: {"key": row["key"], "inputs": {"prompt": row["prompt"]},
-                                  "hidden": {"answer": row["answer"]}}),
+                       ("prompt", "canonical_solution", "test", "entry_point"),
+                       lambda row, index: {"key": row["task_id"], "inputs": {"prompt": row["prompt"]},
+                                           "hidden": {"test": row["test"], "entry_point": row["entry_point"],
+                                                      "canonical_solution": row["canonical_solution"]}}),
+    "exact-answer": (("key", "prompt", "answer"), ("prompt",),
+                     lambda row, index: {"key": row["key"], "inputs": {"prompt": row["prompt"]},
+                                         "hidden": {"answer": row["answer"]}}),
+    "gsm8k": (("question", "answer"), ("question",), _gsm8k),
+    "multiple-choice": (("question", "choices", "answer"), ("question",), _multiple_choice),
 }
 COLUMNS = "columns"
 # What each fixed format gives the prompt template.
-FORMAT_INPUTS = {"code-benchmark": {"prompt"}, "exact-answer": {"prompt"}}
+FORMAT_INPUTS = {"code-benchmark": {"prompt"}, "exact-answer": {"prompt"}, "gsm8k": {"question"},
+                 "multiple-choice": {"question", "choices", "subject"}}
 MAX_ERRORS = 200  # listed; the rest are counted
 KEY_MAX = 200  # as publishing allows (services.INSTANCE_KEY_MAX)
 PARQUET_BATCH = 1024
@@ -348,15 +416,14 @@ def _by_mapping(row: dict, mapping: ColumnMapping) -> dict:
             "hidden": {column: values[column] for column in mapping.hidden}}
 
 
-def _by_format(row: dict, fmt: str) -> dict:
-    required, convert = FORMATS[fmt]
+def _by_format(row: dict, fmt: str, index: int) -> dict:
+    required, texts, convert = FORMATS[fmt]
     missing = [name for name in required if name not in row]
-    wrong = [name for name in required if name in row and name not in ("answer", "key")
-             and not isinstance(row[name], str)]
+    wrong = [name for name in texts if name in row and not isinstance(row[name], str)]
     if missing or wrong:
         raise ValueError("; ".join(([f"missing {', '.join(missing)}"] if missing else []) +
                                    ([f"{', '.join(wrong)} must be text"] if wrong else [])))
-    return convert(row)
+    return convert(row, index)
 
 
 def _key_problem(key) -> str | None:
@@ -403,7 +470,7 @@ def read_tasks(path: Path, fmt: str, *, mapping: ColumnMapping | None = None, na
                 found.fail(where, "must be a JSON object")
                 continue
             try:
-                instance = _by_mapping(row, mapping) if fmt == COLUMNS else _by_format(row, fmt)
+                instance = _by_mapping(row, mapping) if fmt == COLUMNS else _by_format(row, fmt, found.rows - 1)
             except ValueError as exc:
                 found.fail(where, str(exc))
                 continue

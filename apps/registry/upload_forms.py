@@ -7,6 +7,8 @@ from .task_files import AS_READ, COLUMNS, CONVERSIONS, ColumnMapping
 FORMAT_CHOICES = [
     ("exact-answer", "exact-answer — key, prompt, answer"),
     ("code-benchmark", "code-benchmark — task_id, prompt, canonical_solution, test, entry_point (HumanEval)"),
+    ("gsm8k", "gsm8k — question, answer ending in #### <number> (GSM8K)"),
+    ("multiple-choice", "multiple-choice — question, choices, answer index or letter (MMLU)"),
     (COLUMNS, "columns — any other shape: choose the key, input and hidden columns next"),
 ]
 

@@ -200,9 +200,10 @@ def task_upload_preview(request, project, kind, slug, upload):
     else:
         missing = [name for name in placeholders if name not in FORMAT_INPUTS[fmt]]
         if missing:
+            given = ", ".join("{" + n + "}" for n in sorted(FORMAT_INPUTS[fmt]))
             context["file_problem"] = (
                 f"The prompt template uses {', '.join('{' + n + '}' for n in missing)}, which the {fmt} format does "
-                f"not give (it gives {{prompt}}): choose the columns format to say which column each input is.")
+                f"not give (it gives {given}): choose the columns format to say which column each input is.")
             return render(request, "registry/task_upload_preview.html", context)
     key, state = job_ensure(upload, fmt=fmt, mapping=mapping, head=head.number, spec=head.spec,
                             verifier=_verifier_of(project, head))
