@@ -102,13 +102,55 @@ class ToolSpec(Spec):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class Limits(Spec):
+class Limits(GrownSpec):
+    """Per trajectory (max_turns, max_tokens, max_seconds, max_tool_calls) and per turn (max_turn_*), kept apart:
+    a trajectory's budget spent ends it; a turn's budget spent cuts that turn short and the trajectory goes on.
+    0 for a later field: no limit of that kind."""
+
+    ADDED_LATER = ("max_tool_calls", "max_turn_tokens", "max_turn_seconds", "max_turn_calls")
+
     max_turns: int = Field(default=1, ge=1, le=1000, description="model turns before the episode ends (1: one "
                                                                   "answer, no tool results seen)")
     max_tokens: int = Field(default=1024, ge=1, le=10_000_000, description="tokens the model may sample over the whole "
                                                                           "rollout, all turns together")
     max_seconds: float = Field(default=60, gt=0, le=86_400, description="wall-clock budget of one rollout, tool "
                                                                          "calls included")
+    max_tool_calls: int = Field(default=0, ge=0, le=100_000, description="tool calls over the whole rollout; then "
+                                                                         "it ends (0: no limit but the turns)")
+    max_turn_tokens: int = Field(default=0, ge=0, le=10_000_000, description="tokens the model may sample in one "
+                                                                            "turn (0: only the rollout's budget)")
+    max_turn_seconds: float = Field(default=0, ge=0, le=86_400, description="wall-clock budget of one turn's tool "
+                                                                            "calls together (0: no limit)")
+    max_turn_calls: int = Field(default=0, ge=0, le=1000, description="tool calls run from one turn; the rest are "
+                                                                      "answered as not run (0: no limit)")
+
+
+class SessionSettings(Spec):
+    """A sandbox held for the whole trajectory (workers/sandbox/session.py): files, installed packages and the
+    working directory persist between tool calls."""
+
+    idle_timeout: float = Field(default=600, gt=0, le=86_400, description="seconds without a tool call before the "
+                                                                          "sandbox is taken back (an infra error)")
+    lifetime: float = Field(default=3600, gt=0, le=7 * 86_400, description="hard limit on the session's seconds")
+    max_calls: int = Field(default=200, ge=1, le=100_000, description="sandbox calls in the session (the "
+                                                                      "trajectory ends when they are spent)")
+    disk_mb: int = Field(default=1024, ge=16, le=1_048_576, description="the workspace's writable space")
+    memory_mb: int = Field(default=1024, ge=64, le=1_048_576, description="memory of the session's processes")
+    call_seconds: float = Field(default=120, gt=0, le=86_400, description="wall-clock limit of one call")
+    keep_background: bool = Field(default=False, description="processes a call leaves running outlive it")
+    prepare: list[Annotated[str, Field(min_length=1, max_length=10_000)]] = Field(
+        default_factory=list, max_length=50, description="shell commands run once in the workspace (no network) "
+                                                         "before the first session; cached per image")
+
+
+class ContextPolicy(Spec):
+    """What happens when the conversation outgrows the model's context: end the rollout, or drop / truncate the
+    oldest tool outputs, always keeping the prompt and the last turns."""
+
+    when_full: Literal["end", "drop_tool_outputs", "truncate_tool_outputs"] = "end"
+    keep_last_turns: int = Field(default=4, ge=1, le=1000, description="the newest turns kept whole")
+    truncated_chars: int = Field(default=200, ge=0, le=100_000, description="what is left of an older tool output "
+                                                                            "(truncate_tool_outputs)")
 
 
 class ExampleMessage(Spec):
@@ -117,7 +159,7 @@ class ExampleMessage(Spec):
 
 
 class TaskTemplateSpec(GrownSpec):
-    ADDED_LATER = ("examples",)
+    ADDED_LATER = ("examples", "session", "context")
 
     system_prompt: str = Field(default="", description="shown before everything else; literal text")
     # A worked exchange shown before every instance's prompt, as earlier turns of the conversation (few-shot as
@@ -132,6 +174,10 @@ class TaskTemplateSpec(GrownSpec):
                                            "slug@alias")
     verifier: Ref = Field(description="the verifier that scores an answer: slug, slug@N or slug@alias")
     limits: Limits = Field(default_factory=Limits, description="turns, tokens and seconds a rollout may use")
+    session: SessionSettings | None = Field(default=None, description="hold one sandbox for the whole rollout: "
+                                                                      "its workspace persists between tool calls")
+    context: ContextPolicy | None = Field(default=None, description="what to do when the conversation outgrows "
+                                                                    "the model's context (default: end the rollout)")
 
     @field_validator("prompt_template")
     @classmethod
