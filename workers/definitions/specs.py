@@ -374,6 +374,15 @@ class UnitTests(Check):
     scoring: Literal["fraction", "all"] = "fraction"
 
 
+class RepositoryTests(Check):
+    """A repository task's verdict: the workspace's diff replayed on the base snapshot in a fresh sandbox, test
+    files as the base has them, the hidden test patch applied; 1 only if every FAIL_TO_PASS and PASS_TO_PASS test
+    passes (workers/verifiers/repository.py)."""
+
+    type: Literal["repository_tests"]
+    timeout_seconds: float = Field(default=120, gt=0, le=3600, description="for the whole test run")
+
+
 class PythonGrader(Check):
     type: Literal["python_grader"]
     source: str = Field(min_length=1, description="defines grade(sample, item) -> float")
@@ -452,13 +461,13 @@ class LabelModel(Check):
 CHECKS_BY_LAYER = {
     "exact": {"string_check", "text_similarity", "numeric", "math", "regex", "json_schema", "unit_tests",
               "python_grader"},
-    "environment": {"log_rules", "mesh_geometry", "citations", "python_grader"},
+    "environment": {"log_rules", "mesh_geometry", "citations", "python_grader", "repository_tests"},
     "judge": {"score_model", "label_model"},
 }
 
 CheckSpec = Annotated[
     Union[StringCheck, TextSimilarity, NumericMatch, MathMatch, RegexMatch, JsonSchemaCheck, UnitTests, PythonGrader,
-          LogRules, MeshGeometry, Citations, ScoreModel, LabelModel],
+          LogRules, MeshGeometry, Citations, ScoreModel, LabelModel, RepositoryTests],
     Field(discriminator="type"),
 ]
 

@@ -122,12 +122,17 @@ class ToolResult:
     attempts: int = 1
     reason: str = ""
     files: list[str] = field(default_factory=list)
+    # A repository task's workspace, after this call: its diff against the base (swe_tools.SweToolSet).
+    workspace_diff: str | None = None
 
     def to_json(self) -> dict:
-        return {"status": self.status, "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+        data = {"status": self.status, "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
                 "wall_seconds": round(self.wall_seconds, 4), "cpu_seconds": round(self.cpu_seconds, 4),
                 "assembly_seconds": round(self.assembly_seconds, 4), "attempts": self.attempts,
                 "reason": self.reason, "files": self.files}
+        if self.workspace_diff is not None:
+            data["workspace_diff"] = self.workspace_diff
+        return data
 
     @classmethod
     def from_json(cls, data: dict, *, text: str) -> ToolResult:
@@ -186,6 +191,15 @@ class Trajectory:
     @property
     def completion_tokens(self) -> int:
         return sum(len(t.token_ids) for t in self.turns if t.role == "assistant")
+
+    @property
+    def workspace_diff(self) -> str | None:
+        """A repository task's final diff against its base: the one recorded after its last tool call (None when
+        no tool call recorded one: not a repository task)."""
+        for turn in reversed(self.turns):
+            if turn.role == "tool" and turn.result.get("workspace_diff") is not None:
+                return turn.result["workspace_diff"]
+        return None
 
     @property
     def response(self) -> str:

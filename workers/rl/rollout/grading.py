@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from workers.verifiers import Context, Item, Sample, Verdict, verify
+from workers.verifiers.repository import DIFF_FILE
 
 from ..protocols import Verifier
 from ..types import Task, TaskTemplate, Trajectory, TrajectoryStatus
@@ -27,7 +28,9 @@ class LocalVerifier:
 
     def verify(self, template: TaskTemplate, trajectory: Trajectory, item: Item) -> Verdict:
         logs = tool_logs(t.result for t in trajectory.turns if t.role == "tool")
-        sample = Sample(response=trajectory.response, logs=logs, trajectory_id=trajectory.id)
+        diff = trajectory.workspace_diff
+        files = {} if diff is None else {DIFF_FILE: diff.encode()}
+        sample = Sample(response=trajectory.response, files=files, logs=logs, trajectory_id=trajectory.id)
         context = Context(pool=self.pool, image=template.image, judge=self.judge)
         return verify(template.verifier_spec, sample, item, context)
 

@@ -1,0 +1,83 @@
+"""A small repository task for the tests: a package with an off-by-one, its tests, the fix and a hidden test.
+
+`calc/ranges.py`'s `inclusive_range(a, b)` leaves out `b`; tests/test_ranges.py checks two other functions
+(PASS_TO_PASS) and the hidden test patch adds the test that fails on the bug (FAIL_TO_PASS).
+"""
+
+from __future__ import annotations
+
+from workers.sandbox import Limits, SandboxImage
+from workers.verifiers.repository import snapshot_files
+
+RANGES = '''def inclusive_range(a, b):
+    """The integers from a to b, both included."""
+    return list(range(a, b))
+
+
+def total(values):
+    return sum(values)
+
+
+def largest(values):
+    return max(values)
+'''
+
+FIXED = RANGES.replace("range(a, b)", "range(a, b + 1)")
+
+VISIBLE_TESTS = '''from calc.ranges import largest, total
+
+
+def test_total():
+    assert total([1, 2, 3]) == 6
+
+
+def test_largest():
+    assert largest([3, 9, 2]) == 9
+'''
+
+FILES = {"calc/__init__.py": b"", "calc/ranges.py": RANGES.encode(), "tests/__init__.py": b"",
+         "tests/test_ranges.py": VISIBLE_TESTS.encode(), "README.md": b"# calc\n"}
+
+GOLD_PATCH = """diff --git a/calc/ranges.py b/calc/ranges.py
+--- a/calc/ranges.py
++++ b/calc/ranges.py
+@@ -1,6 +1,6 @@
+ def inclusive_range(a, b):
+     \"\"\"The integers from a to b, both included.\"\"\"
+-    return list(range(a, b))
++    return list(range(a, b + 1))
+ 
+ 
+ def total(values):
+"""
+
+TEST_PATCH = """diff --git a/tests/test_hidden.py b/tests/test_hidden.py
+new file mode 100644
+--- /dev/null
++++ b/tests/test_hidden.py
+@@ -0,0 +1,5 @@
++from calc.ranges import inclusive_range
++
++
++def test_inclusive_range():
++    assert inclusive_range(1, 3) == [1, 2, 3]
+"""
+
+FAIL_TO_PASS = ["tests/test_hidden.py::test_inclusive_range"]
+PASS_TO_PASS = ["tests/test_ranges.py::test_total", "tests/test_ranges.py::test_largest"]
+
+PYTEST_PIN = "pytest==9.2.0"
+REPOSITORY_IMAGE = SandboxImage(
+    key="test/repository@1",
+    layers=({"type": "base", "image": "python-3.11"}, {"type": "python_packages", "packages": [PYTEST_PIN]}),
+    limits=Limits(cpu_seconds=30, wall_seconds=60, memory_mb=512, max_processes=64, disk_mb=64),
+    warm_pool_size=2)
+
+
+def repository_instance(key: str = "calc-1") -> dict:
+    """The task instance as import and publishing hold it: {key, inputs, hidden}."""
+    return {"key": key,
+            "inputs": {"problem_statement": "inclusive_range(a, b) leaves out b.",
+                       "repository": snapshot_files(FILES)},
+            "hidden": {"patch": GOLD_PATCH, "test_patch": TEST_PATCH, "FAIL_TO_PASS": FAIL_TO_PASS,
+                       "PASS_TO_PASS": PASS_TO_PASS}}

@@ -1,0 +1,207 @@
+"""The programs the software-engineering tools run inside a session's sandbox (standard library only, run by the
+sandbox's python3 with their arguments as JSON on stdin, in the workspace's root: the repository). Kept apart from
+swe_tools.py: this is sandbox-side source, read as text, never imported by the host.
+
+The editor keeps its undo history in /tmp/.studio-editor, outside the workspace (so never in the diff, and never
+in what verification replays). PREPARE and DIFF serve LeaseWorkspace only (a plain pool lease, where the
+workspace's base and diff are git's); a sandbox session keeps its base and diffs itself.
+"""
+
+PREPARE = r'''
+import json, os, subprocess, sys, tarfile
+REPO = os.getcwd()
+
+def inside(root, path):
+    full = os.path.normpath(os.path.join(root, path))
+    return full == root or full.startswith(root + "/")
+
+with tarfile.open(fileobj=sys.stdin.buffer, mode="r|gz") as tar:
+    members = []
+    for m in tar:
+        if not m.name.startswith("/") and inside(REPO, m.name) and (m.isfile() or m.isdir()):
+            m.mode = (m.mode | 0o600) & 0o777
+            tar.extract(m, REPO)
+            members.append(m)
+GIT = ["git", "-c", "user.name=studio", "-c", "user.email=studio@localhost", "-c", "init.defaultBranch=main",
+       "-c", "core.hooksPath=/dev/null"]
+# One commit of the base and nothing else: no history, refs or remotes that could hold the fix.
+for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-gpg-sign", "-m", "base"]):
+    done = subprocess.run(GIT + command, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("git " + command[0] + " failed: " + done.stderr)
+with open(os.path.join(REPO, ".git", "info", "exclude"), "a") as handle:
+    handle.write("__pycache__/\n*.pyc\n.pytest_cache/\n")
+print(json.dumps({"files": len([m for m in members if m.isfile()])}))
+'''
+
+BASH = r'''
+import json, os, signal, subprocess, sys, tempfile
+request = json.load(sys.stdin)
+limit = request["limit"]
+# `python` is the sandbox's python3, as in the field's images.
+BIN = "/tmp/.studio-bin"
+if not os.path.lexists(BIN + "/python"):
+    os.makedirs(BIN, exist_ok=True)
+    os.symlink(sys.executable, BIN + "/python")
+env = dict(os.environ, PATH=BIN + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
+with tempfile.TemporaryFile() as output:
+    process = subprocess.Popen(["bash", "-c", request["command"]], stdin=subprocess.DEVNULL,
+                               stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        code = process.wait(timeout=request["timeout"])
+        note = ""
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        code, note = 124, "\n[the command ran past its timeout of %g s and was killed]" % request["timeout"]
+    size = output.seek(0, 2)
+    output.seek(0)
+    if size <= limit:
+        text = output.read().decode("utf-8", "replace")
+    else:
+        half = limit // 2
+        head = output.read(half).decode("utf-8", "replace")
+        output.seek(size - half)
+        tail = output.read().decode("utf-8", "replace")
+        text = head + "\n[... %d characters of output elided; the first and last %d are shown ...]\n" % (
+            size - 2 * half, half) + tail
+sys.stdout.write(text + note)
+sys.exit(code)
+'''
+
+EDITOR = r'''
+import base64, hashlib, json, os, sys
+REPO = os.getcwd()
+HISTORY = "/tmp/.studio-editor"
+SNIPPET = 4
+request = json.load(sys.stdin)
+
+def fail(message):
+    sys.stdout.write(message)
+    sys.exit(1)
+
+def resolve(path):
+    full = os.path.normpath(path if path.startswith("/") else os.path.join(REPO, path))
+    if full != REPO and not full.startswith(REPO + "/"):
+        fail("%s is outside the repository (%s); give a path inside it" % (path, REPO))
+    return full
+
+def numbered(lines, first):
+    return "\n".join("%6d\t%s" % (first + i, line) for i, line in enumerate(lines))
+
+def history_file(path):
+    return os.path.join(HISTORY, hashlib.sha256(path.encode()).hexdigest() + ".json")
+
+def remember(path, content):
+    os.makedirs(HISTORY, exist_ok=True)
+    stack = load(path)
+    stack.append(None if content is None else base64.b64encode(content.encode()).decode())
+    with open(history_file(path), "w") as handle:
+        json.dump(stack[-20:], handle)
+
+def load(path):
+    try:
+        with open(history_file(path)) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return []
+
+def read(path):
+    if not os.path.isfile(path):
+        fail("%s does not exist or is not a file" % path)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+def write(path, content):
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(content)
+
+def snippet(path, content, line):
+    lines = content.split("\n")
+    first = max(1, line - SNIPPET)
+    return "%s, lines %d-%d:\n%s" % (path, first, min(len(lines), line + SNIPPET),
+                                     numbered(lines[first - 1:line + SNIPPET], first))
+
+command, path = request["command"], resolve(request["path"])
+if command == "view":
+    if os.path.isdir(path):
+        found = []
+        for root, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            depth = root[len(path):].count("/")
+            if depth >= 2:
+                dirs[:] = []
+            found += [os.path.join(root, name) for name in sorted(files) if not name.startswith(".")]
+        sys.stdout.write("Files in %s, two levels deep:\n%s" % (path, "\n".join(found)))
+        sys.exit(0)
+    lines = read(path).split("\n")
+    view_range = request.get("view_range")
+    first, last = 1, len(lines)
+    if view_range:
+        first, last = view_range
+        if last == -1:
+            last = len(lines)
+        if not 1 <= first <= len(lines) or last < first:
+            fail("view_range %s does not fit the file's %d lines" % (view_range, len(lines)))
+    sys.stdout.write(numbered(lines[first - 1:last], first))
+elif command == "create":
+    if os.path.exists(path):
+        fail("%s already exists; create does not overwrite files (use str_replace)" % path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    remember(path, None)
+    write(path, request["file_text"])
+    sys.stdout.write("Created %s" % path)
+elif command == "str_replace":
+    content, old, new = read(path), request["old_str"], request.get("new_str", "")
+    count = content.count(old) if old else 0
+    if count == 0:
+        fail("No replacement was made: old_str does not appear verbatim in %s" % path)
+    if count > 1:
+        lines = [n + 1 for n, line in enumerate(content.split("\n")) if old.split("\n")[0] in line]
+        fail("No replacement was made: old_str appears %d times in %s (lines %s); make it unique" % (
+            count, path, lines))
+    remember(path, content)
+    line = content[:content.index(old)].count("\n") + 1
+    content = content.replace(old, new)
+    write(path, content)
+    sys.stdout.write("Edited " + snippet(path, content, line))
+elif command == "insert":
+    content, line = read(path), request["insert_line"]
+    lines = content.split("\n")
+    if not isinstance(line, int) or not 0 <= line <= len(lines):
+        fail("insert_line must be between 0 and %d" % len(lines))
+    remember(path, content)
+    content = "\n".join(lines[:line] + request["new_str"].split("\n") + lines[line:])
+    write(path, content)
+    sys.stdout.write("Inserted into " + snippet(path, content, line + 1))
+elif command == "undo_edit":
+    stack = load(path)
+    if not stack:
+        fail("No edit of %s to undo" % path)
+    previous = stack.pop()
+    with open(history_file(path), "w") as handle:
+        json.dump(stack, handle)
+    if previous is None:
+        os.unlink(path)
+        sys.stdout.write("Undid the creation of %s" % path)
+    else:
+        write(path, base64.b64decode(previous).decode())
+        sys.stdout.write("Undid the last edit of %s" % path)
+else:
+    fail("unknown command %r" % command)
+'''
+
+# The workspace's diff against the base, whatever the program did to git's configuration: no external diff, no
+# hooks, no pager.
+DIFF = r'''
+import os, subprocess, sys
+GIT = ["git", "--no-pager", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "diff.external=",
+       "-c", "core.attributesFile=/dev/null"]
+add = subprocess.run(GIT + ["add", "-A"], capture_output=True)
+done = subprocess.run(GIT + ["diff", "--cached", "--binary", "--no-ext-diff", "--no-color", "--no-renames", "HEAD"],
+                      capture_output=True)
+if add.returncode or done.returncode:
+    sys.stderr.write((add.stderr + done.stderr).decode("utf-8", "replace"))
+    sys.exit(1)
+sys.stdout.buffer.write(done.stdout)
+'''

@@ -1,0 +1,270 @@
+"""Repository tasks: a repository snapshot and a problem statement, verified by replaying the model's diff.
+
+A task instance holds the repository at its base as a snapshot (`inputs["repository"]`: a deterministic
+tar.gz, base64, with its sha256) and, hidden, the tests that decide it: `test_patch` (tests the workspace never
+saw), `FAIL_TO_PASS` and `PASS_TO_PASS` (pytest node ids) and the gold `patch`. SWE-bench's instance format,
+with the repository carried along instead of cloned.
+
+The `repository_tests` check takes the workspace's diff against the base (`sample.files["workspace.diff"]`) and
+runs, in a fresh sandbox (harness/repository_runner.py): the base snapshot + the diff with every test file and
+every file that steers pytest or the interpreter taken out (test_patch's files, tests/ and test_*.py,
+conftest.py, pytest.ini, tox.ini, setup.cfg, pyproject.toml, sitecustomize.py, *.pth) + the hidden test patch,
+then pytest on the tests' files. Reward 1 only if every FAIL_TO_PASS and PASS_TO_PASS test reports an explicit
+pass; an error, a skip, an expected failure or a test that never reported (a syntax error, an exit during
+collection) is a failure. A diff that does not apply scores 0. What the sandbox could not do (no snapshot, the
+test patch does not apply) is the task's fault, never the model's: infra_error, not a reward.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import json
+import re
+import secrets
+import tarfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+
+from workers.definitions.specs import RepositoryTests
+from workers.sandbox import Execution, Status
+
+from .types import INFRA_ERROR, Outcome
+
+HARNESS = Path(__file__).parent / "harness"
+RUNNER = (HARNESS / "repository_runner.py").read_text()
+PYTEST_PLUGIN = (HARNESS / "pytest_report.py").read_text()
+DIFF_FILE = "workspace.diff"  # where a sample carries its workspace's diff
+# Never part of a snapshot: version control (which could hold the fix), caches and build output.
+SKIPPED_NAMES = {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".nox", ".eggs",
+                 ".venv", "node_modules"}
+SKIPPED_SUFFIXES = (".pyc", ".pyo")
+MAX_SNAPSHOT_BYTES = 20 * 1024 * 1024  # compressed; larger repositories belong in a sandbox image's layer
+# Files whose changes never reach verification, wherever they are: they decide which tests run and how, or run
+# code before any test does.
+STEERING_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
+                  "usercustomize.py", "noxfile.py", ".pytest.ini"}
+REASONS = ("pass", "test_failed", "patch_apply_failed", "setup_failed", "sandbox_error", "timeout")
+
+
+class SnapshotError(ValueError):
+    """A directory or archive that cannot become a repository snapshot; the message says why."""
+
+
+# --- snapshots ---------------------------------------------------------------------------------------------
+
+def _skipped(relative: PurePosixPath) -> bool:
+    return any(part in SKIPPED_NAMES or part.endswith(".egg-info") for part in relative.parts) \
+        or relative.name.endswith(SKIPPED_SUFFIXES)
+
+
+def snapshot_files(files: dict[str, bytes]) -> dict:
+    """A snapshot of the given files (relative path -> content): a deterministic tar.gz (sorted, no owners, no
+    times), so the same files always make the same snapshot and the same task hash."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=9) as compressed:
+        with tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name in sorted(files):
+                relative = PurePosixPath(name)
+                if relative.is_absolute() or ".." in relative.parts:
+                    raise SnapshotError(f"{name!r} leaves the repository")
+                if _skipped(relative):
+                    continue
+                info = tarfile.TarInfo(str(relative))
+                info.size, info.mode, info.mtime = len(files[name]), 0o644, 0
+                tar.addfile(info, io.BytesIO(files[name]))
+    data = buffer.getvalue()
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(f"the snapshot is {len(data) / 1e6:.1f} MB compressed; the limit is "
+                            f"{MAX_SNAPSHOT_BYTES / 1e6:.0f} MB")
+    return {"format": "tar.gz", "sha256": hashlib.sha256(data).hexdigest(), "files": len(files),
+            "data": base64.b64encode(data).decode()}
+
+
+def directory_files(root: Path) -> dict[str, bytes]:
+    """The regular files under `root` a snapshot keeps (no version control, no caches; symlinks left out)."""
+    if not root.is_dir():
+        raise SnapshotError(f"{root} is not a directory")
+    files = {}
+    for path in sorted(root.rglob("*")):
+        relative = PurePosixPath(path.relative_to(root).as_posix())
+        if _skipped(relative) or path.is_symlink() or not path.is_file():
+            continue
+        files[str(relative)] = path.read_bytes()
+    if not files:
+        raise SnapshotError(f"{root} holds no files")
+    return files
+
+
+def archive_files(archive: Path) -> dict[str, bytes]:
+    """The regular files of a .tar.gz repository; a single top-level folder (as `git archive --prefix` and sdists
+    make) is taken off."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = [m for m in tar.getmembers() if m.isfile()]
+            files = {m.name.lstrip("./"): tar.extractfile(m).read() for m in members}
+    except (OSError, tarfile.TarError) as exc:
+        raise SnapshotError(f"{archive.name} is not a readable tar archive: {exc}") from None
+    tops = {name.split("/")[0] for name in files}
+    if len(tops) == 1 and all("/" in name for name in files):
+        files = {name.split("/", 1)[1]: content for name, content in files.items()}
+    if not files:
+        raise SnapshotError(f"{archive.name} holds no files")
+    return files
+
+
+def snapshot_bytes(snapshot: dict) -> bytes:
+    data = base64.b64decode(snapshot["data"])
+    if hashlib.sha256(data).hexdigest() != snapshot["sha256"]:
+        raise SnapshotError("the repository snapshot does not match its sha256")
+    return data
+
+
+def snapshot_contents(snapshot: dict) -> dict[str, bytes]:
+    """The files of a snapshot (on the trusted side: tests, the mutation search)."""
+    with tarfile.open(fileobj=io.BytesIO(snapshot_bytes(snapshot)), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+# --- diffs -------------------------------------------------------------------------------------------------
+
+_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+
+
+def diff_sections(diff: str) -> list[tuple[set[str], str]]:
+    """A git diff cut into its files' sections: (the paths a section touches, its text)."""
+    starts = [m.start() for m in _DIFF_HEADER.finditer(diff)]
+    sections = []
+    for begin, end in zip(starts, [*starts[1:], len(diff)][:len(starts)], strict=True):
+        text = diff[begin:end]
+        match = _DIFF_HEADER.match(text)
+        sections.append(({match[1], match[2]}, text))
+    return sections
+
+
+def diff_paths(diff: str) -> set[str]:
+    return {path for paths, _ in diff_sections(diff) for path in paths}
+
+
+def is_test_path(path: str) -> bool:
+    """A test file by the conventions pytest collects (tests/ or test/ folders, test_*.py, *_test.py)."""
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    return any(part in ("tests", "test", "testing") for part in parts[:-1]) or name.startswith("test_") \
+        or name.endswith("_test.py") or name == "tests.py"
+
+
+def is_steering_path(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return name in STEERING_FILES or name.endswith(".pth")
+
+
+def verified_diff(diff: str, protected: set[str]) -> tuple[str, list[str]]:
+    """The part of the model's diff that verification applies, and the paths it left out: a section touching a
+    test file, a file of `protected` (the hidden test patch's) or a file that steers pytest is dropped whole, so
+    those files stay as the base has them."""
+    kept, dropped = [], []
+    for paths, text in diff_sections(diff):
+        if any(p in protected or is_test_path(p) or is_steering_path(p) for p in paths):
+            dropped.extend(sorted(paths))
+        else:
+            kept.append(text)
+    return "".join(kept), sorted(set(dropped))
+
+
+# --- verification ------------------------------------------------------------------------------------------
+
+@dataclass
+class PatchOutcome:
+    """What verifying one diff against a task found. `reason` is one of REASONS; `reward` is None when the
+    task could not be verified (setup_failed, sandbox_error)."""
+
+    reason: str
+    reward: float | None
+    evidence: str = ""
+    results: dict[str, str] = field(default_factory=dict)
+    failing: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+def task_tests(hidden: dict) -> tuple[list[str], list[str]]:
+    fail_to_pass, pass_to_pass = hidden.get("FAIL_TO_PASS") or [], hidden.get("PASS_TO_PASS") or []
+    if isinstance(fail_to_pass, str):
+        fail_to_pass = json.loads(fail_to_pass)
+    if isinstance(pass_to_pass, str):
+        pass_to_pass = json.loads(pass_to_pass)
+    return list(fail_to_pass), list(pass_to_pass)
+
+
+def test_files(test_ids: list[str]) -> list[str]:
+    return sorted({test.split("::")[0] for test in test_ids})
+
+
+def evaluate_patch(pool, image, *, inputs: dict, hidden: dict, diff: str, timeout: float) -> PatchOutcome:
+    """Verify `diff` (the model's workspace diff, or a gold patch) against the task, in a fresh sandbox."""
+    fail_to_pass, pass_to_pass = task_tests(hidden)
+    if not fail_to_pass:
+        return PatchOutcome("setup_failed", None, "the task names no FAIL_TO_PASS test")
+    snapshot = inputs.get("repository")
+    if not isinstance(snapshot, dict):
+        return PatchOutcome("setup_failed", None, "the task has no repository snapshot (inputs.repository)")
+    try:
+        archive = snapshot_bytes(snapshot)
+    except (KeyError, ValueError) as exc:
+        return PatchOutcome("setup_failed", None, f"the repository snapshot is unusable: {exc}")
+    test_patch = hidden.get("test_patch") or ""
+    applied, dropped = verified_diff(diff, diff_paths(test_patch))
+    nonce = secrets.token_hex(16)
+    request = {"nonce": nonce, "patch": applied, "test_patch": test_patch, "plugin": PYTEST_PLUGIN,
+               "test_files": test_files(fail_to_pass + pass_to_pass), "timeout": timeout}
+    limits = image.limits
+    run_limits = replace(limits, wall_seconds=timeout + 30, cpu_seconds=max(limits.cpu_seconds, timeout + 10))
+    result = pool.execute(image, Execution(program=RUNNER, files={"repo.tar.gz": archive},
+                                           stdin=json.dumps(request).encode(), limits=run_limits))
+    if result.status == Status.INFRA_ERROR:
+        return PatchOutcome("sandbox_error", None, result.reason, dropped=dropped)
+    report = None
+    for line in result.stdout.decode("utf-8", "replace").splitlines():
+        if line.startswith(nonce + " "):
+            report = json.loads(line[len(nonce) + 1:])
+    if report is None:
+        if result.status == Status.TIMEOUT:
+            return PatchOutcome("timeout", 0.0, f"verification ran past its time limit: {result.reason}",
+                                dropped=dropped)
+        tail = result.stderr.decode("utf-8", "replace")[-600:]
+        return PatchOutcome("sandbox_error", None, f"the harness gave no report ({result.status}: {result.reason})"
+                                                   f" {tail}", dropped=dropped)
+    stage, detail = report["stage"], report["detail"]
+    if stage == "setup":
+        return PatchOutcome("setup_failed", None, detail, dropped=dropped)
+    if stage == "test_patch":
+        return PatchOutcome("setup_failed", None, f"the hidden test patch does not apply: {detail}", dropped=dropped)
+    if stage == "patch":
+        return PatchOutcome("patch_apply_failed", 0.0, f"the diff does not apply to the base: {detail}",
+                            dropped=dropped)
+    if stage == "timeout":
+        return PatchOutcome("timeout", 0.0, detail[-1500:], dropped=dropped)
+    results = report["results"]
+    failing = [test for test in fail_to_pass + pass_to_pass if results.get(test) != "passed"]
+    if failing:
+        shown = ", ".join(f"{test} ({results.get(test, 'did not run')})" for test in failing[:5])
+        more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
+        return PatchOutcome("test_failed", 0.0, f"{len(failing)} test(s) without a pass: {shown}{more}\n"
+                                                + detail[-1500:], results, failing, dropped)
+    return PatchOutcome("pass", 1.0, f"{len(fail_to_pass)} FAIL_TO_PASS and {len(pass_to_pass)} PASS_TO_PASS "
+                                     "tests passed", results, [], dropped)
+
+
+def repository_tests_check(spec: RepositoryTests, sample, item, context) -> Outcome:
+    if context.pool is None or context.image is None:
+        return Outcome(value=None, status=INFRA_ERROR, evidence="no sandbox to run the tests in")
+    diff = sample.files.get(DIFF_FILE, b"").decode("utf-8", "replace")
+    outcome = evaluate_patch(context.pool, context.image, inputs=item.inputs, hidden=item.hidden, diff=diff,
+                             timeout=spec.timeout_seconds)
+    evidence = outcome.evidence + (f" | test files left as the base has them: {', '.join(outcome.dropped[:10])}"
+                                   if outcome.dropped else "")
+    if outcome.reward is None:
+        return Outcome(value=None, status=INFRA_ERROR, evidence=f"{outcome.reason}: {evidence}")
+    return Outcome.scored(outcome.reward, f"{outcome.reason}: {evidence}")
