@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "apps.runs",
     "apps.trajectories",
     "apps.review",
+    "apps.datasets",
     "apps.evals",
     "apps.authoring",
     "apps.operations",

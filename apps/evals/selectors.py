@@ -44,16 +44,20 @@ def training_bundle(*, suite: Version, model: Version) -> Version | None:
                  and split_slug_ref(bundle.spec["run_config"]["eval_suite"])[0] == suite.definition.slug), None)
 
 
-def suite_task_ids(*, project: Project) -> frozenset[str]:
-    """Every task an eval suite of the project asks (template slug / task key): what review datasets leave out."""
-    ids: set[str] = set()
+def suite_task_list(*, project: Project) -> list:
+    """Every task an eval suite of the project asks (workers.rl.types.Task, one per suite that asks it)."""
+    found = []
     config = RunConfig.resolve({})  # the tasks do not depend on the model
     for suite in suite_list(project=project):
         settings = suite_settings(suite)
-        tasks = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
-                            seed=settings["seed"])
-        ids |= {task_id(task) for task in tasks}
-    return frozenset(ids)
+        found += suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
+                             seed=settings["seed"])
+    return found
+
+
+def suite_task_ids(*, project: Project) -> frozenset[str]:
+    """Every task an eval suite of the project asks (template slug / task key): what review datasets leave out."""
+    return frozenset(task_id(task) for task in suite_task_list(project=project))
 
 
 def evaluation_list(*, project: Project) -> QuerySet[Evaluation]:

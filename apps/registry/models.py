@@ -1,7 +1,7 @@
 """Definitions and their immutable versions, aliases, and task instances.
 
-One Definition table for every kind (domain, task template, sandbox image, verifier, bundle, model, rubric): versioning,
-aliases, diffs and import/export are one mechanism, and each kind differs only in its spec schema
+One Definition table for every kind (domain, task template, sandbox image, verifier, bundle, model, rubric,
+dataset): versioning, aliases, diffs and import/export are one mechanism, and each kind differs only in its spec schema
 (specs.py). Task instances live outside the spec, content-addressed and shared between versions through
 instance sets, so tens of thousands of them cost one row each, once.
 """
@@ -25,6 +25,7 @@ class Kind(models.TextChoices):
     BUNDLE = "bundle"
     MODEL = "model", "base model"
     RUBRIC = "rubric"
+    DATASET = "dataset"
 
 
 assert tuple(Kind.values) == KINDS

@@ -29,6 +29,7 @@ from workers.rl.models.weights import WeightsMismatch, source_model, weights_sha
 
 from .bulk import bulk_insert, json_text
 from .closure import check_references, resolve_bundle
+from .datasets import dataset_spec_check
 from .errors import FieldError, PublishConflict, SpecError
 from .models import Alias, Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
 from .refs import LATEST
@@ -96,6 +97,8 @@ def spec_check(*, project: Project, kind: str, slug: str, spec: dict) -> dict:
         normalised = resolve_bundle(project=project, slug=slug, spec=normalised)
     elif kind == "model":
         normalised = _model_weights_pinned(normalised)
+    elif kind == "dataset":
+        dataset_spec_check(normalised)
     else:
         check_references(project=project, kind=kind, spec=normalised)
     return normalised

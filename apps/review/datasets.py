@@ -32,12 +32,13 @@ FORMATS = ("jsonl", "parquet", "hf")
 HACK = "reward-hack"
 
 
-def _messages(trajectory: Trajectory) -> list[dict]:
+def conversation(trajectory: Trajectory) -> list[dict]:
+    """The trajectory's messages as chat messages (role, content): what an SFT row holds."""
     return [{"role": turn["role"], "content": turn.get("content", "")} for turn in trajectory.turns or []
             if turn.get("role") in ("system", "user", "assistant", "tool")]
 
 
-def _split(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+def prompt_and_completion(messages: list[dict]) -> tuple[list[dict], list[dict]]:
     """(the prompt: everything before the first assistant turn, the completion: the rest)."""
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
     return messages[:first], messages[first:]
@@ -77,12 +78,12 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
     rows = []
     chosen = [t for pk, t in trajectories.items() if pk not in exclude_trajectories and decided(pk) == accept]
     if kind == "sft":
-        rows = [{"messages": _messages(t), "provenance": provenance(t)} for t in chosen]
+        rows = [{"messages": conversation(t), "provenance": provenance(t)} for t in chosen]
     elif kind == "hacks":
         for pk, trajectory in trajectories.items():
             if pk in exclude_trajectories or decided(pk) != HACK:
                 continue
-            prompt, completion = _split(_messages(trajectory))
+            prompt, completion = prompt_and_completion(conversation(trajectory))
             rows.append({"prompt": prompt, "response": completion, "verifier": trajectory.verifier,
                          "provenance": provenance(trajectory)})
     else:
@@ -103,8 +104,8 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
                     and sibling.reward < trajectory.reward)
                 if not worse:
                     continue
-                prompt, good = _split(_messages(trajectory))
-                _, bad = _split(_messages(sibling))
+                prompt, good = prompt_and_completion(conversation(trajectory))
+                _, bad = prompt_and_completion(conversation(sibling))
                 rows.append({"prompt": prompt, "chosen": good, "rejected": bad,
                              "provenance": {"chosen": provenance(trajectory), "rejected": str(sibling.pk),
                                             "rejected_by": "label" if verdict else "reward",

@@ -26,7 +26,7 @@ def test_openapi_document_lists_the_endpoints_and_bearer_auth(client):
     assert {"type": "http", "scheme": "bearer"} in schemes.values()
     kind = next(p for p in paths[definition + "/diff"]["get"]["parameters"] if p["name"] == "kind")
     assert kind["schema"]["enum"] == ["domain", "task_template", "sandbox_image", "verifier", "bundle", "model",
-                                      "rubric"]
+                                      "rubric", "dataset"]
     assert "post" in paths[definition + "/validate"]
     review = "/api/v1/projects/{project}/review/queues/{queue}"
     assert set(paths[review + "/next"]) == {"post"} and "get" in paths[review + "/agreement"]
@@ -36,7 +36,7 @@ def test_openapi_document_lists_the_endpoints_and_bearer_auth(client):
 def test_each_kind_publishes_through_an_operation_whose_body_is_that_kinds_spec(client):
     schema = json.loads(client.get("/api/v1/openapi.json").content)
     components = schema["components"]["schemas"]
-    for kind in ["domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric"]:
+    for kind in ["domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric", "dataset"]:
         publish = schema["paths"][f"/api/v1/projects/{{project}}/definitions/{kind}/{{slug}}/versions"]["post"]
         assert publish["operationId"] == f"publish_{kind}_version"
         listing = schema["paths"][f"/api/v1/projects/{{project}}/definitions/{kind}/{{slug}}/versions"]["get"]

@@ -17,10 +17,10 @@ from .canonical import data_problem
 SPEC_SCHEMA_VERSION = 1
 MAX_SPEC_BYTES = 1_000_000  # task data belongs in task instances, not in a spec
 
-KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric")
+KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric", "dataset")
 # The order to publish kinds in: a spec names only definitions of kinds before its own (bundles also name
 # bundles, published in the order they include each other).
-PUBLISH_ORDER = ("model", "rubric", "sandbox_image", "verifier", "task_template", "domain", "bundle")
+PUBLISH_ORDER = ("model", "rubric", "sandbox_image", "verifier", "task_template", "domain", "bundle", "dataset")
 SLUG_RE = r"[a-z0-9][a-z0-9-]{0,62}"
 ALIAS_RE = r"[a-z][a-z0-9-]{0,62}"
 # slug, slug@3, slug@prod: a reference to a definition of a known kind, floating or pinned.
@@ -658,6 +658,86 @@ class RubricSpec(Spec):
         return questions
 
 
+# --- dataset ----------------------------------------------------------------------------------------------
+
+SHA256_RE = r"^[0-9a-f]{64}$"
+DATASET_FORMATS = ("sft", "preference")
+
+
+class TrajectoriesSource(Spec):
+    """Archived trajectories that every filter given selects (the trajectory browser's filters), their
+    conversations as SFT rows."""
+
+    type: Literal["trajectories"]
+    run: str = Field(default="", max_length=200, description="a run's name or id (empty: every run)")
+    domain: str = Field(default="", max_length=63, pattern=r"^([a-z0-9][a-z0-9-]{0,62})?$")
+    reward_min: float | None = Field(default=None, ge=-1e6, le=1e6, description="only rewards at or above this")
+    verdict_status: Literal["", "pass", "fail", "partial"] = ""
+    deciding_layer: str = Field(default="", max_length=64, description="the verifier layer that decided")
+    accepted_in: str = Field(default="", pattern=rf"^({SLUG_RE})?$",
+                             description="a review queue: only what its reviewers accepted (or its adjudicator)")
+    question: str = Field(default="verdict", max_length=40, description="with accepted_in: the question that decides")
+    accept: str = Field(default="correct", max_length=40, description="with accepted_in: the answer that accepts")
+    limit: int = Field(default=10_000, ge=1, le=1_000_000, description="the most rows taken, newest first")
+
+
+class ReviewPairsSource(Spec):
+    """A review queue's preference pairs: an accepted trajectory over a sibling of its group that was labelled
+    otherwise, or scored lower (apps/review/datasets.py)."""
+
+    type: Literal["review_pairs"]
+    queue: str = Field(pattern=rf"^{SLUG_RE}$")
+    question: str = Field(default="verdict", max_length=40)
+    accept: str = Field(default="correct", max_length=40)
+
+
+class ReferenceCheckSource(Spec):
+    """The trajectories of a bundle's newest completed reference check (its tasks' own answers, verified)."""
+
+    type: Literal["reference_check"]
+    bundle: str = Field(pattern=rf"^{SLUG_RE}$", description="the bundle slug the reference check ran on")
+    passed_only: bool = Field(default=True, description="only the references that passed their verifier")
+    tool_calls_only: bool = Field(default=False, description="only the trajectories that called a tool")
+    template: str = Field(default="", pattern=rf"^({SLUG_RE})?$", description="only this task template's")
+
+
+class UploadSource(Spec):
+    """A JSONL file uploaded in the chat-messages format TRL and OpenAI fine-tuning read, stored by its hash."""
+
+    type: Literal["upload"]
+    name: str = Field(min_length=1, max_length=200, description="the file's name as uploaded")
+    sha256: str = Field(pattern=SHA256_RE, description="the stored upload's content hash")
+
+
+DatasetSource = Annotated[Union[TrajectoriesSource, ReviewPairsSource, ReferenceCheckSource, UploadSource],
+                          Field(discriminator="type")]
+SOURCES_BY_FORMAT = {"sft": {"trajectories", "reference_check", "upload"},
+                     "preference": {"review_pairs", "upload"}}
+
+
+class DatasetSpec(Spec):
+    """A training dataset: where its rows come from, and — filled in by the build that materialised them
+    (apps/datasets) — the content hash of the rows it holds. A version pins that hash: its rows never change,
+    however the archive grows."""
+
+    format: Literal["sft", "preference"] = Field(description="sft: messages; preference: prompt, chosen and "
+                                                            "rejected (TRL's conversational formats)")
+    sources: list[DatasetSource] = Field(min_length=1, max_length=20)
+    exclude_eval_tasks: bool = Field(default=True, description="leave out every task an eval suite asks")
+    content_sha256: str = Field(pattern=SHA256_RE, description="sha256 of the materialised JSONL (set by a build)")
+    rows: int = Field(ge=0, le=100_000_000, description="rows in the materialised JSONL (set by a build)")
+    left_out: dict[str, int] = Field(default_factory=dict, description="rows left out by cause: duplicates, "
+                                                                       "eval_tasks (set by a build)")
+
+    @model_validator(mode="after")
+    def sources_fit_the_format(self):
+        wrong = sorted({s.type for s in self.sources} - SOURCES_BY_FORMAT[self.format])
+        if wrong:
+            raise ValueError(f"a {self.format} dataset cannot take {', '.join(wrong)} sources; it takes "
+                             f"{', '.join(sorted(SOURCES_BY_FORMAT[self.format]))}")
+        return self
+
+
 SPEC_MODELS: dict[str, type[Spec]] = {
     "domain": DomainSpec,
     "task_template": TaskTemplateSpec,
@@ -666,6 +746,7 @@ SPEC_MODELS: dict[str, type[Spec]] = {
     "bundle": BundleSpec,
     "model": ModelSpec,
     "rubric": RubricSpec,
+    "dataset": DatasetSpec,
 }
 
 

@@ -11,9 +11,10 @@ def test_the_served_schemas_validate_every_demo_spec(api_as, owner, project):
     served = api.get("/schemas")
     assert served.status_code == 200
     schemas = served.json()["kinds"]
-    assert set(schemas) == {"domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric"}
+    assert set(schemas) == {"domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric",
+                            "dataset"}
     seeded = drafts()
-    assert {draft.kind for draft in seeded} == set(schemas)
+    assert {draft.kind for draft in seeded} == set(schemas) - {"dataset"}  # a dataset is built, not drafted
     for draft in seeded:
         jsonschema.Draft202012Validator(schemas[draft.kind]).validate(draft.spec)
     verifier = api.get("/schemas/verifier").json()
@@ -44,3 +45,7 @@ def test_the_sandbox_images_base_layer_comes_first_and_a_rubrics_labels_fit_its_
     assert rubric.is_valid({"questions": [text]})
     assert not rubric.is_valid({"questions": [{**text, "labels": ["a", "b"]}]})
     assert not rubric.is_valid({"questions": [{**text, "type": "labels", "labels": ["a"]}]})
+    dataset = jsonschema.Draft202012Validator(schemas["dataset"])
+    built = {"format": "sft", "sources": [{"type": "reference_check", "bundle": "demo"}], "content_sha256": "a" * 64,
+             "rows": 3}
+    assert dataset.is_valid(built) and not dataset.is_valid({**built, "sources": [{"type": "everything"}]})
