@@ -44,9 +44,20 @@ class GenerationRequest:
     # own side; the engines here read `prompt_ids`.
     messages: tuple[dict, ...] = ()
     tools: tuple[dict, ...] = ()
+    # What `serve` asks beyond a rollout's needs (the OpenAI API's options): the `top_logprobs` likeliest tokens
+    # beside each sampled one; each prompt token's logprob under the model (`prompt_logprobs`: None for none, else
+    # that many alternatives beside each; `max_new_tokens` may then be 0, a scoring of the prompt alone); presence
+    # and frequency penalties on the logits of tokens already sampled (as the API and vLLM define them).
+    top_logprobs: int = 0
+    prompt_logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     # Called with (sample index, token id) as each token is sampled, by the engines that batch continuously (the
     # torch and transformers ones): what `serve` streams. Not part of the request's identity.
     on_token: Callable | None = field(default=None, compare=False)
+    # stop_check(a sample's token ids so far) -> True to stop that sample now: `serve`'s stop strings, which need
+    # the tokenizer. Read by the engines that batch continuously; others run to a stop id or the budget.
+    stop_check: Callable | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -59,14 +70,22 @@ class Completion:
     text: str | None = None  # the answer as text, from an engine that returns text rather than our token ids
     usage_tokens: int | None = None  # tokens the answer took where `token_ids` does not say (a remote engine)
     error: str = ""
+    # Asked with top_logprobs: per sampled token, the likeliest tokens of its distribution as (id, logprob).
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    # Asked with prompt_logprobs: per prompt token, None for the first (nothing precedes it), then
+    # (its logprob, its rank in the distribution from 1, [(id, logprob)] of the likeliest alternatives).
+    prompt_logprobs: list | None = None
 
 
-def trim(tokens: list[int], logprobs: list[float], stop_ids: tuple[int, ...], max_new_tokens: int) -> Completion:
-    """A completion cut right after its first stop id."""
+def trim(tokens: list[int], logprobs: list[float], stop_ids: tuple[int, ...], max_new_tokens: int,
+         top: list | None = None) -> Completion:
+    """A completion cut right after its first stop id (`top`: its top_logprobs, cut alike)."""
+    end, reason = max_new_tokens, "length"
     for index, token in enumerate(tokens):
         if token in stop_ids:
-            return Completion(tokens[:index + 1], logprobs[:index + 1], "stop")
-    return Completion(tokens[:max_new_tokens], logprobs[:max_new_tokens], "length")
+            end, reason = index + 1, "stop"
+            break
+    return Completion(tokens[:end], logprobs[:end], reason, top_logprobs=None if top is None else top[:end])
 
 
 class BatchingEngine:
@@ -183,11 +202,14 @@ class BatchingEngine:
                     self._load(pending[0])
                     self.policy_version = pending[1]
                 if taken:
-                    refused = batch.admit([(self._sampling_request(request), (request, future, self.policy_version))
-                                           for request, future in taken])
+                    refused, scored = batch.admit([(self._sampling_request(request),
+                                                    (request, future, self.policy_version))
+                                                   for request, future in taken])
                     for (_, future, _), exc in refused:  # a prompt too long for the model: its caller's error
                         future.set_exception(exc)
-                finished = batch.advance() if len(batch) else []
+                else:
+                    scored = []
+                finished = scored + (batch.advance() if len(batch) else [])
             except Exception as exc:  # the model failed: every caller in the batch hears it
                 for entry in batch.entries:
                     entry["handle"][1].set_exception(exc)
@@ -198,9 +220,12 @@ class BatchingEngine:
             for entry in finished:
                 request, future, version = entry["handle"]
                 group = []
-                for tokens, logprobs, seconds in zip(entry["tokens"], entry["logprobs"], entry["compute"], strict=True):
-                    completion = trim(tokens, logprobs, request.stop_ids, request.max_new_tokens)
+                for tokens, logprobs, top, seconds in zip(entry["tokens"], entry["logprobs"], entry["top"],
+                                                          entry["compute"], strict=True):
+                    completion = trim(tokens, logprobs, request.stop_ids, request.max_new_tokens,
+                                      top if request.top_logprobs else None)
                     completion.compute_seconds, completion.policy_version = seconds, version
+                    completion.prompt_logprobs = entry["prompt_logprobs"]
                     group.append(completion)
                 future.set_result(group)
 

@@ -55,8 +55,12 @@ class TransformersEngine(BatchingEngine):
                          logits_to_keep=1)
         return out.logits[:, -1]
 
+    def _score(self, idx):
+        return self.model(input_ids=idx, use_cache=False).logits
+
     def _open_batch(self) -> ContinuousBatch:
-        return ContinuousBatch(self._prefill, self._decode, context=self.max_context or 1 << 31, device=self.device)
+        return ContinuousBatch(self._prefill, self._decode, context=self.max_context or 1 << 31, device=self.device,
+                               score=self._score)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)

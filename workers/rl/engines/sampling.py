@@ -31,6 +31,12 @@ class SamplingRequest:
     temperature: float = 1.0
     seed: int | None = None  # the request's own random stream: its samples do not depend on its neighbours
     on_token: Callable | None = None  # on_token(slot, token id), as each token is sampled (a streamed answer)
+    # engines.GenerationRequest's options for `serve` (ContinuousBatch reads them; sample_batch does not)
+    top_logprobs: int = 0
+    prompt_logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop_check: Callable | None = None
 
 
 def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
@@ -45,17 +51,38 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
 
 
 def choose(last: torch.Tensor, temperatures: torch.Tensor, uniforms: list[float], *,
-           greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+           greedy: bool, top: int = 0):
     """(token per row, its logprob), both on the logits' device, from the last logits (rows, vocab): drawn at each
     row's temperature (rows, 1), or the most likely one where the temperature is 0 (`greedy`: some row's is, as
-    the caller knows without asking the device)."""
+    the caller knows without asking the device). With `top`, a third item: the `top` likeliest tokens of each
+    row's distribution, (logprobs, ids), each (rows, top)."""
     zero = temperatures == 0
     distribution = F.log_softmax(last.float() / torch.where(zero, torch.ones_like(temperatures), temperatures),
                                  dim=-1)
     tokens = draw(distribution.exp(), uniforms)
     if greedy:
         tokens = torch.where(zero.squeeze(1), distribution.argmax(dim=-1), tokens)
-    return tokens, distribution.gather(1, tokens[:, None]).squeeze(1)
+    chosen = distribution.gather(1, tokens[:, None]).squeeze(1)
+    if top:
+        return tokens, chosen, distribution.topk(min(top, distribution.shape[-1]), dim=-1)
+    return tokens, chosen
+
+
+def prompt_logprobs(logits: torch.Tensor, prompt: list[int], top: int) -> list:
+    """Each prompt token's logprob under the model's own distribution (temperature 1) given the tokens before it,
+    from the logits of every position (T, vocab): None for the first token, then (logprob, rank from 1,
+    [(id, logprob)] of the `top` likeliest), as engines.Completion.prompt_logprobs holds them."""
+    distribution = F.log_softmax(logits[:-1].float(), dim=-1)
+    targets = torch.tensor(prompt[1:], device=logits.device)
+    chosen = distribution.gather(1, targets[:, None])
+    ranks = (distribution > chosen).sum(dim=-1) + 1
+    best = distribution.topk(min(top, distribution.shape[-1]), dim=-1) if top else None
+    out = [None]
+    for position, (logprob, rank) in enumerate(zip(chosen.squeeze(1).tolist(), ranks.tolist(), strict=True)):
+        alternatives = [] if best is None else list(zip(best.indices[position].tolist(),
+                                                        best.values[position].tolist(), strict=True))
+        out.append((logprob, rank, alternatives))
+    return out
 
 
 # step(idx (B, T), cache, positions (B, T), key_mask (B, S) or None, select (rows to keep) or None)
@@ -66,7 +93,9 @@ SamplingStep = Callable
 def sampling_request(request) -> SamplingRequest:
     """An engines.GenerationRequest as the sampler takes it."""
     return SamplingRequest(request.prompt_ids, request.n, request.max_new_tokens, tuple(request.stop_ids),
-                           request.temperature, request.seed, request.on_token)
+                           request.temperature, request.seed, request.on_token, request.top_logprobs,
+                           request.prompt_logprobs, request.presence_penalty, request.frequency_penalty,
+                           request.stop_check)
 
 
 def prefill(step: SamplingStep, prompts: list[list[int]], device):
@@ -144,14 +173,17 @@ class ContinuousBatch:
 
     prefill(idx (B, T), positions (B, T), key_mask (B, T) or None) -> (last logits (B, vocab), [(keys, values)]
     per layer, each (B, kv heads, T, head dim)); decode(idx (R, 1), positions (R, 1), cache, mask (R, 1, 1, W))
-    -> last logits (R, vocab), the model's attention calling cache.update(keys, values, layer).
+    -> last logits (R, vocab), the model's attention calling cache.update(keys, values, layer). score(idx (1, T))
+    -> the logits of every position (1, T, vocab): a request's prompt logprobs, computed only when asked (the
+    prefill keeps the last position's alone).
 
     Nothing here is recorded for autograd, whatever model it is given (the trainer's own requires gradients): the
     batch never drains while rollouts keep joining it, so a recorded graph would chain each token's cache to every
     write before it and keep all of them alive (the embedded demo's web process grew by gigabytes a minute)."""
 
-    def __init__(self, prefill: Callable, decode: Callable, *, context: int, device):
+    def __init__(self, prefill: Callable, decode: Callable, *, context: int, device, score: Callable | None = None):
         self.prefill_step, self.decode_step, self.context, self.device = prefill, decode, context, device
+        self.score_step = score
         self._reset()
 
     def _reset(self) -> None:
@@ -165,21 +197,35 @@ class ContinuousBatch:
         return len(self.rows)
 
     @torch.no_grad()
-    def admit(self, items: list[tuple[SamplingRequest, object]]) -> list[tuple[object, Exception]]:
+    def admit(self, items: list[tuple[SamplingRequest, object]]) -> tuple[list[tuple[object, Exception]], list[dict]]:
         """Prefill these requests and write their rows into free slots. Returns (handle, error) for requests
-        refused."""
-        refused, accepted = [], []
+        refused, and the entries already finished: those asking for no new tokens (a scoring of the prompt)."""
+        refused, accepted, finished = [], [], []
         for request, handle in items:
             budget = min(request.max_new_tokens, self.context - len(request.prompt))
-            if budget < 1:
+            if request.prompt_logprobs is not None and self.score_step is None:
+                refused.append((handle, ValueError("this engine does not compute prompt logprobs")))
+            elif len(request.prompt) > self.context or (budget < 1 and request.max_new_tokens > 0):
                 refused.append((handle, ValueError(f"a prompt of {len(request.prompt)} tokens leaves no room in a "
                                                    f"context of {self.context}")))
             else:
-                accepted.append((request, handle, budget))
+                started = time.monotonic()
+                entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
+                         "logprobs": [[] for _ in range(request.n)], "top": [[] for _ in range(request.n)],
+                         "compute": [0.0] * request.n, "left": request.n, "stream": random.Random(request.seed),
+                         "prompt_logprobs": None}
+                if request.prompt_logprobs is not None:
+                    logits = self.score_step(torch.tensor([request.prompt], device=self.device))[0]
+                    entry["prompt_logprobs"] = prompt_logprobs(logits, request.prompt, request.prompt_logprobs)
+                    entry["compute"] = [(time.monotonic() - started) / request.n] * request.n
+                if request.max_new_tokens < 1:
+                    finished.append(entry)
+                else:
+                    accepted.append((entry, budget))
         if not accepted:
-            return refused
+            return refused, finished
         started = time.monotonic()
-        prompts = [request.prompt for request, _, _ in accepted]
+        prompts = [entry["request"].prompt for entry, _ in accepted]
         width = max(len(p) for p in prompts)
         pads = torch.tensor([width - len(p) for p in prompts], device=self.device)
         idx = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=self.device)
@@ -191,29 +237,29 @@ class ContinuousBatch:
             keys = layers[0][0]
             self.cache = SlotCache(len(layers), keys.shape[1], keys.shape[3], dtype=keys.dtype, device=self.device)
         # Each prompt is computed once and written into a slot per sample: a GRPO group's n samples share it.
-        owners = [index for index, (request, _, _) in enumerate(accepted) for _ in range(request.n)]
+        owners = [index for index, (entry, _) in enumerate(accepted) for _ in range(entry["request"].n)]
         slots = self._free_slots(len(owners))
         self.cache.reserve(max(slots) + 1, width + 1)
         slot_tensor = torch.tensor(slots, device=self.device)
         owner_tensor = torch.tensor(owners, device=self.device) if len(owners) > len(accepted) else None
         self.cache.write(slot_tensor, layers, pads,
                          torch.tensor([len(prompts[o]) for o in owners], device=self.device), owner_tensor)
-        temperatures = torch.tensor([[float(accepted[o][0].temperature)] for o in owners], device=self.device)
+        temperatures = torch.tensor([[float(accepted[o][0]["request"].temperature)] for o in owners],
+                                    device=self.device)
         self._place(slot_tensor, last if owner_tensor is None else last.index_select(0, owner_tensor),
                     temperatures)
         prefill_share = (time.monotonic() - started) / len(owners)
         slots = iter(slots)
-        for request, handle, budget in accepted:
-            entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
-                     "logprobs": [[] for _ in range(request.n)], "compute": [prefill_share] * request.n,
-                     "left": request.n, "stream": random.Random(request.seed)}
+        for entry, budget in accepted:
+            request = entry["request"]
+            entry["compute"] = [seconds + prefill_share for seconds in entry["compute"]]
             self.entries.append(entry)
             for sample in range(request.n):
                 row = {"entry": entry, "sample": sample, "slot": next(slots), "budget": budget,
                        "stops": set(request.stops), "length": len(request.prompt)}
                 self.occupant[row["slot"]] = row
                 self.rows.append(row)
-        return refused
+        return refused, finished
 
     def _free_slots(self, count: int) -> list[int]:
         """The lowest `count` free slots (the batch's slot list grown as needed)."""
@@ -247,8 +293,12 @@ class ContinuousBatch:
         for row in self.rows:
             uniforms[row["slot"]] = row["entry"]["stream"].random()
         greedy = any(row["entry"]["request"].temperature == 0 for row in self.rows)
-        tokens, logprobs = choose(self.last[:used], self.temperatures[:used], uniforms, greedy=greedy)
+        top = max(row["entry"]["request"].top_logprobs for row in self.rows)
+        chosen = choose(self._penalised(self.last[:used]), self.temperatures[:used], uniforms, greedy=greedy,
+                        top=top)
+        tokens, logprobs = chosen[0], chosen[1]
         sampled, sampled_logprobs = torch.stack([tokens.double(), logprobs.double()]).tolist()  # one read back
+        best_logprobs, best_ids = (chosen[2].values.tolist(), chosen[2].indices.tolist()) if top else ((), ())
         finished, stopped, took_part = [], [], []
         for row in self.rows:
             entry, sample, slot = row["entry"], row["sample"], row["slot"]
@@ -256,10 +306,15 @@ class ContinuousBatch:
             took_part.append((entry, sample))
             entry["tokens"][sample].append(token)
             entry["logprobs"][sample].append(sampled_logprobs[slot])
+            request = entry["request"]
+            if request.top_logprobs:
+                entry["top"][sample].append(list(zip(best_ids[slot][:request.top_logprobs],
+                                                     best_logprobs[slot][:request.top_logprobs], strict=True)))
             row["length"] += 1
-            if entry["request"].on_token is not None:
-                entry["request"].on_token(sample, token)
-            if token in row["stops"] or len(entry["tokens"][sample]) >= row["budget"]:
+            if request.on_token is not None:
+                request.on_token(sample, token)
+            if token in row["stops"] or len(entry["tokens"][sample]) >= row["budget"] or \
+                    (request.stop_check is not None and request.stop_check(entry["tokens"][sample])):
                 stopped.append(row)
                 entry["left"] -= 1
                 if entry["left"] == 0:
@@ -284,6 +339,23 @@ class ContinuousBatch:
         for entry, sample in took_part:
             entry["compute"][sample] += share
         return finished
+
+    def _penalised(self, last: torch.Tensor) -> torch.Tensor:
+        """The logits with each row's presence and frequency penalties applied to the tokens it has sampled so
+        far (the OpenAI API's definition, as vLLM applies them: before the temperature); `last` itself when no
+        row asks for any, as a rollout never does."""
+        rows = [row for row in self.rows if row["entry"]["request"].presence_penalty
+                or row["entry"]["request"].frequency_penalty]
+        if not rows:
+            return last
+        last = last.clone()
+        for row in rows:
+            request, sampled = row["entry"]["request"], row["entry"]["tokens"][row["sample"]]
+            if sampled:
+                counts = torch.bincount(torch.tensor(sampled, device=last.device), minlength=last.shape[1])
+                counts = counts[:last.shape[1]].to(last.dtype)
+                last[row["slot"]] -= request.frequency_penalty * counts + request.presence_penalty * (counts > 0)
+        return last
 
     def _pack(self, tokens: torch.Tensor) -> torch.Tensor:
         """Drop free slots at the top; when free slots are many below live ones, move those rows down into them

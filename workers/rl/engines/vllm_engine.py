@@ -23,6 +23,12 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _likeliest(entry: dict, k: int) -> list[tuple[int, float]]:
+    """The k likeliest of a vLLM logprobs entry (the sampled token and the top k, each with its rank)."""
+    ranked = sorted(entry.items(), key=lambda item: item[1].rank)
+    return [(token, logprob.logprob) for token, logprob in ranked if logprob.rank <= k]
+
+
 class VLLMEngine(BatchingEngine):
     name = "vllm"
 
@@ -47,17 +53,29 @@ class VLLMEngine(BatchingEngine):
         from vllm import SamplingParams
 
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
-        params = [SamplingParams(n=r.n, temperature=r.temperature, max_tokens=r.max_new_tokens,
-                                 stop_token_ids=list(r.stop_ids), logprobs=0, seed=r.seed, top_p=1.0, top_k=-1,
-                                 skip_special_tokens=False) for r in requests]
+        # vLLM generates at least one token: a request for none (a scoring of the prompt) gets its one dropped.
+        params = [SamplingParams(n=r.n, temperature=r.temperature, max_tokens=max(1, r.max_new_tokens),
+                                 stop_token_ids=list(r.stop_ids), logprobs=r.top_logprobs, seed=r.seed, top_p=1.0,
+                                 top_k=-1, skip_special_tokens=False, prompt_logprobs=r.prompt_logprobs,
+                                 presence_penalty=r.presence_penalty, frequency_penalty=r.frequency_penalty)
+                  for r in requests]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)  # vLLM batches them all
         results = []
         for request, output in zip(requests, outputs, strict=True):
+            scored = None
+            if request.prompt_logprobs is not None:
+                scored = [None] + [(entry[token].logprob, entry[token].rank, _likeliest(entry, request.prompt_logprobs))
+                                   for token, entry in zip(request.prompt_ids[1:], output.prompt_logprobs[1:],
+                                                           strict=True)]
             group = []
             for sample in output.outputs:
                 ids = list(sample.token_ids)
-                logprobs = [entry[token].logprob for token, entry in zip(ids, sample.logprobs or [], strict=True)]
-                group.append(trim(ids, logprobs, request.stop_ids, request.max_new_tokens))
+                entries = sample.logprobs or []
+                logprobs = [entry[token].logprob for token, entry in zip(ids, entries, strict=True)]
+                top = [_likeliest(entry, request.top_logprobs) for entry in entries] if request.top_logprobs else None
+                completion = trim(ids, logprobs, request.stop_ids, request.max_new_tokens, top)
+                completion.prompt_logprobs = scored
+                group.append(completion)
             results.append(group)
         return results
 

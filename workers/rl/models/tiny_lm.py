@@ -151,7 +151,12 @@ class TinyLM(nn.Module):
         """The torch engine's batch over this model (engines.sampling.ContinuousBatch): its prefill and decode."""
         from ..engines.sampling import ContinuousBatch
 
-        return ContinuousBatch(self.prefill_step, self.decode_step, context=context, device=device)
+        return ContinuousBatch(self.prefill_step, self.decode_step, context=context, device=device,
+                               score=self.score_step)
+
+    def score_step(self, idx):
+        """ContinuousBatch's scoring of a prompt: the logits of every position (prompt logprobs)."""
+        return self(idx)[0]
 
     @torch.no_grad()
     def generate(self, prompt: list[int], *, samples: int, max_new_tokens: int,

@@ -15,10 +15,12 @@ import uuid
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
-from .served_model import ServedModel
+from .answers import answer, chat_logprobs
+from .served_model import ServedModel, _number
 from .weight_sync import BadRequest, error_response
 
 DEFAULT_MAX_TOKENS = 256
+MAX_LOGPROBS = 20  # alternatives per token (OpenAI's bound, and vLLM's default --max-logprobs)
 
 
 def chat_messages(messages) -> list[dict]:
@@ -61,6 +63,10 @@ def chat_completions(served: ServedModel):
             messages = chat_messages(body.get("messages"))
             tools = [tool.get("function", tool) for tool in body.get("tools") or [] if isinstance(tool, dict)]
             settings = served.sampling(body, DEFAULT_MAX_TOKENS)
+            top = _number(body, "top_logprobs", None, 0, MAX_LOGPROBS, int)
+            if top is not None and not body.get("logprobs"):
+                raise BadRequest("top_logprobs needs logprobs: true")
+            settings["top_logprobs"] = top or 0
             prompt_ids = served.chat.prompt(messages, tools)
             served.generation_request(prompt_ids, settings)  # refused now, before a stream starts, if unservable
         except BadRequest as exc:
@@ -73,31 +79,29 @@ def chat_completions(served: ServedModel):
             return StreamingResponse(_stream(served, reply_id, now, prompt_ids, settings, want_logprobs,
                                              bool((body.get("stream_options") or {}).get("include_usage"))),
                                      media_type="text/event-stream")
-        completions = await served.generate(prompt_ids, settings)
-        choices = []
+        try:
+            completions = await served.generate(prompt_ids, settings)
+        except BadRequest as exc:
+            return error_response(400, str(exc))
+        choices, generated = [], 0
         for index, completion in enumerate(completions):
-            choice = {"index": index,
-                      "message": {"role": "assistant", "content": served.chat.decode(completion.token_ids)},
-                      "finish_reason": completion.finish_reason, "logprobs": None}
+            said = answer(served, completion, settings["stop"])
+            generated += len(said.token_ids)
+            choice = {"index": index, "message": {"role": "assistant", "content": said.text},
+                      "finish_reason": said.finish_reason, "logprobs": None}
             if want_logprobs:
-                choice["logprobs"] = _logprobs(served, completion)
+                choice["logprobs"] = chat_logprobs(served, said.token_ids, said.logprobs, said.top_logprobs)
             if body.get("return_token_ids"):
-                choice["token_ids"] = list(completion.token_ids)
+                choice["token_ids"] = said.token_ids
             choices.append(choice)
-        answer = {"id": reply_id, "object": "chat.completion", "created": now, "model": served.model_name,
-                  "choices": choices, "usage": served.usage(prompt_ids, completions),
-                  "policy_version": served.version_of(completions)}
+        answer_body = {"id": reply_id, "object": "chat.completion", "created": now, "model": served.model_name,
+                       "choices": choices, "usage": served.usage(len(prompt_ids), generated),
+                       "policy_version": served.version_of(completions)}
         if body.get("return_token_ids"):
-            answer["prompt_token_ids"] = list(prompt_ids)
-        return JSONResponse(answer)
+            answer_body["prompt_token_ids"] = list(prompt_ids)
+        return JSONResponse(answer_body)
 
     return endpoint
-
-
-def _logprobs(served: ServedModel, completion) -> dict:
-    tokens = [served.chat.decode([token]) for token in completion.token_ids]
-    return {"content": [{"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": []}
-                        for text, logprob in zip(tokens, completion.logprobs, strict=True)]}
 
 
 async def _stream(served: ServedModel, reply_id, now, prompt_ids, settings, want_logprobs, include_usage):
@@ -118,8 +122,13 @@ async def _stream(served: ServedModel, reply_id, now, prompt_ids, settings, want
         return "data: " + json.dumps({**head, "choices": [{"index": slot, "delta": delta, "finish_reason": finish,
                                                             "logprobs": logprobs}], **extra}) + "\n\n"
 
+    # With stop strings, the text's last characters wait until no stop string can begin in them (the stop text is
+    # never sent; the answer's end comes with its finish).
+    held = max(map(len, settings["stop"]), default=1) - 1
+
     def new_text(slot: int, text: str):
         # Held back while it ends in a partly decoded character; sent once the character is whole.
+        text = text[:len(text) - held] if held else text
         if text.endswith("\ufffd") or not text.startswith(sent[slot]) or text == sent[slot]:
             return None
         delta, sent[slot] = text[len(sent[slot]):], text
@@ -138,14 +147,17 @@ async def _stream(served: ServedModel, reply_id, now, prompt_ids, settings, want
         delta = new_text(slot, chat.decode(tokens[slot]))
         if delta:
             yield chunk(slot, {"content": delta})
-    completions = await done
+    completions, generated = await done, 0
     for slot, completion in enumerate(completions):
-        text = chat.decode(completion.token_ids)
-        rest = text[len(sent[slot]):] if text.startswith(sent[slot]) else ""
+        said = answer(served, completion, settings["stop"])
+        generated += len(said.token_ids)
+        rest = said.text[len(sent[slot]):] if said.text.startswith(sent[slot]) else ""
         if rest:
             yield chunk(slot, {"content": rest})
-        yield chunk(slot, {}, completion.finish_reason, _logprobs(served, completion) if want_logprobs else None,
+        logprobs = chat_logprobs(served, said.token_ids, said.logprobs, said.top_logprobs) if want_logprobs else None
+        yield chunk(slot, {}, said.finish_reason, logprobs,
                     policy_version=completion.policy_version)  # on each sample's last chunk
     if include_usage:
-        yield f"data: {json.dumps({**head, 'choices': [], 'usage': served.usage(prompt_ids, completions)})}\n\n"
+        usage = served.usage(len(prompt_ids), generated)
+        yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
     yield "data: [DONE]\n\n"

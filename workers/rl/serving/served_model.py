@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..engines import GenerationRequest
+from .answers import stop_checker
 from .weight_sync import BadRequest, Gate, error_response, is_bearer
 
 
@@ -51,45 +52,86 @@ class ServedModel:
         return body
 
     @staticmethod
-    def sampling(body: dict, default_max: int) -> dict:
+    def sampling(body: dict, default_max: int, *, least_tokens: int = 1) -> dict:
+        """The sampling settings both routes read (`least_tokens`: 0 where a request may ask for no new tokens,
+        the completions route scoring its prompt)."""
+        stop = body.get("stop")
+        stops = (stop,) if isinstance(stop, str) else stop if stop is not None else ()
+        if not isinstance(stops, list | tuple) or not all(isinstance(s, str) for s in stops) or len(stops) > 16:
+            raise BadRequest("stop must be a string or a list of up to 16 strings")
+        max_tokens = _number(body, "max_completion_tokens", None, least_tokens, 32_768, int)
         return {"n": _number(body, "n", 1, 1, 64, int),
                 "temperature": _number(body, "temperature", 1.0, 0, 2),
-                "max_tokens": _number(body, "max_completion_tokens", None, 1, 32_768, int)
-                or _number(body, "max_tokens", default_max, 1, 32_768, int),
-                "seed": _number(body, "seed", None, -2**63, 2**63 - 1, int)}
+                "max_tokens": max_tokens if max_tokens is not None else
+                _number(body, "max_tokens", default_max, least_tokens, 32_768, int),
+                "seed": _number(body, "seed", None, -2**63, 2**63 - 1, int),
+                "presence_penalty": _number(body, "presence_penalty", 0.0, -2, 2),
+                "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2, 2),
+                "stop": tuple(s for s in stops if s), "top_logprobs": 0, "prompt_logprobs": None}
+
+    def token_text(self, token: int) -> str:
+        """One token's own text (a stop token's marker too, which the answer's text leaves out)."""
+        return self.chat.tokenizer.decode([token])
+
+    def encode(self, text: str) -> list[int]:
+        tokenizer = self.chat.tokenizer  # a Hugging Face tokenizer is called; the character one encodes
+        return tokenizer(text, add_special_tokens=False)["input_ids"] if callable(tokenizer) \
+            else tokenizer.encode(text)
+
+    @property
+    def vocabulary_size(self) -> int:
+        tokenizer = self.chat.tokenizer
+        return len(tokenizer) if hasattr(tokenizer, "__len__") else tokenizer.vocab_size
 
     def generation_request(self, prompt_ids: list[int], settings: dict, on_token=None) -> GenerationRequest:
         """The engine's request; BadRequest if the prompt leaves the model no room to answer."""
         engine = self.engine
-        if engine.max_context and len(prompt_ids) >= engine.max_context:
+        room = engine.max_context - len(prompt_ids) if engine.max_context else None
+        if room is not None and (room < 1 if settings["max_tokens"] else room < 0):
             raise BadRequest(f"the prompt has {len(prompt_ids)} tokens; the model takes {engine.max_context}")
-        budget = settings["max_tokens"] if not engine.max_context else \
-            min(settings["max_tokens"], engine.max_context - len(prompt_ids))
+        budget = settings["max_tokens"] if room is None else min(settings["max_tokens"], room)
         stop_ids = settings.get("stop_ids")
         return GenerationRequest(prompt_ids, settings["n"], budget,
                                  self.chat.stop_ids if stop_ids is None else stop_ids, settings["temperature"],
-                                 settings["seed"], on_token=on_token)
+                                 settings["seed"], top_logprobs=settings["top_logprobs"],
+                                 prompt_logprobs=settings["prompt_logprobs"],
+                                 presence_penalty=settings["presence_penalty"],
+                                 frequency_penalty=settings["frequency_penalty"], on_token=on_token,
+                                 stop_check=stop_checker(self.chat.decode, settings["stop"]) if settings["stop"]
+                                 else None)
 
     async def generate(self, prompt_ids: list[int], settings: dict, on_token=None):
+        """The `n` completions of one prompt."""
+        [completions] = await self.generate_many([prompt_ids], settings, on_token)
+        return completions
+
+    async def generate_many(self, prompts: list[list[int]], settings: dict, on_token=None):
+        """The `n` completions of each prompt, sent to the engine together (one batch when it is idle)."""
         # Awaited, not run on a thread: a thread per waiting request would cap the clients served at once at the
         # size of a thread pool (measured: time to first token grew to seconds at 16 clients on two cores).
         # Through the gate: a weight swap waits for what is in flight and holds the next ones back.
+        requests = [self.generation_request(prompt_ids, settings, on_token) for prompt_ids in prompts]
         await self.gate.enter()
         try:
-            [future] = self.engine.submit([self.generation_request(prompt_ids, settings, on_token)])
-            return await asyncio.wrap_future(future)
+            groups = await asyncio.gather(*map(asyncio.wrap_future, self.engine.submit(requests)),
+                                          return_exceptions=True)  # every one done before the gate is left
         finally:
             self.gate.leave()
+        for group in groups:
+            if isinstance(group, ValueError):  # refused by the engine: a prompt it cannot take, the caller's error
+                raise BadRequest(str(group))
+            if isinstance(group, BaseException):
+                raise group
+        return groups
 
     def version_of(self, completions) -> int:
         """The oldest weights that wrote any of these answers."""
         return min((c.policy_version for c in completions), default=self.gate.version)
 
     @staticmethod
-    def usage(prompt_ids, completions) -> dict:
-        generated = sum(len(c.token_ids) for c in completions)
-        return {"prompt_tokens": len(prompt_ids), "completion_tokens": generated,
-                "total_tokens": len(prompt_ids) + generated}
+    def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
 
 
 def _number(body: dict, name: str, default, low, high, kind=float):

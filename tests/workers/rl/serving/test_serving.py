@@ -4,14 +4,12 @@ endpoint that fails is an infrastructure error, never a wrong answer."""
 
 import copy
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
-import uvicorn
 
 from workers.egress import EgressPolicy
 from workers.rl.engines import GenerationRequest
@@ -21,37 +19,12 @@ from workers.rl.models.chat_formats import CharChat
 from workers.rl.rollout.evaluation import evaluate_batch, suite_tasks
 from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.rollout.metrics import Prices
-from workers.rl.serving.app import build_app
 from workers.rl.tasks.taskset import TaskSet
 from workers.rl.types import TrajectoryStatus
 
 from ..conftest import ITEMS, addition_template
 
 LOOPBACK = EgressPolicy.parse("127.0.0.1")  # the servers here are on the loopback, which these tests allow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def served(addition_base_model):
-    """The tiny model behind `serve`'s app under uvicorn in a thread; yields its base URL."""
-    engine = TorchEngine(copy.deepcopy(addition_base_model))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(engine=engine, chat=CharChat(), model_name="tiny-adder"),
-                                          host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(5)
-    engine.close()
 
 
 def test_the_openai_client_gets_models_chat_streams_logprobs_and_completions(served):
