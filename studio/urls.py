@@ -15,6 +15,7 @@ urlpatterns = [
     path("", include("apps.runs.urls")),
     path("", include("apps.trajectories.urls")),
     path("", include("apps.review.urls")),
+    path("", include("apps.datasets.urls")),
     path("", include("apps.evals.urls")),
     path("", include("apps.explorer.urls")),
     path("", include("apps.authoring.urls")),
