@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.http import StreamingHttpResponse
 from ninja import Field, Router, Schema, Status
 from pydantic import ConfigDict
 
@@ -18,7 +19,7 @@ from apps.registry.selectors import version_resolve
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
 from apps.runs.models import Checkpoint, CheckpointAlias
 
-from . import results, selectors
+from . import external, results, selectors
 from .services import (
     EvalError,
     endpoint_create,
@@ -236,6 +237,65 @@ def compare_evaluations(request, project: str, a: int, b: int):
                 "significant": c.significant, "verdict": c.verdict} for d, c in paired.by_domain.items()]
     return {"a": a, "b": b, "a_what": left.label, "b_what": right.label, "domains": domains,
             "regressions": [_change(c) for c in regressions], "improvements": [_change(c) for c in improvements]}
+
+
+class ExternalIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field("", max_length=200, description="the model, as the leaderboard names it (default: the "
+                                                        "file's model_name)")
+    results: dict[str, Any] = Field(description="lm-evaluation-harness's results JSON (results_<date>.json) as "
+                                                "it wrote it; its `samples`, if any, are not kept")
+
+
+class ExternalOut(Schema):
+    id: int
+    what: str
+    external: bool = Field(True, description="always true: scored by another harness, never ranked against the "
+                                             "studio's suites")
+    harness: str
+    harness_version: str
+    model_name: str
+    key: str = Field(description="the external comparability key: the tasks with their versions, few-shot counts, "
+                                 "configs and documents")
+    scores: dict[str, dict[str, dict[str, float | None]]] = Field(
+        description="task -> metric as the harness names it (`acc,none`) -> value and stderr")
+    created_at: datetime
+
+
+def _external(row) -> dict:
+    return {"id": row.pk, "what": row.label, "external": True, "harness": row.harness,
+            "harness_version": row.harness_version, "model_name": row.model_name, "key": row.key,
+            "scores": row.scores, "created_at": row.created_at}
+
+
+@router.get(EVALS + "/external/", response={200: list[ExternalOut], **READ_ERRORS})
+def list_external(request, project: str):
+    """External evaluations (imported lm-evaluation-harness results), newest first."""
+    scope = caller_project(request, project)
+    return [_external(row) for group in external.external_groups(project=scope) for row in group["rows"]]
+
+
+@router.post(EVALS + "/external/", response={201: ExternalOut, **WRITE_ERRORS})
+def import_external(request, project: str, payload: ExternalIn):
+    """Import an lm-evaluation-harness results file for a model as an external evaluation (editors): shown beside
+    the studio's evaluations under its own comparability key, never ranked against a suite."""
+    scope = caller_project(request, project, min_role=Role.EDITOR)
+    row = external.external_import(project=scope, document=payload.results, label=payload.label,
+                                   actor=request.auth, via="api")
+    return Status(201, _external(row))
+
+
+@router.get(EVALS + "/{evaluation}/results", response={200: dict, **READ_ERRORS})
+def evaluation_results(request, project: str, evaluation: int, format: str = "lm-eval"):
+    """An evaluation's per-task results: `format=lm-eval` (default) lm-evaluation-harness's results JSON with its
+    `samples`; `format=jsonl` a row per answer (task, sample, reward, status, prompt, response, trajectory)."""
+    found = selectors.evaluation_get(project=caller_project(request, project), pk=evaluation)
+    if format == "jsonl":
+        return StreamingHttpResponse(external.result_jsonl(found), content_type="application/x-ndjson")
+    if format != "lm-eval":
+        raise external.ResultsRefused("format is lm-eval or jsonl", field="format")
+    return external.lm_eval_results(found)
 
 
 def _endpoint(endpoint) -> dict:

@@ -1,5 +1,7 @@
 """The launch form: one suite, and one thing to evaluate on it."""
 
+import json
+
 from django import forms
 
 from apps.registry.models import Version
@@ -67,3 +69,22 @@ class SecretForm(forms.Form):
                             help_text="endpoints name it project:NAME")
     value = forms.CharField(max_length=10_000, label="Key", widget=forms.PasswordInput(render_value=False),
                             strip=False, help_text="stored encrypted, never shown again")
+
+
+class ExternalResultsForm(forms.Form):
+    """An lm-evaluation-harness results file (results_<date>.json) to show as an external evaluation."""
+
+    MAX_BYTES = 20 * 1024 * 1024
+
+    file = forms.FileField(label="Results file", help_text="lm-evaluation-harness's results_<date>.json")
+    label = forms.CharField(max_length=200, required=False, label="Model",
+                            help_text="how the leaderboard names it (default: the file's model_name)")
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > self.MAX_BYTES:
+            raise forms.ValidationError(f"the file is over {self.MAX_BYTES // (1024 * 1024)} MB")
+        try:
+            return json.loads(upload.read().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise forms.ValidationError(f"not a JSON file: {exc}")

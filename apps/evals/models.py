@@ -72,3 +72,30 @@ class Evaluation(models.Model):
 
     def __str__(self) -> str:
         return f"evaluation of {self.label} on {self.suite.ref}"
+
+
+class ExternalEvaluation(models.Model):
+    """Scores a model got outside the studio, imported from another harness's results file (lm-evaluation-harness's
+    results JSON). Shown beside the studio's evaluations, never ranked with them: its tasks, prompts and grading are
+    the other harness's, so its comparability key (apps/evals/external.py) hashes what that file says it ran (the
+    tasks with their versions, few-shot counts and configs), and only rows of one such key stand side by side."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="external_evaluations")
+    label = models.CharField(max_length=200)  # the model, as the leaderboard names it
+    harness = models.CharField(max_length=40, default="lm-evaluation-harness")
+    harness_version = models.CharField(max_length=40, blank=True, default="")
+    model_name = models.CharField(max_length=300, blank=True, default="")  # as the file names it
+    key = models.CharField(max_length=64, db_index=True)
+    key_parts = models.JSONField()  # per task: version, n-shot, config digest
+    # task -> metric -> {"value", "stderr"} (lm-eval's "acc,none" read as metric "acc" under filter "none": the
+    # metric's name here is "acc" for the filter none, "exact_match,strict-match" otherwise)
+    scores = models.JSONField()
+    results = models.JSONField()  # the file as imported, less its per-sample rows
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"external evaluation of {self.label} ({self.harness})"

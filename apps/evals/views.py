@@ -4,7 +4,10 @@ evaluations with its per-task diff, each task linked to both trajectories side b
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 
 from apps.accounts.credentials import CredentialRefused, credential_names, project_secret_store
@@ -12,9 +15,9 @@ from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page, project_for_user, role_of
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
 
-from . import results, selectors, statistics
+from . import external, results, selectors, statistics
 from .figures import timeline_figure
-from .forms import EndpointCredentialForm, EndpointForm, EvaluationLaunchForm, SecretForm
+from .forms import EndpointCredentialForm, EndpointForm, EvaluationLaunchForm, ExternalResultsForm, SecretForm
 from .services import EvalError, endpoint_create, endpoint_credential_set, endpoint_problem, evaluation_launch
 from .suites import key_differences, suite_key
 
@@ -27,10 +30,13 @@ def eval_list(request, project):
     action = request.POST.get("action") if request.method == "POST" else None
     add = EndpointForm(request.POST if action == "endpoint" else None, credentials=credentials, prefix="endpoint")
     secret = SecretForm(request.POST if action == "secret" else None, prefix="secret")
+    imported = ExternalResultsForm(request.POST if action == "external" else None,
+                                   request.FILES if action == "external" else None, prefix="external")
     if action:
         project_for_user(user=request.user, slug=project.slug,
                          min_role=Role.OWNER if action == "secret" else Role.EDITOR)
-        done = _eval_list_post(request, project, action, add, secret, credentials)
+        done = (_external_post(request, project, imported) if action == "external" else
+                _eval_list_post(request, project, action, add, secret, credentials))
         if done:
             messages.success(request, done)
             return redirect("evals:list", project=project.slug)
@@ -40,8 +46,39 @@ def eval_list(request, project):
     context = {"project": project, "suites": selectors.suite_list(project=project),
                "evaluations": selectors.evaluation_list(project=project)[:50], "endpoints": endpoints,
                "can_edit": can_edit, "is_owner": role_of(user=request.user, project=project) == Role.OWNER,
-               "add_form": add, "secret_form": secret, "credentials": credentials}
-    return render(request, "evals/eval_list.html", context, status=400 if add.errors or secret.errors else 200)
+               "add_form": add, "secret_form": secret, "credentials": credentials,
+               "external_groups": external.external_groups(project=project), "external_form": imported}
+    return render(request, "evals/eval_list.html", context,
+                  status=400 if add.errors or secret.errors or imported.errors else 200)
+
+
+def _external_post(request, project, form) -> str:
+    """An editor's lm-evaluation-harness results file, imported as an external evaluation (a message), or ""."""
+    if not form.is_valid():
+        return ""
+    try:
+        row = external.external_import(project=project, document=form.cleaned_data["file"],
+                                       label=form.cleaned_data["label"], actor=request.user, via="web")
+    except external.ResultsRefused as exc:
+        form.add_error("file" if exc.field == "results" else "label", str(exc))
+        return ""
+    return f"Imported {row.label}'s {row.harness} results ({len(row.scores)} tasks) as an external evaluation."
+
+
+def evaluation_results(request, project, pk, fmt):
+    """An evaluation's per-task results to download: the studio's JSONL (a row per answer) or lm-evaluation-harness's
+    results JSON (with its samples)."""
+    project = project_for_user(user=request.user, slug=project)
+    evaluation = selectors.evaluation_get(project=project, pk=pk)
+    name = f"evaluation-{evaluation.pk}"
+    if fmt == "jsonl":
+        response = StreamingHttpResponse(external.result_jsonl(evaluation), content_type="application/x-ndjson")
+        response["Content-Disposition"] = f'attachment; filename="{name}.jsonl"'
+        return response
+    response = HttpResponse(json.dumps(external.lm_eval_results(evaluation), indent=2, ensure_ascii=False),
+                            content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{name}-lm-eval.json"'
+    return response
 
 
 def _eval_list_post(request, project, action, add, secret, credentials) -> str:
