@@ -22,7 +22,7 @@ def largest(values):
     return max(values)
 '''
 
-FIXED = RANGES.replace("range(a, b)", "range(a, b + 1)")
+FIXED = RANGES.replace("list(range(a, b))", "list(range(a, b + 1))")
 
 VISIBLE_TESTS = '''from calc.ranges import largest, total
 
@@ -81,3 +81,30 @@ def repository_instance(key: str = "calc-1") -> dict:
                        "repository": snapshot_files(FILES)},
             "hidden": {"patch": GOLD_PATCH, "test_patch": TEST_PATCH, "FAIL_TO_PASS": FAIL_TO_PASS,
                        "PASS_TO_PASS": PASS_TO_PASS}}
+
+
+def diff_of(changes: dict[str, str | None], files: dict[str, bytes] = FILES) -> str:
+    """The git diff a workspace holding `files` shows after `changes` (path -> new text, or None to delete it), made
+    by git on this machine as the sandbox session makes it."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for name, content in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(content)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", folder]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "base"], check=True)
+        for name, content in changes.items():
+            if content is None:
+                (root / name).unlink()
+            else:
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                (root / name).write_text(content)
+        subprocess.run([*git, "add", "-A"], check=True)
+        return subprocess.run([*git, "diff", "--cached", "--binary", "HEAD"], check=True, capture_output=True,
+                              text=True).stdout
