@@ -200,15 +200,17 @@ def weights_storage(run_id) -> Storage:
     return blob_storage().child(f"weights/{run_id}")
 
 
-def run_model(config: RunConfig, tasks: TaskSet, *, progress=None, run_id=None) -> Model:
+def run_model(config: RunConfig, tasks: TaskSet, *, progress=None, run_id=None, sampling: bool = True) -> Model:
     """The run's model (policy, engine, chat format) on the device its config asks for. A training run (`run_id`)
-    with inference_servers in its config generates on those servers; anything else samples in this process."""
+    with inference_servers in its config generates on those servers; anything else samples in this process, unless
+    it samples nothing (`sampling` False: SFT and DPO, no engine)."""
     from workers.rl.models import build  # torch: only where a model is built, not in rollout and verify workers
 
     weights = weights_storage(run_id) if run_id is not None and config.inference_servers else None
     return build.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
                              progress=progress, shared=shared_models(), weights=weights,
-                             server_token=settings.INFERENCE_SERVER_TOKEN, egress=egress_policy())
+                             server_token=settings.INFERENCE_SERVER_TOKEN, egress=egress_policy(),
+                             sampling=sampling)
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:

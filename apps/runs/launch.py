@@ -30,13 +30,14 @@ from workers.rl.models.packaged import DEMO_MODEL
 # page's concern, so it lives here, once, for the form and the review alike. A field named in no group is shown
 # under "Other" (never hidden), and tests/apps/runs/test_run_form.py fails until it is given a group.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Model", ("model", "model_version", "model_sha256", "chat_template", "engine", "device", "data_parallel",
+    ("Model", ("model", "model_version", "model_sha256", "start_from", "chat_template", "engine", "device", "data_parallel",
                "lora_rank", "lora_alpha")),
     ("Sampling", ("seed", "temperature", "curriculum", "dynamic_sampling", "oversampling", "domain_weights",
                   "domain_quotas")),
     ("GRPO", ("groups_per_step", "group_size", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay",
               "max_grad_norm", "micro_batch_size", "micro_batch_tokens", "precision", "clip_low", "clip_high",
               "normalize_std", "kl_coef")),
+    ("SFT and DPO", ("dataset", "dataset_file", "dataset_sha256", "batch_size", "dpo_beta")),
     ("Pipeline", ("mode", "max_staleness", "rollout_concurrency", "verify_concurrency", "inference_servers",
                   "checkpoint_every", "keep_checkpoints")),
     ("Limits", ("context_length", "max_tool_output_chars")),
@@ -192,7 +193,7 @@ def _bundle_label(version: Version) -> str:
 
 def _start_values(earlier) -> dict:
     """Each config field's starting value: the default, or the earlier run's (its model as the exact model
-    definition version it pinned, so the new run pins the same one again)."""
+    definition version or the checkpoint it pinned, so the new run pins the same one again)."""
     values = dict(DEFAULTS)
     if earlier is None:
         return values
@@ -200,6 +201,8 @@ def _start_values(earlier) -> dict:
     values.update({k: v for k, v in config.items() if k in values})
     if config.get("model_version"):
         values["model"] = config["model_version"]
+    if config.get("start_from"):  # the same checkpoint again, by its run's id (names repeat)
+        values["model"] = f"checkpoint {config['start_from']['run']}@{config['start_from']['step']}"
     return values
 
 

@@ -31,14 +31,17 @@ FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED)
 
 class RunKind(models.TextChoices):
     """What a run does, set when it is created: which attempt runs it (apps/runs/attempts/), which embedded lane
-    picks it up, how its pages read it. SFT and DPO runs will be kinds beside GRPO."""
+    picks it up, how its pages read it."""
 
     GRPO = "grpo", "GRPO training"
+    SFT = "sft", "supervised fine-tuning"  # on a dataset's conversations (RunConfig.dataset); nothing is sampled
+    DPO = "dpo", "DPO preference training"  # on a dataset's preference pairs; nothing is sampled
     EVALUATION = "evaluation", "evaluation"  # an eval suite's tasks answered by a model; nothing is trained
     REFERENCE = "reference", "reference check"  # a bundle's own reference answers verified; nothing is trained
 
 
-TRAINING_KINDS = (RunKind.GRPO,)  # the kinds that train a model (and so have checkpoints)
+TRAINING_KINDS = (RunKind.GRPO, RunKind.SFT, RunKind.DPO)  # the kinds that train a model (and have checkpoints)
+DATASET_KINDS = (RunKind.SFT, RunKind.DPO)  # the kinds that train on a dataset (RunConfig.dataset)
 
 
 class RunRequest(models.TextChoices):

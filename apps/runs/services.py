@@ -27,9 +27,11 @@ from workers.rl.models.weights import source_model
 from workers.rl.types import Trajectory
 
 from . import live
+from .datasets import DatasetRefused, dataset_pin
 from .dispatch import run_enqueue
 from .models import (
     ACTIVE_STATUSES,
+    DATASET_KINDS,
     FINISHED_STATUSES,
     Checkpoint,
     EventKind,
@@ -41,6 +43,7 @@ from .models import (
     RunStatus,
 )
 from .signals import trajectories_archived
+from .stages import start_keep, start_pinned
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,19 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
         raise _config_refused([FieldError("model", problem)])
     if bool(config["evaluation"]) != (kind == RunKind.EVALUATION):
         raise RunError("an evaluation is launched from its eval suite (apps/evals), with its plan")
+    if kind in DATASET_KINDS:
+        try:
+            dataset = dataset_pin(project=project, dataset=config["dataset"], kind=kind, via=via)
+        except DatasetRefused as exc:
+            raise _config_refused([FieldError("dataset", str(exc))]) from None
+        config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides,
+                                            pinned={**(pinned or {}), **dataset})
+        if config["data_parallel"] > 1:
+            raise _config_refused([FieldError("data_parallel", f"a {kind} run trains in one process: 1")])
+    elif config["dataset"]:
+        raise _config_refused([FieldError("dataset", f"a {kind} run trains on no dataset; SFT and DPO runs do "
+                                                     "(train --kind sft|dpo --dataset PATH)")])
+    start_keep(config)  # out of its own run's retention before this run can ask for it
     with transaction.atomic():
         run = Run.objects.create(
             project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}", kind=kind,
@@ -102,7 +118,8 @@ def run_config_resolve(*, project: Project, bundle: Version, overrides: dict | N
         raise RunError(f"config: {', '.join(studio_set)}: set by the studio from the model definition; "
                        "name the model (model/SLUG) instead")
     try:  # the bundle's recommended settings, then the run's own, with the model definition's pins
-        config = RunConfig.resolve({**_model_pinned({**bundle.spec.get("run_config", {}), **(overrides or {})},
+        config = RunConfig.resolve({**_model_pinned(start_pinned({**bundle.spec.get("run_config", {}),
+                                                                 **(overrides or {})}, project=project),
                                                     project=project, bundle=bundle), **(pinned or {})})
     except ConfigError as exc:
         raise _config_refused(exc.errors) from None

@@ -34,7 +34,7 @@ DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]{1,2})?)$")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 SERVER_URL = re.compile(r"https?://[^\s,/]+(/[^\s,]*)?")
 # Pins a run's creation fills in from its model definition (apps/runs/services.py); nobody sets them by hand.
-SET_BY_THE_STUDIO = ("model_version", "model_sha256", "evaluation")
+SET_BY_THE_STUDIO = ("model_version", "model_sha256", "evaluation", "start_from", "dataset_file", "dataset_sha256")
 # An evaluation's settings (RunConfig.evaluation), from its eval suite and the model it evaluates (pretrained_on:
 # the bundle whose tasks the model is built from, as a run on it builds it).
 # What one run may ask of a worker. Far above what a single GPU node serves, far below what would exhaust one by
@@ -48,7 +48,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "micro_batch_tokens": (0, 16_777_216), "clip_low": (0, 1), "clip_high": (0, 10),
     "kl_coef": (0, 100), "lora_rank": (0, 4096), "lora_alpha": (1, 65_536), "checkpoint_every": (1, 10_000_000),
     "keep_checkpoints": (1, 1000), "eval_tasks_per_domain": (0, 100_000), "max_tool_output_chars": (100, 1_000_000),
-    "reference_per_template": (1, 1000), "data_parallel": (1, 64),
+    "reference_per_template": (1, 1000), "data_parallel": (1, 64), "batch_size": (1, 65_536), "dpo_beta": (0, 100),
 }
 
 
@@ -125,7 +125,8 @@ class RunConfig:
     domain_quotas: dict = field(default_factory=dict)
     """Largest share of one step a domain may take (domain slug -> fraction)."""
     model: str = "builtin:demo-tiny"
-    """A model definition (model/SLUG, model/SLUG@N or @alias: the run pins its version and weights), or
+    """A model definition (model/SLUG, model/SLUG@N or @alias: the run pins its version and weights), another
+    run's checkpoint (checkpoint RUN@STEP or checkpoint ALIAS: the run starts from its weights, start_from), or
     directly: builtin:demo-tiny (pretrained here on first use), builtin:smollm2-135m-instruct (a real LLM from
     the package index, converted on first use) or the local path of a Hugging Face causal LM. A definition is
     replaced by what its source names when the run is created. builtin:reference marks a reference check
@@ -134,6 +135,10 @@ class RunConfig:
     """Set by the studio: the model definition's exact version (model/SLUG@N) the run pinned, if any."""
     model_sha256: str = ""
     """Set by the studio: the hash of the weights the run pinned; a worker whose copy hashes otherwise refuses."""
+    start_from: dict = field(default_factory=dict)
+    """Set by the studio when `model` names another run's checkpoint (checkpoint RUN@STEP, or checkpoint ALIAS):
+    {run, run_name, step}. The run starts from those weights, its model settings copied from that run
+    (apps/runs/stages.py): "SFT, then GRPO" is two runs with this link."""
     chat_template: str = ""
     """A Jinja chat template replacing the tokenizer's own (from the model definition; empty: its own)."""
     context_length: int = 0
@@ -206,6 +211,21 @@ class RunConfig:
     saved (apps/evals)."""
     eval_suite_every: int = 0
     """With eval_suite: evaluate every checkpoint at a multiple of this many steps too (0: the last one only)."""
+    dataset: str = ""
+    """An SFT or DPO run's training data: a JSONL file in TRL's conversational formats (workers/rl/training/
+    datasets.py), named by its path on the command line (`train --kind sft --dataset PATH`). The run pins the
+    file's sha256 (dataset_sha256) and refuses a file that changed. Empty for GRPO, which samples its own."""
+    dataset_file: str = ""
+    """Set by the studio: the file the run reads (the path given, made absolute; or where the studio wrote the
+    dataset version named)."""
+    dataset_sha256: str = ""
+    """Set by the studio: the sha256 of that file when the run was created; a file that changed is refused."""
+    batch_size: int = 16
+    """SFT and DPO: rows per trainer step (conversations, or preference pairs); the data is reshuffled every
+    pass over it."""
+    dpo_beta: float = 0.1
+    """DPO: β, how far the policy may move from the reference (the model the run starts from): the loss is
+    -log σ(β · (chosen's log ratio to the reference - rejected's))."""
     evaluation: dict = field(default_factory=dict)
     """Set by the studio for an evaluation (apps/evals), which trains nothing: the suite's decoding settings
     (samples_per_task, temperature, tasks_per_template, seed), its comparability key, and what answers — the
@@ -283,8 +303,14 @@ class RunConfig:
             problems.append(FieldError("temperature", "must be above 0"))
         if self.learning_rate <= 0:
             problems.append(FieldError("learning_rate", "must be above 0"))
-        if self.model_sha256 and not SHA256.fullmatch(self.model_sha256):
-            problems.append(FieldError("model_sha256", "64 lowercase hexadecimal digits, or empty"))
+        for name in ("model_sha256", "dataset_sha256"):
+            if getattr(self, name) and not SHA256.fullmatch(getattr(self, name)):
+                problems.append(FieldError(name, "64 lowercase hexadecimal digits, or empty"))
+        for name in ("dataset", "dataset_file"):
+            if len(getattr(self, name)) > 1000:
+                problems.append(FieldError(name, "a file path or dataset reference of at most 1,000 characters"))
+        if self.dpo_beta <= 0:
+            problems.append(FieldError("dpo_beta", "must be above 0"))
         if self.context_length and not 16 <= self.context_length <= 10_000_000:
             problems.append(FieldError("context_length", "0 (the model's own) or from 16 to 10,000,000 tokens"))
         if len(self.model) > 500:
@@ -361,6 +387,9 @@ def run_config_schema() -> dict:
             "clip_low": {"exclusiveMaximum": 1},
             "temperature": {"exclusiveMinimum": 0},
             "learning_rate": {"exclusiveMinimum": 0},
+            "dpo_beta": {"exclusiveMinimum": 0},
+            "dataset": {"maxLength": 1000},
+            "dataset_file": {"maxLength": 1000},
             "device": {"pattern": DEVICE.pattern},
             "context_length": {"anyOf": [{"const": 0}, {"minimum": 16, "maximum": 10_000_000}]},
             "model": {"maxLength": 500},

@@ -99,6 +99,11 @@ class ChatFormat(Protocol):
     def decode(self, ids: list[int]) -> str:
         """Text of sampled ids, without the stop token."""
 
+    def training_tokens(self, messages: list[dict], tools: list[dict],
+                        trained_from: int = 0) -> tuple[list[int], list[int]]:
+        """(ids, mask) of a whole conversation for SFT and DPO, the mask 1 on the tokens of the assistant's
+        messages from index `trained_from` on (their text and end of turn), 0 on the prompts and tool results."""
+
 
 class ToolRunner(Protocol):
     def run(self, image: SandboxImage, name: str, arguments: dict, *,
@@ -138,8 +143,9 @@ class Model:
     from a run's config)."""
 
     policy: Policy
-    engine: Engine
+    engine: Engine | None  # None: a run that samples nothing (SFT, DPO)
     chat: ChatFormat
 
     def close(self) -> None:
-        self.engine.close()
+        if self.engine is not None:
+            self.engine.close()

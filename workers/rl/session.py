@@ -18,7 +18,9 @@ from .protocols import Model, ToolRunner, Tracker, Verifier
 from .rollout.metrics import Prices
 from .tasks.scheduler import Curriculum, Scheduler
 from .tasks.taskset import TaskSet
+from .training.datasets import read_dataset
 from .training.distributed import rollout_engine, trainer_for
+from .training.supervised_pipeline import SupervisedPipeline
 
 
 def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, model: Model,
@@ -42,3 +44,15 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
         verifier=verifier, tracker=tracker, checkpoint_dir=checkpoint_dir, prices=prices or Prices(),
         eval_tasks=tasks.eval_tasks(per_domain=config.eval_tasks_per_domain, seed=config.seed), progress=progress,
         stop=stop, stuck_after=stuck_after)
+
+
+def build_supervised_pipeline(*, run_id: str, kind: str, config: RunConfig, total_steps: int, model: Model,
+                              tracker: Tracker, checkpoint_dir: Path, progress: Callable | None = None,
+                              stop: threading.Event | None = None,
+                              stuck_after: float | None = None) -> SupervisedPipeline:
+    """The pipeline of one attempt at an SFT or DPO run (`kind`): the rows of the dataset the config names (its
+    pinned sha256 checked), trained on with the model's policy and chat format; its engine samples nothing."""
+    rows = read_dataset(config.dataset_file, kind, sha256=config.dataset_sha256)
+    return SupervisedPipeline(run_id=run_id, kind=kind, config=config, total_steps=total_steps, rows=rows,
+                              policy=model.policy, chat=model.chat, tracker=tracker, checkpoint_dir=checkpoint_dir,
+                              progress=progress, stop=stop, stuck_after=stuck_after)

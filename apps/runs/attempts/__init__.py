@@ -14,10 +14,13 @@ from ..models import Run, RunKind
 from .base import Attempt
 from .evaluation import EvaluationAttempt
 from .reference import ReferenceAttempt
+from .supervised import SupervisedAttempt
 from .training import TrainingAttempt
 
 ATTEMPTS: dict[str, type[Attempt]] = {
     RunKind.GRPO: TrainingAttempt,
+    RunKind.SFT: SupervisedAttempt,
+    RunKind.DPO: SupervisedAttempt,
     RunKind.EVALUATION: EvaluationAttempt,
     RunKind.REFERENCE: ReferenceAttempt,
 }

@@ -11,6 +11,8 @@ The workloads, each run by both trainers:
   r=16 on every linear layer, 4 steps (a step is seconds on a CPU, so a few show the speed, not the learning).
 - `smollm2_full`: the same, every weight trained. `smollm2_lora_long`: LoRA r=16, 16 prompts × 8 × 64 tokens.
   These two and `--device cuda` are the GPU issue's workloads (issue 27).
+- `sft_tiny`, `sft_smollm2`, `dpo_tiny`, `dpo_smollm2` (`sft` and `dpo` on the command line name both of a kind):
+  our SFT and DPO trainers against TRL's SFTTrainer and DPOTrainer, interleaved step by step (bench/supervised.py).
 `random_weights`: the SmolLM2 architecture from its config with seeded random weights (speed only, where the
 weights cannot be had), saved once so both sides load the same model.
 Both sides: temperature 1, the reward 1 when the last number of the reply is the sum (our numeric verifier's
@@ -41,6 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.definitions import validate_spec
+from workers.rl.bench.supervised import (
+    SHORTHANDS,
+    SUPERVISED_WORKLOADS,
+    compare_supervised,
+    supervised_workload,
+    tiny_model,
+)
 from workers.rl.config import RunConfig
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model, pretrain_hf_addition
@@ -59,7 +68,7 @@ SUM_PROMPT = "What is {a}+{b}? Answer with just the number."
 # name: (prompts, samples per prompt, new tokens, LoRA rank, default steps)
 SMOLLM2_WORKLOADS = {"smollm2_lora": (4, 8, 8, 16, 4), "smollm2_full": (4, 8, 8, 0, 4),
                      "smollm2_lora_long": (16, 8, 64, 16, 4)}
-WORKLOADS = ("tiny", *SMOLLM2_WORKLOADS)
+WORKLOADS = ("tiny", *SMOLLM2_WORKLOADS, *SUPERVISED_WORKLOADS)
 TINY_STEPS = 100
 
 
@@ -254,7 +263,8 @@ def measure_trainer(*, device: str = "cpu", dtype: str = "fp32", workloads: list
     tokenizer; weights too unless `random_weights`), needed by the smollm2 workloads only. `steps`: every
     workload's steps (default: tiny 100, smollm2 4); `smollm_steps`, the smollm2 ones' before it. `sizes`:
     prompts / group / new_tokens replacing every workload's own (a dry run's small sizes)."""
-    names = ["smollm2_lora" if name == "smollm2" else name for name in workloads]
+    names = [expanded for name in workloads
+             for expanded in SHORTHANDS.get(name, ("smollm2_lora" if name == "smollm2" else name,))]
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
         raise ValueError(f"unknown workloads {unknown}: the bench has {', '.join(WORKLOADS)}")
@@ -279,7 +289,8 @@ def measure_trainer(*, device: str = "cpu", dtype: str = "fp32", workloads: list
                 tiny, steps or TINY_STEPS, target_reward, **common,
                 pretraining={**report, "seconds": round(time.monotonic() - started, 1)},
                 model="LlamaForCausalLM 128 hidden × 4 layers, character tokenizer (workers.rl.models.hf_tiny)")
-        smollm = [name for name in names if name in SMOLLM2_WORKLOADS]
+        smollm = [name for name in names if name in SMOLLM2_WORKLOADS or name.endswith("_smollm2")]
+        directory = None
         if smollm:
             if model_dir is None:
                 raise ValueError("the smollm2 workloads need model_dir: SmolLM2's directory (config and tokenizer, "
@@ -289,20 +300,31 @@ def measure_trainer(*, device: str = "cpu", dtype: str = "fp32", workloads: list
                 directory = random_weights_model(directory, Path(scratch) / "smollm2-random")
             described = (model_description or directory.name) + (" (random weights)" if random_weights else "")
             for name in smollm:
+                if name not in SMOLLM2_WORKLOADS:
+                    continue
                 work, default_steps = smollm2_workload(name, directory)
                 result["workloads"][name] = _compare(sized(work), smollm_steps or steps or default_steps,
                                                      target_reward, **common, model=described)
+        supervised = [name for name in names if name in SUPERVISED_WORKLOADS]
+        tiny_dir = tiny_model(Path(scratch) / "tiny-llama-sft") if any(n.endswith("_tiny") for n in supervised) \
+            else None
+        for name in supervised:
+            work, default_steps = supervised_workload(name, tiny_dir=tiny_dir, smollm_dir=directory)
+            chosen_steps = (smollm_steps if name.endswith("_smollm2") else None) or steps or default_steps
+            result["workloads"][name] = _attempt(compare_supervised, work, chosen_steps, device=device, dtype=dtype,
+                                                 compare_trl=compare_trl)
     return result
 
 
-def run(*, models_dir: Path, steps: int = TINY_STEPS, smollm_steps: int = 4, target_reward: float = 0.6,
+def run(*, models_dir: Path, steps: int | None = None, smollm_steps: int = 4, target_reward: float = 0.6,
         pretrain_steps: int = 1500, workloads: tuple[str, ...] = ("tiny", "smollm2_lora"), device: str = "cpu",
         dtype: str = "fp32", random_weights: bool = False, **_) -> dict:
     """`manage.py bench trainer`: measure_trainer on the packaged SmolLM2 (converted on first use)."""
     from ..models.packaged import SMOLLM2_135M, converted
 
     model_dir = None
-    if any(name != "tiny" for name in workloads):
+    if any(name not in ("tiny", "sft", "dpo") and not name.endswith("_tiny") for name in workloads) or \
+            {"sft", "dpo"} & set(workloads):
         model_dir = str(converted(SMOLLM2_135M, models_dir))
     return measure_trainer(device=device, dtype=dtype, workloads=workloads, random_weights=random_weights,
                            model_dir=model_dir, steps=steps, smollm_steps=smollm_steps,

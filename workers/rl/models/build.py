@@ -95,12 +95,12 @@ def server_engine(config: RunConfig, *, weights: Storage, token: str, max_contex
 
 def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float,
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
-                server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY) -> Model:
+                server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True) -> Model:
     """The run's model on the device the config asks for. `models_dir` caches built-in base models (and `shared`,
     if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
     `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
     servers' (engines/server.py, `server_token` the bearer token of their weight endpoint); without `weights`
-    (an evaluation of a checkpoint), the in-process engine samples."""
+    (an evaluation of a checkpoint), the in-process engine samples. `sampling` False (SFT and DPO): no engine."""
     return_freed_tensors_to_the_os()  # a run's tensors of changing sizes would fragment malloc's heaps otherwise
     device = resolve_device(config.device)
     on_servers = bool(config.server_urls()) and weights is not None
@@ -119,6 +119,8 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
 
         policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
                                                    progress=progress, shared=shared), device=device)
+        if not sampling:
+            return Model(policy=policy, engine=None, chat=CharChat())
         if on_servers:
             return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,
                                                              max_context=policy.model.config.block_size,
@@ -132,6 +134,8 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
     if config.chat_template:
         policy.tokenizer.chat_template = config.chat_template
     chat = HFChat(policy.tokenizer)
+    if not sampling:
+        return Model(policy=policy, engine=None, chat=chat)
     if on_servers:
         context = getattr(policy.model.config, "max_position_embeddings", None)
         return Model(policy=policy, engine=server_engine(config, weights=weights, token=server_token,

@@ -87,6 +87,19 @@ class CharChat:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(i for i in ids if i != self.end)
 
+    def training_tokens(self, messages: list[dict], tools: list[dict], trained_from: int = 0):
+        """(ids, mask) of a whole conversation as the model reads it, the mask 1 on the tokens of the assistant's
+        messages from index `trained_from` on (their text and the end of turn; prompts and tool results are
+        context). Message by message: a turn's markers end every message, so no token spans two."""
+        ids, mask = [], []
+        for index, message in enumerate(_through_last_trained(messages, trained_from)):
+            if message["role"] == "system":
+                continue
+            piece = self.tokenizer.encode(self.render([message]))
+            ids += piece
+            mask += [int(message["role"] == "assistant" and index >= trained_from)] * len(piece)
+        return ids, mask
+
 
 def tool_instructions(tools: list[dict]) -> str:
     """The tool instructions Qwen2.5's chat template writes into the system message (Hermes function calling)."""
@@ -136,6 +149,41 @@ class HFChat:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode([i for i in ids if i not in self.stop_ids], skip_special_tokens=False)
+
+    def training_tokens(self, messages: list[dict], tools: list[dict], trained_from: int = 0):
+        """(ids, mask) of a whole conversation rendered by the chat template, the mask 1 on the tokens of the
+        assistant's messages from index `trained_from` on: what the template adds for the message after the
+        generation prompt (its text and end of turn, as TRL's training templates mark `{% generation %}`).
+
+        The conversation is tokenized once as a whole (what the model reads at inference), and each token is
+        marked by where its characters start (the fast tokenizer's offsets), as transformers'
+        return_assistant_tokens_mask does for templates that carry generation markers; SmolLM2's and most others
+        do not, so the spans are found by rendering the conversation up to each assistant message."""
+        messages = _through_last_trained(messages, trained_from)
+        text = self._render(messages, tools, generation_prompt=False)
+        spans = []
+        for index, message in enumerate(messages):
+            if message["role"] != "assistant" or index < trained_from:
+                continue
+            before = self._render(messages[:index], tools, generation_prompt=True) if index else ""
+            after = self._render(messages[:index + 1], tools, generation_prompt=False)
+            if not (after.startswith(before) and text.startswith(after)):
+                raise ValueError("the chat template rewrites earlier turns of this conversation (as some drop "
+                                 "reasoning), so its assistant tokens cannot be told apart: set a chat_template that "
+                                 "renders each turn once")
+            spans.append((len(before), len(after)))
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        mask = [int(any(start <= offset < end for start, end in spans)) for offset, _ in encoded["offset_mapping"]]
+        return list(encoded["input_ids"]), mask
+
+
+def _through_last_trained(messages: list[dict], trained_from: int) -> list[dict]:
+    """The conversation up to its last assistant message at or after `trained_from`: what follows teaches
+    nothing."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant" and i >= trained_from), default=None)
+    if last is None:
+        raise ValueError("the conversation has no assistant message to train on")
+    return list(messages[:last + 1])
 
 
 def with_tool_instructions(messages: list[dict], tools: list[dict]) -> list[dict]:

@@ -191,6 +191,21 @@ class HFPolicy:
         return token_logprobs(_hf_logits(self.model, ids, attention_mask, first, share=self.shares_prompts),
                               ids[:, first + 1:], temperature)
 
+    @property
+    def packs_sequences(self) -> bool:
+        """Whether SFT and DPO pass a micro-batch's rows end to end in one row (`packed_logprobs`), no pad token
+        computed: where the attention runs packed rows as separate sequences (flash attention's variable-length
+        kernels). sdpa and eager attend over a pack as one masked square, slower than padded rows."""
+        return str(getattr(self.model.config, "_attn_implementation", "")).startswith("flash_attention")
+
+    def packed_logprobs(self, ids: torch.Tensor, position_ids: torch.Tensor, temperature: float = 1.0):
+        """ids (1, N): rows concatenated, position_ids (1, N): each row's positions from 0 -> logprobs and
+        entropy of ids[:, 1:] (1, N-1). transformers reads the restarting positions as packed sequences and keeps
+        each row's attention within itself (masking_utils; only without a cache and an attention mask, hence
+        use_cache=False); a row's first token is predicted from the row before it, which the caller masks."""
+        logits = self.model(input_ids=ids[:, :-1], position_ids=position_ids[:, :-1], use_cache=False).logits
+        return token_logprobs(logits, ids[:, 1:], temperature)
+
     def frozen_copy(self):
         if self.lora:
             return _LoraReference(self.model, share=self.shares_prompts)

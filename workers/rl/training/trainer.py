@@ -108,15 +108,16 @@ def assign_advantages(group: list[Trajectory], *, normalize_std: bool) -> bool:
     return bool(effective[0])
 
 
-class GRPOTrainer:
+class PolicyOptimizer:
+    """What every trainer of a run shares (GRPO here, SFT and DPO in supervised.py): AdamW over the policy's
+    trainable parameters, the learning-rate schedule (warmup, then constant or linear), gradient clipping, and the
+    resumable state a checkpoint keeps beside the weights."""
+
     def __init__(self, policy: Policy, *, config: RunConfig, total_steps: int):
         self.policy = policy
         self.config = config
-        self.grpo = GRPOConfig(clip_low=config.clip_low, clip_high=config.clip_high,
-                               normalize_std=config.normalize_std, kl_coef=config.kl_coef)
         device = str(policy.device)
         self.autocast_dtype = autocast_dtype(config.precision, device)
-        self.micro_batch_tokens = micro_batch_tokens(config, device)
         # fused on a GPU: one kernel updates every parameter; the CPU keeps foreach, as it was measured with.
         on_cuda = torch.device(device).type == "cuda"
         self.optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.learning_rate,
@@ -132,8 +133,51 @@ class GRPOTrainer:
             return 1.0
 
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
-        self.reference = policy.frozen_copy() if config.kl_coef > 0 else None
         self.step = 0  # updates done: the policy version of the weights
+
+    def autocast(self):
+        """The passes' autocast context (bf16 under `precision`), or none."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(self.policy.device).type, dtype=self.autocast_dtype)
+
+    def apply_gradients(self) -> tuple[float, float]:
+        """Clip the accumulated gradients, take the optimizer's step and the schedule's; returns (the gradient's
+        norm before clipping, the learning rate the step used)."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), self.config.max_grad_norm)
+        learning_rate = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return float(grad_norm), learning_rate
+
+    # --- resumable state ---------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        """Everything but the weights (saved as safetensors beside it): optimizer, schedule, RNG."""
+        return {"optimizer": self.optimizer.state_dict(), "lr_scheduler": self.lr_scheduler.state_dict(),
+                "step": self.step, "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "python_rng": _python_rng_to_json(random.getstate())}
+
+    def restore(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.step = state["step"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        random.setstate(_python_rng_from_json(state["python_rng"]))
+
+
+class GRPOTrainer(PolicyOptimizer):
+    def __init__(self, policy: Policy, *, config: RunConfig, total_steps: int):
+        super().__init__(policy, config=config, total_steps=total_steps)
+        self.grpo = GRPOConfig(clip_low=config.clip_low, clip_high=config.clip_high,
+                               normalize_std=config.normalize_std, kl_coef=config.kl_coef)
+        self.micro_batch_tokens = micro_batch_tokens(config, str(policy.device))
+        self.reference = policy.frozen_copy() if config.kl_coef > 0 else None
 
     def train(self, groups: list[list[Trajectory]]) -> StepStats:
         """One update from groups whose advantages are assigned (assign_advantages)."""
@@ -154,8 +198,7 @@ class GRPOTrainer:
             return StepStats(loss=0.0, kl=0.0, entropy=0.0, clip_fraction=0.0, grad_norm=0.0, tokens=0, sequences=0,
                              learning_rate=learning_rate, seconds=time.monotonic() - started)
         batches = [padded_batch(chunk, device) for chunk in self._micro_batches(grouped)]
-        autocast = (torch.autocast(torch.device(device).type, dtype=self.autocast_dtype)
-                    if self.autocast_dtype is not None else contextlib.nullcontext())
+        autocast = self.autocast()
         # loss, KL over tokens, clipped tokens, entropy over tokens: summed on the device, read once at the end
         sums = torch.zeros(4, dtype=torch.float64, device=device)
         temperature = self.config.temperature
@@ -173,15 +216,10 @@ class GRPOTrainer:
         totals = dict(zip(("loss", "kl", "clip_fraction", "entropy"), sums.tolist(), strict=True))
         self._sync_gradients()
         totals = dict(zip(totals, self._sum_over_ranks(list(totals.values())), strict=True))
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), self.config.max_grad_norm)
-        learning_rate = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.lr_scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
+        grad_norm, learning_rate = self.apply_gradients()
         denominator = max(total_tokens, 1)
         return StepStats(loss=totals["loss"], kl=totals["kl"] / denominator, entropy=totals["entropy"] / denominator,
-                         clip_fraction=totals["clip_fraction"] / denominator, grad_norm=float(grad_norm),
+                         clip_fraction=totals["clip_fraction"] / denominator, grad_norm=grad_norm,
                          tokens=total_tokens, sequences=sequences, learning_rate=learning_rate,
                          seconds=time.monotonic() - started)
 
@@ -230,24 +268,6 @@ class GRPOTrainer:
                 current = []
             current += group
         return chunks + ([current] if current else [])
-
-    # --- resumable state ---------------------------------------------------------------------------------
-
-    def state(self) -> dict:
-        """Everything but the weights (saved as safetensors beside it): optimizer, schedule, RNG."""
-        return {"optimizer": self.optimizer.state_dict(), "lr_scheduler": self.lr_scheduler.state_dict(),
-                "step": self.step, "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "python_rng": _python_rng_to_json(random.getstate())}
-
-    def restore(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
-        self.step = state["step"]
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        random.setstate(_python_rng_from_json(state["python_rng"]))
 
 
 def _python_rng_to_json(state) -> list:

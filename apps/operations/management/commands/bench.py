@@ -55,10 +55,12 @@ class Command(BaseCommand):
         parser.add_argument("--pretrain-steps", type=int, default=1500, help="trainer: steps teaching the base model")
         parser.add_argument("--smollm-steps", type=int, default=4, help="trainer: steps of the SmolLM2 workloads")
         parser.add_argument("--workloads", nargs="+", default=["tiny", "smollm2_lora"],
-                            choices=["tiny", "smollm2", "smollm2_lora", "smollm2_full", "smollm2_lora_long"],
+                            choices=["tiny", "smollm2", "smollm2_lora", "smollm2_full", "smollm2_lora_long", "sft",
+                                     "dpo", "sft_tiny", "sft_smollm2", "dpo_tiny", "dpo_smollm2"],
                             help="trainer: which to compare on: the tiny Llama; SmolLM2 LoRA r16 4 prompts × 8 × 8 "
                                  "tokens (smollm2_lora, or smollm2), full fine-tune the same (smollm2_full), LoRA "
-                                 "16 × 8 × 64 (smollm2_lora_long)")
+                                 "16 × 8 × 64 (smollm2_lora_long); SFT and DPO against TRL's SFTTrainer and "
+                                 "DPOTrainer on the tiny Llama and SmolLM2 LoRA (sft, dpo: both of a kind)")
         parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32],
                             help="engine: concurrent requests, one measurement each")
         parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")

@@ -1,5 +1,7 @@
 """`manage.py train --bundle SLUG[@N] --steps N [--headless] [--json] [--set KEY=VALUE ...] [--if-idle] [--prepare]`:
 start a run. `manage.py train --resume ID --headless`: train an existing run here, from its newest checkpoint.
+`--kind sft|dpo --dataset FILE.jsonl`: supervised fine-tuning or DPO on a dataset (workers/rl/training/datasets.py)
+instead of GRPO; the bundle still gives the model and its settings.
 
 Headless, the run trains in this process with a progress bar on stderr and ends with its summary (JSON with
 --json): per-domain reward at the start and the end, trajectories and effective trajectories per hour,
@@ -29,7 +31,7 @@ from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.attempts import run_attempt
 from apps.runs.dispatch import run_enqueue
-from apps.runs.models import ACTIVE_STATUSES, TRAINING_KINDS, Run, RunStatus
+from apps.runs.models import ACTIVE_STATUSES, TRAINING_KINDS, Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create, run_request
 from workers.rl.models.packaged import PACKAGED_MODELS
 from workers.rl.training import distributed
@@ -51,6 +53,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--bundle", help="bundle SLUG, SLUG@N or SLUG@alias (a new run; or --resume)")
         parser.add_argument("--steps", type=int, help="trainer steps (a new run)")
+        parser.add_argument("--kind", choices=[str(k) for k in TRAINING_KINDS], default=RunKind.GRPO,
+                            help="grpo (default): sample, verify, train; sft or dpo: train on --dataset")
+        parser.add_argument("--dataset", default="",
+                            help="sft, dpo: a JSONL file of {messages} rows (sft) or {prompt, chosen, rejected} rows "
+                                 "(dpo), TRL's conversational formats; the run pins its sha256")
         # Not --run: torchrun's own parser would take it for an abbreviation of its --run-path.
         parser.add_argument("--resume", dest="run_id", metavar="ID",
                             help="train this existing run here (with --headless) from its newest checkpoint: a "
@@ -84,7 +91,8 @@ class Command(BaseCommand):
         finally:
             distributed.teardown()
 
-    def start(self, *, bundle, steps, run_id, project, name, overrides, headless, as_json, if_idle, prepare, **_):
+    def start(self, *, bundle, steps, run_id, project, name, overrides, headless, as_json, if_idle, prepare, kind,
+              dataset, **_):
         console = Console(stderr=True)
         if run_id:
             if not headless:
@@ -100,8 +108,11 @@ class Command(BaseCommand):
             if if_idle and active is not None:
                 console.print(f"run [bold]{active.name}[/] is already {active.status}; queued nothing")
                 return
-            run = run_create(project=scope, bundle=version, steps=steps, name=name, via="cli",
-                             overrides=dict(parse_setting(s) for s in overrides), enqueue=not headless and not prepare)
+            settings_given = dict(parse_setting(s) for s in overrides)
+            if dataset:
+                settings_given["dataset"] = dataset
+            run = run_create(project=scope, bundle=version, steps=steps, name=name, via="cli", kind=kind,
+                             overrides=settings_given, enqueue=not headless and not prepare)
         except (LookupError, VersionNotFound, RunError) as exc:
             raise CommandError(str(exc))
         if prepare:
@@ -161,6 +172,12 @@ class Command(BaseCommand):
                 progress.update(pretraining, visible=True, completed=step, status=f"loss {loss:.3f} {seconds:.0f}s")
 
             def step_progress(step, total, points):
+                loss = points.get("loss/sft", points.get("loss/dpo"))
+                if loss is not None:  # SFT, DPO
+                    progress.update(training, completed=step, status=f"loss {loss:.4f} · " + (
+                        f"accuracy {points['preference/accuracy']:.2f} · " if "preference/accuracy" in points else
+                        "") + f"{points['throughput/sequence_tokens_per_second']:,.0f} tokens/s")
+                    return
                 reward = points.get("reward/mean")
                 per_hour = points.get("throughput/effective_trajectories_per_hour", 0)
                 progress.update(training, completed=step, status=(

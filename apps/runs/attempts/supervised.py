@@ -1,0 +1,30 @@
+"""An SFT or DPO run's attempt: the run's model without an engine (nothing is sampled) trained on the dataset
+its config pins (workers/rl/training/supervised_pipeline.py), with checkpoints, heartbeats and resume as a GRPO
+run has them. The bundle gives the model's settings and, for the built-in demo model, the tasks its base model
+is pretrained on."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from apps.common import wiring
+from apps.registry.pins import bundle_tasks
+from workers.rl.session import build_supervised_pipeline
+
+from .base import Attempt, process_exiting
+
+
+class SupervisedAttempt(Attempt):
+    beats_itself = True  # the pipeline beats it, on its own thread and at every step's end
+
+    def execute(self) -> dict:
+        run, config = self.run, self.config
+        if config.data_parallel > 1:
+            raise ValueError("SFT and DPO runs train in one process: set data_parallel to 1")
+        tasks = bundle_tasks(bundle=run.bundle, config=config)
+        model = self.closing(wiring.run_model(config, tasks, progress=self.pretrain_progress, sampling=False))
+        pipeline = build_supervised_pipeline(run_id=str(run.pk), kind=run.kind, config=config,
+                                             total_steps=run.steps_total, model=model, tracker=self.tracker,
+                                             checkpoint_dir=wiring.checkpoint_dir(run.pk), progress=self.progress,
+                                             stop=process_exiting, stuck_after=settings.RUN_STUCK_SECONDS)
+        return pipeline.run()
