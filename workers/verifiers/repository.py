@@ -268,3 +268,83 @@ def repository_tests_check(spec: RepositoryTests, sample, item, context) -> Outc
     if outcome.reward is None:
         return Outcome(value=None, status=INFRA_ERROR, evidence=f"{outcome.reason}: {evidence}")
     return Outcome.scored(outcome.reward, f"{outcome.reason}: {evidence}")
+
+
+# --- validation (at import: SWE-bench's harness validates its gold patches the same way) --------------------
+
+VALIDATION_REASONS = ("pass", "test_failed", "gold_apply_failed", "setup_failed", "sandbox_error", "timeout")
+
+
+@dataclass
+class Validation:
+    """An instance's check at import: its gold patch must score 1 and no patch 0. `reason` is one of
+    VALIDATION_REASONS: pass when both hold, else what went wrong first."""
+
+    key: str
+    reason: str
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "pass"
+
+
+def validate_instance(pool, image, instance: dict, *, timeout: float) -> Validation:
+    key, inputs, hidden = instance["key"], instance["inputs"], instance["hidden"]
+    gold = evaluate_patch(pool, image, inputs=inputs, hidden=hidden, diff=hidden.get("patch") or "", timeout=timeout)
+    if gold.reason == "patch_apply_failed":
+        return Validation(key, "gold_apply_failed", gold.evidence)
+    if gold.reason != "pass":
+        return Validation(key, gold.reason, f"with the gold patch: {gold.evidence}")
+    empty = evaluate_patch(pool, image, inputs=inputs, hidden=hidden, diff="", timeout=timeout)
+    if empty.reason == "pass":
+        return Validation(key, "test_failed", "the FAIL_TO_PASS tests already pass without any patch")
+    if empty.reason != "test_failed":
+        return Validation(key, empty.reason, f"without a patch: {empty.evidence}")
+    if not set(task_tests(hidden)[0]) <= set(empty.failing):
+        passing = sorted(set(task_tests(hidden)[0]) - set(empty.failing))
+        return Validation(key, "test_failed", f"FAIL_TO_PASS tests that pass without the fix: {', '.join(passing)}")
+    return Validation(key, "pass", gold.evidence)
+
+
+# --- SWE-bench's instance format ------------------------------------------------------------------------------
+
+SWE_BENCH_FIELDS = ("instance_id", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
+INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def swe_bench_instance(row: dict, repos: Path) -> dict:
+    """A task instance ({key, inputs, hidden}) from one SWE-bench row, its repository at the base read from
+    `repos/<instance_id>/` or `repos/<instance_id>.tar.gz` (nothing is cloned). ValueError says what is wrong."""
+    missing = [name for name in SWE_BENCH_FIELDS if name not in row]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    instance_id = row["instance_id"]
+    if not isinstance(instance_id, str) or not INSTANCE_ID.match(instance_id):
+        raise ValueError(f"instance_id {instance_id!r} must be letters, digits, '.', '_' and '-'")
+    for name in ("problem_statement", "patch", "test_patch"):
+        if not isinstance(row[name], str):
+            raise ValueError(f"{name} must be text")
+    tests = {}
+    for name in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        value = row[name]
+        try:
+            value = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            raise ValueError(f"{name} is neither a list nor a JSON list of test ids") from None
+        if not isinstance(value, list) or not all(isinstance(test, str) for test in value):
+            raise ValueError(f"{name} must be a list of test ids")
+        tests[name] = value
+    if not tests["FAIL_TO_PASS"]:
+        raise ValueError("FAIL_TO_PASS is empty: nothing would tell a fix from no fix")
+    folder, archive = repos / instance_id, repos / f"{instance_id}.tar.gz"
+    if folder.is_dir():
+        files = directory_files(folder)
+    elif archive.is_file():
+        files = archive_files(archive)
+    else:
+        raise ValueError(f"no repository for it: neither {folder}/ nor {archive}")
+    hidden = {"patch": row["patch"], "test_patch": row["test_patch"], **tests}
+    hidden.update({name: row[name] for name in ("repo", "base_commit", "version") if isinstance(row.get(name), str)})
+    return {"key": instance_id, "inputs": {"problem_statement": row["problem_statement"],
+                                           "repository": snapshot_files(files)}, "hidden": hidden}

@@ -1,5 +1,10 @@
 """`manage.py import_tasks --template SLUG --format FORMAT FILE`: tasks from a benchmark file become a new
-version of the task template (all of them or none)."""
+version of the task template (all of them or none).
+
+`--format swe-bench FILE --repos DIR`: repository tasks in SWE-bench's instance format, each repository at its base
+in DIR/<instance_id>/ or DIR/<instance_id>.tar.gz. Each instance is validated in the template's sandbox image first
+(gold patch 1, no patch 0; apps/registry/repository_import.py), its outcome printed with a reason; those that fail
+are refused, the others imported, and the command fails if any was refused."""
 
 import re
 from pathlib import Path
@@ -8,8 +13,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.selectors import project_for_command
+from apps.common import wiring
 from apps.registry.errors import FieldError, SpecError, VersionNotFound
+from apps.registry.pins import pinned_template
 from apps.registry.refs import Ref
+from apps.registry.repository_import import SWE_BENCH, read_swe_bench, validate_repository_tasks, verifier_timeout
 from apps.registry.selectors import instance_rows, version_resolve
 from apps.registry.services import version_publish
 from apps.registry.task_files import FORMATS, read_task_file
@@ -21,23 +29,33 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("file", type=Path)
         parser.add_argument("--template", required=True, help="task template slug")
-        parser.add_argument("--format", required=True, choices=sorted(FORMATS))
+        parser.add_argument("--format", required=True, choices=sorted([*FORMATS, SWE_BENCH]))
+        parser.add_argument("--repos", type=Path, help="swe-bench: the folder of repositories at their base "
+                                                         "(<instance_id>/ or <instance_id>.tar.gz)")
+        parser.add_argument("--concurrency", type=int, default=2, help="swe-bench: instances validated at once")
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--replace", action="store_true",
                             help="the file becomes the whole task set (default: add to the template's tasks)")
         parser.add_argument("--user", help="author of the new version")
         parser.add_argument("--message", default="")
 
-    def handle(self, *args, file, template, format, project, replace, user, message, **_):
+    def handle(self, *args, file, template, format, project, replace, user, message, repos=None, concurrency=2,
+               **_):
         try:
             scope = project_for_command(slug=project)
         except LookupError as exc:
             raise CommandError(str(exc))
         author = get_user_model().objects.filter(username=user).first() if user else None
         instances = None
+        if format == SWE_BENCH and repos is None:
+            raise CommandError("--format swe-bench needs --repos DIR (the repositories at their base)")
+        refused = 0
         try:
             head = version_resolve(project=scope, ref=Ref("task_template", template))
-            imported = read_task_file(file, format)
+            if format == SWE_BENCH:
+                imported, refused = self.validated(read_swe_bench(file, repos), scope, template, concurrency)
+            else:
+                imported = read_task_file(file, format)
             instances = imported if replace else self.merged(head, imported)
             published = version_publish(project=scope, kind="task_template", slug=template, spec=head.spec,
                                         author=author, instances=instances, expected_head=head.number, via="cli",
@@ -52,6 +70,27 @@ class Command(BaseCommand):
             self.stdout.write(f"{version.ref}: {version.instance_set.count} tasks ({len(imported)} in the file).")
         else:
             self.stdout.write(f"{version.ref} already holds these tasks; nothing changed.")
+        if refused:
+            raise CommandError(f"{refused} instance(s) refused (their outcomes are above); the others were imported.")
+
+    def validated(self, instances: list[dict], scope, template: str, concurrency: int) -> tuple[list[dict], int]:
+        """The instances whose gold patch scores 1 and empty patch 0 in the template's image, and how many were
+        refused; each outcome is printed as it comes."""
+        pinned = pinned_template(project=scope, text=template)
+        pool = wiring.sandbox_pool()
+        try:
+            validations = validate_repository_tasks(
+                instances, pool=pool, image=pinned.image, timeout=verifier_timeout(pinned.verifier_spec),
+                concurrency=concurrency,
+                progress=lambda v: self.stdout.write(f"  {v.key}: {v.reason}" + (f" ({v.detail[:300]})"
+                                                                                   if not v.ok else "")))
+        finally:
+            pool.close()
+        valid = [instance for instance, v in zip(instances, validations, strict=True) if v.ok]
+        refused = len(instances) - len(valid)
+        if not valid:
+            raise SpecError([FieldError(v.key, f"{v.reason}: {v.detail[:500]}") for v in validations])
+        return valid, refused
 
     def by_key(self, errors, instances) -> list[str]:
         """`instances[12].inputs: ...` from publishing, said as the task's key, which the user can find."""

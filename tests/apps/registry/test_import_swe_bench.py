@@ -1,0 +1,75 @@
+"""`manage.py import_tasks --format swe-bench FILE --repos DIR`: repository tasks validated through the real
+sandbox before they are published; a wrong gold patch is refused with its reason."""
+
+import io
+import json
+import tarfile
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from apps.registry.models import InstanceSetMember, Version
+from apps.registry.services import version_publish
+from tests.support.repository import FAIL_TO_PASS, FILES, GOLD_PATCH, PASS_TO_PASS, PYTEST_PIN, TEST_PATCH
+from workers.verifiers.repository import snapshot_contents
+
+pytestmark = pytest.mark.sandbox
+
+
+@pytest.fixture
+def template(project, owner):
+    def publish(kind, slug, spec):
+        return version_publish(project=project, kind=kind, slug=slug, spec=spec, author=owner).version
+
+    publish("sandbox_image", "repo-python", {"layers": [{"type": "base", "image": "python-3.11"},
+                                                        {"type": "python_packages", "packages": [PYTEST_PIN]}]})
+    publish("verifier", "repo-tests", {"layers": [{"name": "tests", "kind": "environment", "checks": [
+        {"type": "repository_tests", "timeout_seconds": 30}]}]})
+    return publish("task_template", "repo-fix", {"prompt_template": "{problem_statement}",
+                                                  "sandbox_image": "repo-python", "verifier": "repo-tests"})
+
+
+def row(instance_id: str, patch: str = GOLD_PATCH) -> dict:
+    return {"instance_id": instance_id, "repo": "example/calc", "base_commit": "abc123", "version": "1.0",
+            "problem_statement": "inclusive_range(a, b) leaves out b.", "patch": patch, "test_patch": TEST_PATCH,
+            "FAIL_TO_PASS": json.dumps(FAIL_TO_PASS), "PASS_TO_PASS": PASS_TO_PASS}
+
+
+def test_instances_are_validated_and_a_wrong_gold_patch_is_refused(template, tmp_path, capsys):
+    repos = tmp_path / "repos"
+    folder = repos / "calc__calc-1"  # a folder, with version control that could hold the fix
+    for name, content in {**FILES, ".git/refs/heads/fix": b"0" * 40, ".git/HEAD": b"ref: refs/heads/fix\n"}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(content)
+    with tarfile.open(repos / "calc__calc-2.tar.gz", "w:gz") as tar:  # an archive, one top folder as sdists have
+        for name, content in FILES.items():
+            info = tarfile.TarInfo(f"calc-1.0/{name}")
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    wrong = GOLD_PATCH.replace("range(a, b + 1)", "range(a, b + 2)")
+    instances = tmp_path / "instances.jsonl"
+    instances.write_text("\n".join(json.dumps(r) for r in [row("calc__calc-1"), row("calc__calc-2", wrong)]))
+    with pytest.raises(CommandError, match="1 instance\\(s\\) refused"):
+        call_command("import_tasks", str(instances), "--template", "repo-fix", "--format", "swe-bench",
+                     "--repos", str(repos))
+    out = capsys.readouterr().out
+    assert "calc__calc-1: pass" in out and "calc__calc-2: test_failed" in out
+    version = Version.objects.filter(definition__slug="repo-fix").order_by("-number").first()
+    (member,) = InstanceSetMember.objects.filter(instance_set_id=version.instance_set_id).select_related("instance")
+    assert member.key == "calc__calc-1"
+    assert sorted(snapshot_contents(member.instance.inputs["repository"])) == sorted(FILES)  # no .git
+    assert member.instance.hidden["FAIL_TO_PASS"] == FAIL_TO_PASS and member.instance.hidden["base_commit"] == "abc123"
+
+
+def test_a_file_whose_instances_all_fail_or_lack_a_repository_imports_nothing(template, tmp_path, capsys):
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    instances = tmp_path / "instances.jsonl"
+    instances.write_text(json.dumps(row("calc__missing")) + "\n" + json.dumps({"instance_id": "../x"}) + "\n")
+    with pytest.raises(CommandError, match="nothing was imported"):
+        call_command("import_tasks", str(instances), "--template", "repo-fix", "--format", "swe-bench",
+                     "--repos", str(repos))
+    err = capsys.readouterr().err
+    assert "line 1: no repository for it" in err and "line 2: missing problem_statement" in err
+    with pytest.raises(CommandError, match="needs --repos"):
+        call_command("import_tasks", str(instances), "--template", "repo-fix", "--format", "swe-bench")
