@@ -10,6 +10,7 @@ from apps.registry.models import Version
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import split_slug_ref
 from apps.runs.models import Checkpoint, CheckpointAlias, MetricPoint
+from apps.runs.stages import lineage
 from workers.rl.config import RunConfig
 from workers.rl.rollout.evaluation import suite_tasks
 from workers.rl.tasks.overlap import task_id
@@ -77,7 +78,8 @@ def endpoint_list(*, project: Project) -> QuerySet[Endpoint]:
 
 
 def checkpoint_rows(*, project: Project, limit: int = 500) -> list[dict]:
-    """Checkpoints newest run first: the run, step, size, aliases, reward/mean at the step, evaluations of it."""
+    """Checkpoints newest run first: the run, step, size, aliases, reward/mean at the step, evaluations of it, and
+    the checkpoints its run descends from (lineage: the run it started from, that run's, ...)."""
     checkpoints = list(Checkpoint.objects.filter(run__project=project).select_related("run")
                        .order_by("-run__created_at", "-step")[:limit])
     aliases: dict[int, list[str]] = {}
@@ -89,8 +91,9 @@ def checkpoint_rows(*, project: Project, limit: int = 500) -> list[dict]:
     evaluated: dict[int, list[Evaluation]] = {}
     for evaluation in Evaluation.objects.filter(checkpoint__in=checkpoints).select_related("suite__definition", "run"):
         evaluated.setdefault(evaluation.checkpoint_id, []).append(evaluation)
+    lineages = {run.pk: lineage(run) for run in {c.run for c in checkpoints}}
     return [{"checkpoint": c, "aliases": sorted(aliases.get(c.pk, [])), "reward": rewards.get((c.run_id, c.step)),
-             "evaluations": evaluated.get(c.pk, [])} for c in checkpoints]
+             "evaluations": evaluated.get(c.pk, []), "lineage": lineages[c.run_id]} for c in checkpoints]
 
 
 def timeline(*, board: results.Leaderboard) -> dict[str, list[tuple[int, statistics.Score]]]:

@@ -19,6 +19,7 @@ from workers.rl.session import build_pipeline
 from workers.rl.training import distributed
 
 from ..models import RunStatus
+from ..stages import start_weights
 from .base import Attempt, fail_attempt, process_exiting, remove_weights
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class TrainingAttempt(Attempt):
         run, config = self.run, self.config
         tasks = bundle_tasks(bundle=run.bundle, config=config)
         model = self.closing(wiring.run_model(config, tasks, progress=self.pretrain_progress, run_id=run.pk))
+        start_weights(model, run)  # another run's checkpoint (a stage), before the pipeline restores its own
         pool = self.closing(wiring.sandbox_pool())
         for template in tasks.templates.values():
             pool.warm(template.image)
