@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 WORKSPACE_ROOT = "/sandbox"  # the workspace as the program sees it (its cwd at the first call)
+# Where WorkspaceSource.from_bytes keeps archives it was handed in memory, by content: root's alone.
+SOURCE_DIR = Path("/var/tmp/posttrain-studio/workspace-sources")
 DIFF_EXCLUDE = ("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info", ".mypy_cache", ".ruff_cache")
 
 
@@ -108,6 +110,21 @@ class WorkspaceSource:
         if not path.is_dir():
             raise ValueError(f"workspace source {path} is not a directory")
         return cls(path=path, digest=digest or tree_digest(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, digest: str | None = None, *, folder: Path = SOURCE_DIR) -> WorkspaceSource:
+        """An archive handed over in memory (a repository task's snapshot): kept in `folder` under its sha256,
+        written once (to a temporary name, then renamed, so concurrent writers never see half of it)."""
+        digest = digest or hashlib.sha256(data).hexdigest()
+        if not all(c in "0123456789abcdef" for c in digest) or len(digest) != 64:
+            raise ValueError("a workspace digest is a sha256 in hex")
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = folder / f"{digest}.tar"
+        if not path.exists():
+            temporary = folder / f".{digest}.{os.getpid()}.{id(data):x}"
+            temporary.write_bytes(data)
+            temporary.rename(path)
+        return cls.archive(path, digest)
 
     @classmethod
     def archive(cls, path: Path | str, digest: str | None = None) -> WorkspaceSource:

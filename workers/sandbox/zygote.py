@@ -391,12 +391,13 @@ def read_file(request: dict) -> dict:
         fd = os.open(safe_path(request["path"]), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except (OSError, ValueError) as exc:
         return file_error(exc)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
         if stat.S_ISDIR(info.st_mode):
             return {"op": "error", "error": "is_a_directory", "reason": f"{request['path']} is a directory"}
-        if not stat.S_ISREG(info.st_mode):
-            return {"op": "error", "error": "not_found", "reason": f"{request['path']} is not a regular file"}
+        return {"op": "error", "error": "not_found", "reason": f"{request['path']} is not a regular file"}
+    with os.fdopen(fd, "rb") as handle:
         return {"op": "file", "content": base64.b64encode(handle.read(request["limit"])).decode(),
                 "size": info.st_size}
 
