@@ -30,8 +30,8 @@ from workers.rl.models.packaged import DEMO_MODEL
 # page's concern, so it lives here, once, for the form and the review alike. A field named in no group is shown
 # under "Other" (never hidden), and tests/apps/runs/test_run_form.py fails until it is given a group.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Model", ("model", "model_version", "model_sha256", "start_from", "chat_template", "engine", "device", "data_parallel",
-               "lora_rank", "lora_alpha")),
+    ("Model", ("model", "model_version", "model_sha256", "start_from", "chat_template", "engine", "device",
+               "data_parallel", "lora_rank", "lora_alpha")),
     ("Sampling", ("seed", "temperature", "curriculum", "dynamic_sampling", "oversampling", "domain_weights",
                   "domain_quotas")),
     ("GRPO", ("groups_per_step", "group_size", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay",
