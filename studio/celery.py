@@ -19,6 +19,17 @@ def _prepare_data_dir(**_):
     prepare_data_dir()
 
 
+@signals.celeryd_after_setup.connect
+def _serve_own_sessions(sender, instance, **_):
+    """A rollout worker also serves its own sessions queue: a sandbox session it opened gets its later calls there
+    (workers/remote.py)."""
+    from workers.remote import session_queue
+
+    queues = instance.app.amqp.queues
+    if not queues.consume_from or "rollout" in queues.consume_from:
+        queues.select_add(session_queue(sender))
+
+
 # Metrics of a worker (apps/operations/metrics.py): its tasks' latency, the engine's own (workers/telemetry.py)
 # and the sandbox pools of its host, served on STUDIO_METRICS_PORT when set. With a prefork pool the tasks run in
 # child processes: set PROMETHEUS_MULTIPROC_DIR (an empty directory) for prometheus-client to gather them.

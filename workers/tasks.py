@@ -2,7 +2,9 @@
 or a service, and hands back plain data; the wiring of engine objects is apps/common/wiring.py's.
 
 Queues: `gpu` runs a run's attempt (the trainer and the inference engine); `rollout` runs tool calls in this
-worker's sandbox pool; `verify` runs verifications. A run's attempt sends tool calls and verifications to the
+worker's sandbox pool, and opens sandbox sessions whose later calls come on this worker's own
+`sessions.<worker>` queue (workers/remote.py; studio/celery.py subscribes every rollout worker to its own);
+`verify` runs verifications. A run's attempt sends tool calls and verifications to the
 other two queues by task name (workers/remote.py) when the studio runs on services with remote rollouts on, so
 rollout and verification workers scale apart from the GPU ones.
 
@@ -13,14 +15,16 @@ is harmless: the claim lets only one attempt through.
 
 from __future__ import annotations
 
+import os
 import threading
 
 from celery import shared_task
 from celery.signals import worker_process_shutdown
 from django.conf import settings
 
-from workers.remote import tool_result_to_wire, verdict_to_wire
+from workers.remote import session_queue, tool_result_to_wire, verdict_to_wire
 from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.rollout.sessions import open_local_session
 from workers.rl.rollout.tools import PolicyToolError, SandboxToolRunner
 from workers.rl.types import TaskTemplate, Trajectory
 from workers.sandbox import SandboxImage
@@ -30,6 +34,10 @@ from workers.verifiers import Item
 _pool = None
 _verifier = None
 _lock = threading.Lock()
+# The sandbox sessions this worker holds (session id -> sessions.LocalToolSession), for the calls that come on its
+# sessions queue. They live in this process: a worker whose tasks run in forked children cannot serve them.
+_sessions: dict = {}
+MAIN_PROCESS = os.getpid()  # the worker's own process (imported before any child is forked)
 
 
 def sandbox_pool():
@@ -91,6 +99,47 @@ def execute_tool_call(image: dict, name: str, arguments: dict, max_output_chars:
     except PolicyToolError as exc:
         return {"policy_error": str(exc)}
     return tool_result_to_wire(result)
+
+
+# Not acks_late: a redelivered open would open a second sandbox that nobody closes.
+@shared_task(name="workers.tasks.open_tool_session", bind=True)
+def open_tool_session(self, template: dict, item: dict, max_output_chars: int) -> dict:
+    if os.getpid() != MAIN_PROCESS:
+        return {"error": "this rollout worker runs its tasks in forked children, where a session's later calls "
+                         "cannot reach it: start rollout workers with -P threads (or -P solo) to serve sessions"}
+    worker = self.request.hostname
+    for session_id, held in list(_sessions.items()):  # sessions given back by the pool (idle, lifetime, died)
+        if not held.session.alive:
+            _sessions.pop(session_id, None)
+    runner = SandboxToolRunner(sandbox_pool(), max_output_chars=max_output_chars)
+    try:
+        session = open_local_session(runner, TaskTemplate.from_json(template), Item(**item))
+    except Exception as exc:  # the pool or the image: an infrastructure error of that trajectory
+        return {"error": f"{worker} could not open a session: {type(exc).__name__}: {exc}"}
+    _sessions[session.id] = session
+    return {"session": session.id, "host": worker, "queue": session_queue(worker)}
+
+
+@shared_task(name="workers.tasks.session_tool_call")
+def session_tool_call(session_id: str, name: str, arguments: dict) -> dict:
+    session = _sessions.get(session_id)
+    if session is None:
+        return {"lost": f"no session {session_id} on this worker (it ended, or the worker restarted)"}
+    try:
+        result = session.run(name, arguments)
+    except PolicyToolError as exc:
+        return {"policy_error": str(exc)}
+    if result.status == "infra_error":
+        _sessions.pop(session_id, None)
+        session.close()
+    return tool_result_to_wire(result)
+
+
+@shared_task(name="workers.tasks.close_tool_session")
+def close_tool_session(session_id: str) -> None:
+    session = _sessions.pop(session_id, None)
+    if session is not None:
+        session.close()
 
 
 @shared_task(name="workers.tasks.verify_trajectory", acks_late=True)

@@ -9,6 +9,7 @@ Each lists only what the code calls through the seam. The implementations:
 - Policy: models/policies.py (TinyLMPolicy, HFPolicy).
 - ChatFormat: models/chat_formats.py (CharChat, HFChat); engines/endpoint.py (MessagesChat).
 - ToolRunner: rollout/tools.py (SandboxToolRunner, this process); workers/remote.py (RemoteToolRunner).
+- ToolSession: rollout/sessions.py (LocalToolSession); workers/remote.py (RemoteToolSession).
 - Verifier: rollout/grading.py (LocalVerifier, this process); workers/remote.py (RemoteVerifier).
 - Tracker: training/tracking.py (MemoryTracker); apps/runs/attempts/tracker.py (the studio's, its database).
 """
@@ -110,6 +111,22 @@ class ToolRunner(Protocol):
             on_acquired: Callable[[], None] | None = None) -> ToolResult:
         """One tool call in a fresh sandbox of `image`; `on_acquired` is called once the sandbox is ready.
         PolicyToolError (rollout/tools.py) for a call that is the policy's mistake."""
+
+
+class ToolSession(Protocol):
+    """One trajectory's sandbox session (a template that declares `session:`), as the rollout sees it: in this
+    process (rollout/sessions.py's LocalToolSession, opened from a SandboxToolRunner's pool) or on another worker
+    (workers/remote.py's RemoteToolSession, opened by RemoteToolRunner.open_session)."""
+
+    id: str
+    host: str  # "local", or the worker that holds the sandbox
+
+    def run(self, name: str, arguments: dict) -> ToolResult:
+        """One tool call in the session. PolicyToolError for a malformed call; status infra_error when the session
+        is lost, `limit` when its budget is spent."""
+
+    def close(self) -> None:
+        """Gives the sandbox back; safe to call twice, never raises."""
 
 
 class Verifier(Protocol):

@@ -46,6 +46,8 @@ class TaskTemplate:
     verifier_key: str  # "verifier/numeric-exact@1"
     verifier_spec: dict
     examples: tuple[dict, ...] = ()  # earlier turns the model sees before each prompt (few-shot), {role, content}
+    session: dict | None = None  # the spec's `session`: one sandbox held for the trajectory (rollout/sessions.py)
+    context: dict | None = None  # the spec's context policy: what happens when the conversation outgrows the model
 
     @classmethod
     def from_spec(cls, *, key: str, domain: str, spec: dict, image: SandboxImage, verifier_key: str,
@@ -53,7 +55,8 @@ class TaskTemplate:
         return cls(key=key, domain=domain, system_prompt=spec.get("system_prompt", ""),
                    prompt_template=spec["prompt_template"], tools=tuple(spec.get("tools", ())),
                    limits=dict(spec["limits"]), image=image, verifier_key=verifier_key, verifier_spec=verifier_spec,
-                   examples=tuple(spec.get("examples", ())))
+                   examples=tuple(spec.get("examples", ())), session=spec.get("session"),
+                   context=spec.get("context"))
 
     def to_json(self) -> dict:
         return {**asdict(self), "tools": list(self.tools), "examples": list(self.examples),
@@ -155,6 +158,10 @@ class Turn:
     finish_reason: str = ""  # assistant: stop | length | tool_calls | context
     started_s: float = 0.0  # seconds since the trajectory started (the replay's timeline)
     duration_s: float = 0.0
+    # The context policy rewrote the conversation after this assistant turn was sampled (older tool outputs
+    # dropped or cut): its tokens were sampled from a context the training sequence no longer holds, so they are
+    # context now (loss mask 0), never trained on. A tool turn's token_ids are then what the model read afterwards.
+    masked: bool = False
 
 
 @dataclass
@@ -180,6 +187,11 @@ class Trajectory:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per Phase, plus queue and total
     costs: dict[str, float] = field(default_factory=dict)  # policy_seconds, sandbox_cpu_seconds, judge, total
     tool_retries: int = 0
+    # The limit that ended it, if one did: turns | tokens | seconds | tool_calls | context | session_calls |
+    # session_lifetime; or that cut one of its turns short (turn_tokens, turn_calls, turn_seconds) when nothing ended
+    # it sooner. The run page shows the share of trajectories that hit each.
+    limit_hit: str = ""
+    restarts: int = 0  # times it started over after an infrastructure failure (its session's host lost, say)
     started_at: float = 0.0  # wall clock (time.time())
     finished_at: float = 0.0
     # Set by the trainer: the step that consumed it (trained on it, or dropped it: no signal, too stale, infra
@@ -213,7 +225,7 @@ class Trajectory:
         for turn in self.turns:
             if turn.role == "assistant":
                 ids += turn.token_ids
-                mask += [1] * len(turn.token_ids)
+                mask += [0 if turn.masked else 1] * len(turn.token_ids)
                 logprobs += turn.logprobs
             elif turn.token_ids:
                 ids += turn.token_ids

@@ -30,17 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .interface import SandboxBackend
-from .types import Execution, ExecutionResult, SandboxImage, Status
+from .session import Session, prepared_image
+from .types import Execution, ExecutionResult, LeaseExpired, SandboxImage, Status
 
 log = logging.getLogger(__name__)
 
 
 class AcquireTimeout(Exception):
     """No sandbox became free before the deadline."""
-
-
-class LeaseExpired(Exception):
-    """The lease was reclaimed: it sat idle past the pool's lease timeout, or its sandbox died."""
 
 
 class ImageUnavailable(Exception):
@@ -195,8 +192,6 @@ class SandboxPool:
         image's files) prepared by `spec.prepare`: a warm sandbox of that prepared workspace, leased until the
         session closes. Raises AcquireTimeout / ImageUnavailable as acquire does (an infrastructure error of the
         trajectory); the first session of a prepared workspace waits for its preparation."""
-        from .session import Session, prepared_image
-
         started = time.monotonic()
         lease = self.acquire(prepared_image(image, spec, workspace), timeout=timeout)
         return Session(lease, spec, open_seconds=time.monotonic() - started)

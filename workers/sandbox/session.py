@@ -321,7 +321,7 @@ class Session:
         self.stats.calls += 1
 
     def _call(self, function):
-        from .pool import LeaseExpired
+        from .types import LeaseExpired
         from .zygote_client import SandboxError
 
         try:

@@ -145,6 +145,10 @@ class ExecutionResult:
         return data
 
 
+class LeaseExpired(Exception):
+    """The lease was reclaimed: it sat idle past its timeout or a session's lifetime, or its sandbox died."""
+
+
 class NetworkRefused(Exception):
     """The image asks for the network (limits.network) and the backend was not allowed to give it any."""
 

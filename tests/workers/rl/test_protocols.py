@@ -8,7 +8,7 @@ import typing
 
 import pytest
 
-from workers.remote import RemoteToolRunner, RemoteVerifier
+from workers.remote import RemoteToolRunner, RemoteToolSession, RemoteVerifier
 from workers.rl import protocols
 from workers.rl.engines.endpoint import EndpointEngine, MessagesChat
 from workers.rl.engines.hf import TransformersEngine
@@ -19,6 +19,7 @@ from workers.rl.engines.vllm_engine import VLLMEngine
 from workers.rl.models.chat_formats import CharChat, HFChat
 from workers.rl.models.policies import HFPolicy, TinyLMPolicy
 from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.rollout.sessions import LocalToolSession
 from workers.rl.rollout.tools import SandboxToolRunner
 from workers.rl.training.tracking import MemoryTracker
 
@@ -28,6 +29,7 @@ IMPLEMENTATIONS = [
     (protocols.Policy, TinyLMPolicy), (protocols.Policy, HFPolicy),
     (protocols.ChatFormat, CharChat), (protocols.ChatFormat, HFChat), (protocols.ChatFormat, MessagesChat),
     (protocols.ToolRunner, SandboxToolRunner), (protocols.ToolRunner, RemoteToolRunner),
+    (protocols.ToolSession, LocalToolSession), (protocols.ToolSession, RemoteToolSession),
     (protocols.Verifier, LocalVerifier), (protocols.Verifier, RemoteVerifier),
     (protocols.Tracker, MemoryTracker),
 ]

@@ -2,16 +2,26 @@
 the template's tools, and the calls run in the sandbox pool.
 
 Per sample: the policy writes a turn; if it calls tools, they run (concurrently across the group) and their
-results join the context; repeat until the policy answers without a tool call or a limit ends it:
-- turns (`max_turns` assistant turns), tokens (`max_tokens` sampled over all turns, and the model's context),
-  time (`max_seconds` of wall clock: the sample ends as a timeout, reward 0);
+results join the context; repeat until the policy answers without a tool call or a limit ends it. Limits per
+trajectory end it, limits per turn cut that turn short (template limits; `trajectory.limit_hit` names the one hit):
+- per trajectory: turns (`max_turns` assistant turns), tokens (`max_tokens` sampled over all turns), time
+  (`max_seconds` of wall clock: the sample ends as a timeout, reward 0), tool calls (`max_tool_calls`), and the
+  model's context, where the template's context policy may drop or cut older tool outputs first (the prompt and
+  the last turns kept; the assistant turns sampled before are then context, never trained on);
+- per turn: tokens sampled (`max_turn_tokens`), tool calls run (`max_turn_calls`: the rest are answered as not
+  run) and their seconds together (`max_turn_seconds`);
 - a malformed tool call ends the sample as a policy error (reward 0); a sandbox that keeps failing after its
-  retries ends it as an infrastructure error (never scored, never trained on).
+  retries, or a session whose sandbox or host is lost, ends it as an infrastructure error (never scored, never
+  trained on) — a sample whose session was lost starts over once, in a fresh session.
+A template with a session (sessions.py) runs all of a trajectory's tool calls in one sandbox, opened at its first
+call (before its first turn when the session prepares its workspace) and given back when the trajectory ends,
+however it ends. The assistant's token ids enter the context as sampled, never re-tokenised.
 The first turn of a group is one engine request for all samples (they share the prompt and its KV cache).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -20,9 +30,14 @@ from workers.telemetry import log_context
 
 from ..engines import GenerationRequest
 from ..protocols import ChatFormat, Engine, ToolRunner
-from ..types import Phase, Task, ToolCall, Trajectory, TrajectoryStatus, Turn, trajectory_id
+from ..types import Phase, Task, ToolCall, ToolResult, Trajectory, TrajectoryStatus, Turn, trajectory_id
 from .idle import PhaseBoard
+from .sessions import INFRA_ERROR, LIMIT, TrajectoryTools
 from .tools import PolicyToolError, parse_tool_calls
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS = 1  # a sample whose session was lost starts over this many times before it stays an infra error
 
 
 @dataclass
@@ -32,12 +47,20 @@ class _Sample:
     messages: list[dict]
     context: list[int]
     started: float  # monotonic
+    tools: TrajectoryTools
     tokens_used: int = 0
+    turn: int = 0  # assistant turns written so far
+    tool_calls: int = 0  # tool calls run so far
     done: bool = False
+    restartable: bool = False  # ended by an infrastructure failure of its tools: may start over
 
     @property
     def limits(self) -> dict:
         return self.task.template.limits
+
+    def limit(self, name: str) -> float:
+        """A later limit of the template (0: none)."""
+        return self.task.template.limits.get(name, 0) or 0
 
 
 def request_seed(seed: int, seq: int, sample: int, turn: int) -> int:
@@ -54,49 +77,54 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine: E
     wall_started = time.time()
     samples: list[_Sample] = []
     for task in tasks:
-        template, item = task.template, task.item
-        messages = template.messages(item)
-        prompt_ids = chat.prompt(messages, list(template.tools))
-        if engine.max_context:
-            reserve = min(template.limits["max_tokens"], engine.max_context // 2)
-            prompt_ids = prompt_ids[-(engine.max_context - reserve):]  # the tail: where the question ends
+        prompt_ids = _prompt_ids(task, chat, engine)
         for index in range(group_size):
             trajectory = Trajectory(
                 id=trajectory_id(run_id, task.seq, index), run_id=run_id, seq=task.seq, sample=index,
-                domain=template.domain, template=template.key, task_key=item.key, task_hash=task.item_hash,
-                image=template.image.key, verifier=template.verifier_key, policy_version=engine.policy_version,
-                prompt_ids=list(prompt_ids),
-                turns=[Turn(role=m["role"], content=m["content"]) for m in template.messages(item, examples=False)],
-                started_at=wall_started)
-            samples.append(_Sample(task, trajectory, list(messages), list(prompt_ids), time.monotonic()))
+                domain=task.template.domain, template=task.template.key, task_key=task.item.key,
+                task_hash=task.item_hash, image=task.template.image.key, verifier=task.template.verifier_key,
+                policy_version=engine.policy_version, started_at=wall_started)
+            sample = _Sample(task, trajectory, [], [], 0.0, TrajectoryTools(tool_runner, task.template, task.item))
+            _begin(sample, prompt_ids)
+            samples.append(sample)
             board.set(trajectory.id, Phase.GENERATION)
     try:
-        turn = 0
+        _open_prepared_sessions(samples, tool_executor, board)
         while True:
             for sample in samples:
                 if sample.done:
                     continue
                 limits = sample.limits
-                if turn >= limits["max_turns"]:
-                    _end(sample, TrajectoryStatus.OK, "turn limit reached")
+                if sample.turn >= limits["max_turns"]:
+                    _end(sample, TrajectoryStatus.OK, "turn limit reached", limit="turns")
                 elif time.monotonic() - sample.started > limits["max_seconds"]:
-                    _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits['max_seconds']:g} s reached")
+                    _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits['max_seconds']:g} s reached",
+                         limit="seconds")
             active = [s for s in samples if not s.done]
             if not active:
                 break
-            _generate_turn(active, turn, engine, chat, seed, temperature, board)
+            _generate_turn(active, engine, chat, seed, temperature, board)
             calling = [s for s in active if not s.done and s.trajectory.turns[-1].tool_calls]
-            for sample in [s for s in calling if turn == s.limits["max_turns"] - 1]:
+            for sample in [s for s in calling if s.turn == s.limits["max_turns"] - 1]:
                 _end(sample, TrajectoryStatus.OK, f"turn limit of {sample.limits['max_turns']} reached with a tool "
-                                                  "call unanswered")
+                                                  "call unanswered", limit="turns")
             calling = [s for s in calling if not s.done]
             if calling:
-                list(tool_executor.map(lambda s: _run_tools(s, chat, tool_runner, board, engine.max_context), calling))
-            turn += 1
+                list(tool_executor.map(lambda s: _run_tools(s, chat, board, engine.max_context), calling))
+            for sample in active:
+                sample.turn += 1
+            for sample in samples:
+                if sample.done:
+                    sample.tools.close()  # its sandbox goes back now, not when the whole group is done
+                    if sample.restartable and sample.trajectory.restarts < MAX_RESTARTS:
+                        _restart(sample, chat, engine, board)
     except Exception:
         for sample in samples:
             board.finish(sample.trajectory.id)
         raise
+    finally:
+        for sample in samples:
+            sample.tools.close()
     for sample in samples:
         sample.trajectory.timings["rollout"] = time.monotonic() - sample.started
         if sample.trajectory.status == TrajectoryStatus.TIMEOUT:
@@ -105,6 +133,57 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine: E
             board.set(sample.trajectory.id, Phase.VERIFICATION)
     return [[s.trajectory for s in samples[index * group_size:(index + 1) * group_size]]
             for index in range(len(tasks))]
+
+
+def _prompt_ids(task: Task, chat, engine) -> list[int]:
+    template = task.template
+    prompt_ids = chat.prompt(template.messages(task.item), list(template.tools))
+    if engine.max_context:
+        reserve = min(template.limits["max_tokens"], engine.max_context // 2)
+        prompt_ids = prompt_ids[-(engine.max_context - reserve):]  # the tail: where the question ends
+    return prompt_ids
+
+
+def _begin(sample: _Sample, prompt_ids: list[int]) -> None:
+    """The sample at its first turn: the prompt, no turns of its own, the clock started."""
+    template, item, trajectory = sample.task.template, sample.task.item, sample.trajectory
+    trajectory.prompt_ids = list(prompt_ids)
+    trajectory.turns = [Turn(role=m["role"], content=m["content"]) for m in template.messages(item, examples=False)]
+    trajectory.status, trajectory.status_reason, trajectory.limit_hit = TrajectoryStatus.OK, "", ""
+    sample.messages, sample.context = list(template.messages(item)), list(prompt_ids)
+    sample.started, sample.tokens_used, sample.turn, sample.tool_calls = time.monotonic(), 0, 0, 0
+    sample.done = sample.restartable = False
+
+
+def _restart(sample: _Sample, chat, engine, board: PhaseBoard) -> None:
+    """A sample whose tools failed for the infrastructure's reasons (its session's sandbox or host lost) starts
+    over in a fresh session: the failed attempt is not a sample of the policy's, and its group keeps its size.
+    Its time and costs so far stay on its account."""
+    trajectory = sample.trajectory
+    log.info("trajectory %s starts over after an infrastructure failure: %s", trajectory.id,
+             trajectory.status_reason)
+    trajectory.restarts += 1
+    sample.tools = TrajectoryTools(sample.tools.runner, sample.task.template, sample.task.item)
+    _begin(sample, _prompt_ids(sample.task, chat, engine))
+    board.set(trajectory.id, Phase.GENERATION)
+
+
+def _open_prepared_sessions(samples: list[_Sample], tool_executor: Executor, board: PhaseBoard) -> None:
+    """Samples whose session prepares its workspace open it before their first turn, all at once: the
+    preparation (or the wait for a prepared copy) overlaps the others' and no turn waits on it later."""
+    opening = [s for s in samples if s.tools.stateful and s.tools.spec.prepare]
+    for sample in opening:
+        board.set(sample.trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
+
+    def open_one(sample: _Sample) -> None:
+        failure = sample.tools.open()
+        _add(sample.trajectory.timings, "environment_assembly", sample.tools.open_seconds)
+        if failure is not None:
+            _end(sample, TrajectoryStatus.INFRA_ERROR, failure.reason)
+            sample.restartable = True
+        board.set(sample.trajectory.id, Phase.GENERATION)
+
+    list(tool_executor.map(open_one, opening))
 
 
 def record_tool_result(trajectory: Trajectory, call: ToolCall, result, *, call_started: float,
@@ -131,44 +210,56 @@ def _add(totals: dict, key: str, value: float) -> None:
     totals[key] = totals.get(key, 0.0) + value
 
 
-def _end(sample: _Sample, status: TrajectoryStatus, reason: str) -> None:
+def _end(sample: _Sample, status: TrajectoryStatus, reason: str, *, limit: str = "") -> None:
+    """The sample is done; the first reason (and limit) that ended it is the one it keeps."""
     sample.done = True
-    if sample.trajectory.status == TrajectoryStatus.OK:
+    if sample.trajectory.status == TrajectoryStatus.OK and not sample.trajectory.status_reason:
         sample.trajectory.status = status
         sample.trajectory.status_reason = reason
+        if limit:
+            sample.trajectory.limit_hit = limit
+    elif sample.trajectory.status == TrajectoryStatus.OK and status != TrajectoryStatus.OK:
+        sample.trajectory.status, sample.trajectory.status_reason = status, reason
+
+
+def _turn_limit(sample: _Sample, limit: str) -> None:
+    """A per-turn limit cut a turn short: recorded unless a limit already ended or cut the trajectory."""
+    if not sample.trajectory.limit_hit:
+        sample.trajectory.limit_hit = limit
 
 
 def _budget(sample: _Sample, engine) -> int:
     room = sample.limits["max_tokens"] - sample.tokens_used
+    if sample.limit("max_turn_tokens"):
+        room = min(room, int(sample.limit("max_turn_tokens")))
     if engine.max_context:
         room = min(room, engine.max_context - len(sample.context))
     return room
 
 
-def _generate_turn(active: list[_Sample], turn: int, engine, chat, seed, temperature, board) -> None:
+def _generate_turn(active: list[_Sample], engine, chat, seed, temperature, board) -> None:
     for sample in active:
         if _budget(sample, engine) <= 0:
-            _end(sample, TrajectoryStatus.OK, "no token budget left")
+            context_full = engine.max_context and len(sample.context) >= engine.max_context
+            _end(sample, TrajectoryStatus.OK, "the context is full" if context_full else "no token budget left",
+                 limit="context" if context_full else "tokens")
     live = [s for s in active if not s.done]
     if not live:
         return
-    # A group's first turn is one request (its samples share the prompt); later turns, one per sample.
+    # A group's first turn is one request (its samples share the prompt); later turns, and a sample that started
+    # over, one per sample.
+    by_task: dict[int, list[_Sample]] = {}
     calls: list[list[_Sample]] = []
-    if turn == 0:
-        by_task: dict[int, list[_Sample]] = {}
-        for sample in live:
+    for sample in live:
+        if sample.turn == 0 and sample.trajectory.restarts == 0:
             by_task.setdefault(sample.task.seq, []).append(sample)
-        calls = list(by_task.values())
-        requests = [GenerationRequest(group[0].context, len(group), _budget(group[0], engine), chat.stop_ids,
-                                      temperature, request_seed(seed, group[0].task.seq, -1, 0),
-                                      messages=tuple(group[0].messages), tools=tuple(group[0].task.template.tools))
-                    for group in calls]
-    else:
-        calls = [[s] for s in live]
-        requests = [GenerationRequest(s.context, 1, _budget(s, engine), chat.stop_ids, temperature,
-                                      request_seed(seed, s.task.seq, s.trajectory.sample, turn),
-                                      messages=tuple(s.messages), tools=tuple(s.task.template.tools))
-                    for s in live]
+        else:
+            calls.append([sample])
+    calls = list(by_task.values()) + calls
+    requests = [GenerationRequest(group[0].context, len(group), _budget(group[0], engine), chat.stop_ids,
+                                  temperature, _seed(seed, group), messages=tuple(group[0].messages),
+                                  tools=tuple(group[0].task.template.tools))
+                for group in calls]
     for sample in live:
         board.set(sample.trajectory.id, Phase.GENERATION)
     call_started = time.monotonic()
@@ -176,11 +267,19 @@ def _generate_turn(active: list[_Sample], turn: int, engine, chat, seed, tempera
     seconds = time.monotonic() - call_started
     for group, completions in zip(calls, results, strict=True):
         for sample, completion in zip(group, completions, strict=True):
-            _take_completion(sample, completion, turn, chat, call_started, seconds)
+            _take_completion(sample, completion, chat, call_started, seconds)
 
 
-def _take_completion(sample: _Sample, completion, turn: int, chat, call_started: float, seconds: float) -> None:
-    trajectory = sample.trajectory
+def _seed(seed: int, group: list[_Sample]) -> int:
+    first = group[0]
+    if len(group) > 1 or (first.turn == 0 and first.trajectory.restarts == 0):
+        return request_seed(seed, first.task.seq, -1, 0)
+    # A restarted sample draws anew: its first attempt's draws are spent.
+    return request_seed(seed, first.task.seq, first.trajectory.sample, first.turn + 1000 * first.trajectory.restarts)
+
+
+def _take_completion(sample: _Sample, completion, chat, call_started: float, seconds: float) -> None:
+    trajectory, turn = sample.trajectory, sample.turn
     tools = list(sample.task.template.tools)
     if completion.finish_reason == "error":  # no answer at all: the infrastructure's fault, never scored
         _add(trajectory.timings, "generation", seconds)
@@ -196,9 +295,13 @@ def _take_completion(sample: _Sample, completion, turn: int, chat, call_started:
     # The oldest weights that wrote any of its turns: what its staleness is measured from.
     trajectory.policy_version = completion.policy_version if turn == 0 else min(trajectory.policy_version,
                                                                                 completion.policy_version)
-    sample.context += completion.token_ids
+    sample.context += completion.token_ids  # as sampled: never re-tokenised from the text
     sample.tokens_used += len(completion.token_ids) if completion.usage_tokens is None else completion.usage_tokens
     sample.messages.append({"role": "assistant", "content": text})
+    cut_by_turn_limit = (completion.finish_reason == "length" and sample.limit("max_turn_tokens")
+                         and len(completion.token_ids) >= sample.limit("max_turn_tokens"))
+    if cut_by_turn_limit:
+        _turn_limit(sample, "turn_tokens")
     if not tools:
         _end(sample, TrajectoryStatus.OK, "answered")
         return
@@ -209,36 +312,61 @@ def _take_completion(sample: _Sample, completion, turn: int, chat, call_started:
         _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
         return
     if not calls:
-        _end(sample, TrajectoryStatus.OK, "answered" if completion.finish_reason == "stop" else
-             "stopped at the token limit")
+        if completion.finish_reason == "stop":
+            _end(sample, TrajectoryStatus.OK, "answered")
+        else:
+            _end(sample, TrajectoryStatus.OK, "stopped at the token limit",
+                 limit="turn_tokens" if cut_by_turn_limit else "tokens")
         return
     assistant.finish_reason = "tool_calls"
     assistant.tool_calls = [ToolCall(id=f"call-{turn}-{n}", name=c.name, arguments=c.arguments)
                             for n, c in enumerate(calls)]
 
 
-def _run_tools(sample: _Sample, chat, tool_runner, board: PhaseBoard, max_context: int | None) -> None:
+def _run_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int | None) -> None:
     # A sample's tool calls run in a thread of their own: what they log names the trajectory.
     with log_context(run=sample.trajectory.run_id, trajectory=sample.trajectory.id):
-        _run_sample_tools(sample, chat, tool_runner, board, max_context)
+        _run_sample_tools(sample, chat, board, max_context)
 
 
-def _run_sample_tools(sample: _Sample, chat, tool_runner, board: PhaseBoard, max_context: int | None) -> None:
+def _not_run(call: ToolCall, why: str) -> ToolResult:
+    return ToolResult(status="not_run", text=f"[not run: {why}]", reason=why)
+
+
+def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int | None) -> None:
     task, started, tools = sample.task, sample.started, list(sample.task.template.tools)
     trajectory = sample.trajectory
     calls = trajectory.turns[-1].tool_calls
+    turn_deadline = time.monotonic() + sample.limit("max_turn_seconds") if sample.limit("max_turn_seconds") else None
     new_messages = []
+    ran_this_turn, spent = 0, ""
     for call in calls:
-        board.set(trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
         call_started = time.monotonic()
-        try:
-            result = tool_runner.run(task.template.image, call.name, call.arguments,
-                                     on_acquired=lambda: board.set(trajectory.id, Phase.TOOLS))
-        except PolicyToolError as exc:
-            _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
+        if sample.limit("max_tool_calls") and sample.tool_calls >= sample.limit("max_tool_calls"):
+            result, spent = _not_run(call, f"the trajectory's {int(sample.limit('max_tool_calls'))} tool calls are "
+                                           "spent"), "tool_calls"
+        elif sample.limit("max_turn_calls") and ran_this_turn >= sample.limit("max_turn_calls"):
+            result = _not_run(call, f"a turn runs at most {int(sample.limit('max_turn_calls'))} tool calls")
+            _turn_limit(sample, "turn_calls")
+        elif turn_deadline is not None and call_started >= turn_deadline:
+            result = _not_run(call, f"this turn's {sample.limit('max_turn_seconds'):g} s for tool calls are spent")
+            _turn_limit(sample, "turn_seconds")
+        else:
+            board.set(trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
+            try:
+                result = sample.tools.run(call.name, call.arguments,
+                                          on_acquired=lambda: board.set(trajectory.id, Phase.TOOLS))
+            except PolicyToolError as exc:
+                _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
+                return
+            ran_this_turn += 1
+            sample.tool_calls += 1
+        if result.status == LIMIT:  # the session's own budget: the trajectory ends as it stands, and is verified
+            _end(sample, TrajectoryStatus.OK, f"{call.name}: {result.text}", limit=f"session_{result.reason}")
             return
         if record_tool_result(trajectory, call, result, call_started=call_started, started=started) is None:
             sample.done = True
+            sample.restartable = result.status == INFRA_ERROR and sample.tools.stateful
             return
         new_messages.append({"role": "tool", "content": result.text, "tool_call_id": call.id, "name": call.name})
     ids = chat.continuation(sample.messages, new_messages, tools)
@@ -250,6 +378,84 @@ def _run_sample_tools(sample: _Sample, chat, tool_runner, board: PhaseBoard, max
     board.set(trajectory.id, Phase.GENERATION)
     if time.monotonic() - started > task.template.limits["max_seconds"]:
         _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {task.template.limits['max_seconds']:g} s reached "
-                                               "during a tool call")
-    elif max_context and len(sample.context) >= max_context:
-        _end(sample, TrajectoryStatus.OK, "the context is full")
+                                               "during a tool call", limit="seconds")
+    elif spent:
+        _end(sample, TrajectoryStatus.OK, f"tool call limit of {int(sample.limit('max_tool_calls'))} reached",
+             limit=spent)
+    elif max_context and (task.template.context or {}).get("when_full", "end") == "end":
+        if len(sample.context) >= max_context:
+            _end(sample, TrajectoryStatus.OK, "the context is full", limit="context")
+    elif max_context and _room(sample, max_context) <= 0:
+        fit_context(sample, chat, max_context)
+
+
+def _room(sample: _Sample, max_context: int) -> int:
+    """Tokens left for the next turn; a turn needs at least a few (a quarter of the context, or its own cap)."""
+    needed = min(max_context // 4, int(sample.limit("max_turn_tokens")) or max_context // 4)
+    return max_context - len(sample.context) - needed
+
+
+def fit_context(sample: _Sample, chat, max_context: int) -> None:
+    """The template's context policy, when the next turn would not fit: drop (`drop_tool_outputs`) or cut
+    (`truncate_tool_outputs`) the tool outputs older than the last
+    `keep_last_turns` turns and rebuild the context from the prompt and the turns' own token ids — the assistant's
+    as sampled, the tool outputs as the model will now read them. The assistant turns sampled before are masked
+    out of training (their context has changed). A conversation that still does not fit ends the sample (as the
+    default policy, `end`, does once the context is full)."""
+    if not compact_context(sample, chat, sample.task.template.context or {}):
+        _end(sample, TrajectoryStatus.OK, "the context is full", limit="context")
+        return
+    if _room(sample, max_context) <= 0:
+        _end(sample, TrajectoryStatus.OK, "the context is full, older tool outputs left out", limit="context")
+
+
+def compact_context(sample: _Sample, chat, policy: dict) -> bool:
+    """Rewrites the older tool outputs the model reads (the turns' contents stay whole for review); False when
+    there is nothing older to rewrite."""
+    trajectory, template = sample.trajectory, sample.task.template
+    opening = len(template.messages(sample.task.item, examples=False))
+    examples = len(sample.messages) - len(trajectory.turns)  # the few-shot turns come before the trajectory's own
+    keep_from = max(opening, len(trajectory.turns) - policy.get("keep_last_turns", 4))
+    older_tools = [i for i in range(opening, keep_from) if trajectory.turns[i].role == "tool"
+                   and not trajectory.turns[i].result.get("context_text_cut")]
+    if not older_tools:
+        return False
+    tools = list(template.tools)
+    messages = list(sample.messages[:examples + opening])
+    context = list(trajectory.prompt_ids)
+    index = opening
+    while index < len(trajectory.turns):
+        turn = trajectory.turns[index]
+        if turn.role == "assistant":
+            context += turn.token_ids
+            messages.append(sample.messages[examples + index])
+            turn.masked = True
+            index += 1
+            continue
+        block_end = index
+        while block_end < len(trajectory.turns) and trajectory.turns[block_end].role == "tool":
+            block_end += 1
+        block = []
+        for position in range(index, block_end):
+            message = dict(sample.messages[examples + position])
+            if position < keep_from:
+                message["content"] = _shortened(message["content"], policy)
+                trajectory.turns[position].result["context_text_cut"] = True
+            block.append(message)
+        ids = chat.continuation(messages, block, tools)
+        trajectory.turns[index].token_ids = ids
+        for position in range(index + 1, block_end):
+            trajectory.turns[position].token_ids = []
+        context += ids
+        messages += block
+        index = block_end
+    sample.context, sample.messages = context, messages
+    return True
+
+
+def _shortened(text: str, policy: dict) -> str:
+    if policy.get("when_full") == "drop_tool_outputs":
+        return "[output left out to fit the context]"
+    keep = policy.get("truncated_chars", 200)
+    return text if len(text) <= keep else text[:keep] + f"\n[... {len(text) - keep} characters left out to fit the " \
+                                                        "context]"

@@ -22,6 +22,7 @@ from ..types import Task, ToolCall, Trajectory, Turn, trajectory_id
 from .agent import record_tool_result
 from .grading import grade_trajectory
 from .metrics import Prices, trajectory_cost
+from .sessions import LIMIT, TrajectoryTools
 from .tools import parse_tool_calls
 
 OUTCOMES = ("checked", "passed", "failed", "ungraded")
@@ -63,18 +64,26 @@ def reference_rollout(run_id: str, task: Task, answers: list[str], tool_runner: 
                             turns=[Turn(role=m["role"], content=m["content"])
                                    for m in template.messages(task.item, examples=False)])
     tools = list(template.tools)
-    for index, text in enumerate(answers):
-        calls = parse_tool_calls(text, tools) if tools else []
-        trajectory.turns.append(Turn(
-            role="assistant", content=text, finish_reason="tool_calls" if calls else "stop",
-            started_s=round(time.monotonic() - started, 4),
-            tool_calls=[ToolCall(id=f"call-{index}-{n}", name=c.name, arguments=c.arguments)
-                        for n, c in enumerate(calls)]))
-        for call in trajectory.turns[-1].tool_calls:
-            call_started = time.monotonic()
-            result = tool_runner.run(template.image, call.name, call.arguments)
-            if record_tool_result(trajectory, call, result, call_started=call_started, started=started) is None:
-                return trajectory
+    trajectory_tools = TrajectoryTools(tool_runner, template, task.item)  # a session's, for a template with one
+    try:
+        for index, text in enumerate(answers):
+            calls = parse_tool_calls(text, tools) if tools else []
+            trajectory.turns.append(Turn(
+                role="assistant", content=text, finish_reason="tool_calls" if calls else "stop",
+                started_s=round(time.monotonic() - started, 4),
+                tool_calls=[ToolCall(id=f"call-{index}-{n}", name=c.name, arguments=c.arguments)
+                            for n, c in enumerate(calls)]))
+            for call in trajectory.turns[-1].tool_calls:
+                call_started = time.monotonic()
+                result = trajectory_tools.run(call.name, call.arguments)
+                if result.status == LIMIT:
+                    trajectory.status_reason, trajectory.limit_hit = result.text, f"session_{result.reason}"
+                    return trajectory
+                if record_tool_result(trajectory, call, result, call_started=call_started,
+                                      started=started) is None:
+                    return trajectory
+    finally:
+        trajectory_tools.close()
     trajectory.timings["rollout"] = time.monotonic() - started
     return trajectory
 

@@ -3,7 +3,8 @@
 The policy calls a tool by writing `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the Hermes /
 Qwen convention most open chat templates use). Each call runs as one program in a fresh, warm sandbox of the
 template's image (SandboxPool.execute: reset after use, infrastructure errors retried): calls are stateless,
-and the conversation carries what the policy learned from earlier ones. The built-in tools:
+and the conversation carries what the policy learned from earlier ones — unless the template declares a
+session, whose calls all run in one sandbox held for the trajectory (sessions.py). The built-in tools:
 
 - run_python(code): the code runs as the sandbox's main.py; the result is its exit code, stdout and stderr.
 - read_document(doc_id): the text of docs/<doc_id>.txt in the image.
@@ -131,10 +132,14 @@ def result_text(name: str, result, limit: int) -> str:
 class SandboxToolRunner:
     """Runs tool calls in a local SandboxPool (the embedded studio, and every rollout worker)."""
 
-    def __init__(self, pool, *, acquire_timeout: float = 60.0, max_output_chars: int = 2000):
+    def __init__(self, pool, *, acquire_timeout: float = 60.0, max_output_chars: int = 2000,
+                 session_open_timeout: float = 600.0):
+        """session_open_timeout: how long opening a session in this pool may wait (sessions.open_local_session),
+        the first one of a workspace included (it waits for the workspace's preparation, paid once per image)."""
         self.pool = pool
         self.acquire_timeout = acquire_timeout
         self.max_output_chars = max_output_chars
+        self.session_open_timeout = session_open_timeout
 
     def run(self, image, name: str, arguments: dict, *, on_acquired=None) -> ToolResult:
         execution = tool_execution(name, arguments)
