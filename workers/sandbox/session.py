@@ -26,10 +26,11 @@ Where the workspace comes from and what "prepared" means:
 - `diff()` compares the workspace with that base: what the trajectory changed, and nothing the preparation did.
 
 Limits and their errors (the rollout maps them onto the trajectory):
-- `SessionLimitReached`: the session's own budget is spent (max_calls, lifetime): the policy's limit, the
-  trajectory ends as a timeout/limit hit and is still verified.
-- `SessionLost`: the sandbox died, its host is gone, or it was reclaimed after `idle_timeout` without a call:
-  an infrastructure error, the trajectory is retried, never scored.
+- `SessionLimitReached`: the session's own budget is spent (max_calls, lifetime), or a program the policy ran
+  killed the sandbox (or ran it out of memory as a whole) — the call that did it returns its result, the next
+  raises: the policy's doing, so the trajectory ends as a limit hit and is still verified.
+- `SessionLost`: the sandbox died between calls, its host is gone, or it was reclaimed after `idle_timeout`
+  without a call: an infrastructure error, the trajectory is retried, never scored.
 - A program's own failure (non-zero exit, its timeout, killed for memory or output) is a normal result with that
   status, exactly as for a one-shot Execution; the session lives on.
 
@@ -62,8 +63,9 @@ class SessionLost(SessionError):
 
 
 class SessionLimitReached(SessionError):
-    """The session's budget is spent (`max_calls` calls, or its `lifetime`): the policy's limit, not an error of
-    the machinery. `limit` names which: "calls" or "lifetime"."""
+    """The session cannot go on by the policy's doing: its budget is spent (`max_calls` calls, or its `lifetime`),
+    or a program of the policy's took the sandbox down during a call. Not an error of the machinery: the trajectory
+    ends and is verified as it stands. `limit` names which: "calls", "lifetime" or "sandbox_killed"."""
 
     def __init__(self, limit: str, message: str):
         super().__init__(message)
@@ -208,6 +210,7 @@ class Session:
         self.opened = time.monotonic()
         self.deadline = self.opened + spec.lifetime
         self.closed = False
+        self.ended_by_program = ""  # why the program's own call ended the sandbox, if it did
         lease.idle_timeout, lease.deadline = spec.idle_timeout, self.deadline
 
     # --- calls ------------------------------------------------------------------------------------------------
@@ -238,10 +241,13 @@ class Session:
         execution = Execution(**shape, stdin=stdin, limits=limits, cwd=start_in, env=dict(env or {}),
                               keep_background=self.spec.keep_background)
         result = self._call(lambda: self._lease.run(execution))
-        if result.status == "infra_error" or not self._lease.sandbox.alive:
-            # The sandbox went with the program (it killed its own sandbox, or the host lost it): the workspace
-            # is gone, so the session is too.
-            self._lost(f"the session's sandbox died during a call: {result.reason}")
+        if result.status == "infra_error":
+            self._lost(f"the session's sandbox failed: {result.reason}")
+        if not self._lease.sandbox.alive:
+            # The sandbox died while the program ran: the program's doing (it killed it, or ran it out of memory
+            # as a whole), never the infrastructure's. The policy reads this result; the session ends at its next
+            # call, and the trajectory is verified as it stands.
+            self.ended_by_program = result.reason or "the sandbox died during the call"
         if result.cwd:
             self.cwd = result.cwd
         self.stats.exec_seconds += result.wall_seconds
@@ -307,10 +313,15 @@ class Session:
         return self.deadline - time.monotonic()
 
     def _count_call(self) -> None:
+        if self.ended_by_program:
+            self.close()
+            raise SessionLimitReached("sandbox_killed", f"the session's sandbox is gone: {self.ended_by_program}")
         if self.closed:
             raise SessionLost("the session is closed")
         if self._lease.expired:
             self._lost(self._lease.expired_reason or "the session's sandbox was reclaimed")
+        if not self._lease.sandbox.alive:
+            self._lost("the session's sandbox died between calls")
         if self._remaining() <= 0:
             self.stats.limit_hit = "lifetime"
             self.close()

@@ -135,3 +135,14 @@ def test_a_session_idle_past_its_timeout_or_whose_sandbox_died_is_lost(pool):
     session._lease.sandbox.destroy()  # the host lost it (a crash, an OOM kill of the whole sandbox)
     with pytest.raises(SessionLost):
         session.exec("true")
+
+
+def test_a_program_that_takes_its_sandbox_down_ends_the_session_by_its_own_doing(pool):
+    """Not an infrastructure error (which would be retried and never scored): the policy reads the result, and the
+    trajectory ends there and is verified as it stands."""
+    session = pool.open_session(IMAGE, SPEC, timeout=60)
+    result = session.exec("kill -9 -1")
+    assert result.status == "killed" and not session.alive
+    with pytest.raises(SessionLimitReached) as ended:
+        session.exec("true")
+    assert ended.value.limit == "sandbox_killed"
