@@ -122,6 +122,14 @@ def snapshot_bytes(snapshot: dict) -> bytes:
     return data
 
 
+def snapshot_workspace(snapshot: dict):
+    """The snapshot as a sandbox session's workspace source (SandboxPool.open_session): prepared once per
+    snapshot and image, a fresh copy per trajectory; no version control, so no history that holds the fix."""
+    from workers.sandbox.session import WorkspaceSource
+
+    return WorkspaceSource.from_bytes(snapshot_bytes(snapshot), snapshot["sha256"])
+
+
 def snapshot_contents(snapshot: dict) -> dict[str, bytes]:
     """The files of a snapshot (on the trusted side: tests, the mutation search)."""
     with tarfile.open(fileobj=io.BytesIO(snapshot_bytes(snapshot)), mode="r:gz") as tar:
@@ -202,6 +210,40 @@ def test_files(test_ids: list[str]) -> list[str]:
     return sorted({test.split("::")[0] for test in test_ids})
 
 
+@dataclass
+class TestRun:
+    """One run of a repository's tests in a fresh sandbox: where it ended (setup | patch | test_patch | timeout |
+    tests | sandbox_error), pytest's output or the failure's, and each test's outcome."""
+
+    stage: str
+    detail: str = ""
+    results: dict[str, str] = field(default_factory=dict)
+
+
+def run_tests(pool, image, *, archive: bytes, diff: str, test_patch: str, test_files: list[str],
+              timeout: float) -> TestRun:
+    """The base `archive` (a snapshot's tar.gz) + `diff` + `test_patch`, then pytest on `test_files`, in a fresh
+    sandbox of `image` (harness/repository_runner.py). The diff is applied as given: take test files out of a
+    model's first (verified_diff)."""
+    nonce = secrets.token_hex(16)
+    request = {"nonce": nonce, "patch": diff, "test_patch": test_patch, "plugin": PYTEST_PLUGIN,
+               "test_files": test_files, "timeout": timeout}
+    limits = image.limits
+    run_limits = replace(limits, wall_seconds=timeout + 30, cpu_seconds=max(limits.cpu_seconds, timeout + 10))
+    result = pool.execute(image, Execution(program=RUNNER, files={"repo.tar.gz": archive},
+                                           stdin=json.dumps(request).encode(), limits=run_limits))
+    if result.status == Status.INFRA_ERROR:
+        return TestRun("sandbox_error", result.reason)
+    for line in reversed(result.stdout.decode("utf-8", "replace").splitlines()):
+        if line.startswith(nonce + " "):
+            report = json.loads(line[len(nonce) + 1:])
+            return TestRun(report["stage"], report["detail"], report["results"])
+    if result.status == Status.TIMEOUT:
+        return TestRun("timeout", f"verification ran past its time limit: {result.reason}")
+    tail = result.stderr.decode("utf-8", "replace")[-600:]
+    return TestRun("sandbox_error", f"the harness gave no report ({result.status}: {result.reason}) {tail}")
+
+
 def evaluate_patch(pool, image, *, inputs: dict, hidden: dict, diff: str, timeout: float) -> PatchOutcome:
     """Verify `diff` (the model's workspace diff, or a gold patch) against the task, in a fresh sandbox."""
     fail_to_pass, pass_to_pass = task_tests(hidden)
@@ -216,27 +258,11 @@ def evaluate_patch(pool, image, *, inputs: dict, hidden: dict, diff: str, timeou
         return PatchOutcome("setup_failed", None, f"the repository snapshot is unusable: {exc}")
     test_patch = hidden.get("test_patch") or ""
     applied, dropped = verified_diff(diff, diff_paths(test_patch))
-    nonce = secrets.token_hex(16)
-    request = {"nonce": nonce, "patch": applied, "test_patch": test_patch, "plugin": PYTEST_PLUGIN,
-               "test_files": test_files(fail_to_pass + pass_to_pass), "timeout": timeout}
-    limits = image.limits
-    run_limits = replace(limits, wall_seconds=timeout + 30, cpu_seconds=max(limits.cpu_seconds, timeout + 10))
-    result = pool.execute(image, Execution(program=RUNNER, files={"repo.tar.gz": archive},
-                                           stdin=json.dumps(request).encode(), limits=run_limits))
-    if result.status == Status.INFRA_ERROR:
-        return PatchOutcome("sandbox_error", None, result.reason, dropped=dropped)
-    report = None
-    for line in result.stdout.decode("utf-8", "replace").splitlines():
-        if line.startswith(nonce + " "):
-            report = json.loads(line[len(nonce) + 1:])
-    if report is None:
-        if result.status == Status.TIMEOUT:
-            return PatchOutcome("timeout", 0.0, f"verification ran past its time limit: {result.reason}",
-                                dropped=dropped)
-        tail = result.stderr.decode("utf-8", "replace")[-600:]
-        return PatchOutcome("sandbox_error", None, f"the harness gave no report ({result.status}: {result.reason})"
-                                                   f" {tail}", dropped=dropped)
-    stage, detail = report["stage"], report["detail"]
+    run = run_tests(pool, image, archive=archive, diff=applied, test_patch=test_patch,
+                    test_files=test_files(fail_to_pass + pass_to_pass), timeout=timeout)
+    stage, detail = run.stage, run.detail
+    if stage == "sandbox_error":
+        return PatchOutcome("sandbox_error", None, detail, dropped=dropped)
     if stage == "setup":
         return PatchOutcome("setup_failed", None, detail, dropped=dropped)
     if stage == "test_patch":
@@ -246,7 +272,7 @@ def evaluate_patch(pool, image, *, inputs: dict, hidden: dict, diff: str, timeou
                             dropped=dropped)
     if stage == "timeout":
         return PatchOutcome("timeout", 0.0, detail[-1500:], dropped=dropped)
-    results = report["results"]
+    results = run.results
     failing = [test for test in fail_to_pass + pass_to_pass if results.get(test) != "passed"]
     if failing:
         shown = ", ".join(f"{test} ({results.get(test, 'did not run')})" for test in failing[:5])

@@ -5,17 +5,18 @@ import pytest
 
 from tests.support.repository import (
     FILES,
-    GOLD_PATCH,
-    REPOSITORY_IMAGE,
     FIXED,
+    GOLD_PATCH,
     RANGES,
+    REPOSITORY_IMAGE,
     diff_of,
     repository_instance,
 )
 from tests.support.sandbox import process_pool
 from workers.definitions.specs import RepositoryTests
-from workers.rl.rollout.swe_tools import LeaseWorkspace, SweLimits, SweToolSet
+from workers.rl.rollout.swe_tools import SweLimits, SweToolSet
 from workers.rl.rollout.tools import PolicyToolError
+from workers.sandbox.session import SessionSpec
 from workers.verifiers import Context, Item, Sample
 from workers.verifiers.repository import (
     DIFF_FILE,
@@ -24,6 +25,7 @@ from workers.verifiers.repository import (
     repository_tests_check,
     snapshot_contents,
     snapshot_files,
+    snapshot_workspace,
     verified_diff,
 )
 
@@ -51,11 +53,16 @@ def score(pool, instance, diff: str, timeout: float = 30) -> float | None:
     return outcome.value
 
 
+SESSION = SessionSpec(idle_timeout=60, lifetime=300, max_calls=200)
+
+
+def open_session(pool, instance):
+    return pool.open_session(REPOSITORY_IMAGE, SESSION, workspace=snapshot_workspace(instance["inputs"]["repository"]))
+
+
 @pytest.fixture
 def workspace(pool, instance):
-    with pool.acquire(REPOSITORY_IMAGE) as lease:
-        session = LeaseWorkspace(lease, REPOSITORY_IMAGE)
-        session.prepare(instance["inputs"]["repository"])
+    with open_session(pool, instance) as session:
         yield SweToolSet(session, limits=SweLimits(call_output_chars=2000, trajectory_output_chars=50_000))
 
 
@@ -66,7 +73,8 @@ def test_the_gold_patch_scores_1_and_no_patch_scores_0(pool, instance):
                           diff=GOLD_PATCH, timeout=30)
     assert (gold.reason, gold.reward) == ("pass", 1.0)
     assert gold.results == {"tests/test_hidden.py::test_inclusive_range": "passed",
-                            "tests/test_ranges.py::test_total": "passed", "tests/test_ranges.py::test_largest": "passed"}
+                            "tests/test_ranges.py::test_total": "passed",
+                            "tests/test_ranges.py::test_largest": "passed"}
     empty = evaluate_patch(pool, REPOSITORY_IMAGE, inputs=instance["inputs"], hidden=instance["hidden"], diff="",
                            timeout=30)
     assert (empty.reason, empty.reward, empty.failing) == ("test_failed", 0.0,
@@ -144,8 +152,8 @@ def test_sleeping_past_the_verifiers_timeout_scores_0(pool, instance):
 
 def test_the_workspace_holds_no_hidden_test_no_history_and_no_network(workspace):
     peek = workspace.call("bash", {"command": "grep -rl test_inclusive_range /sandbox /tmp /image; "
-                                              "git log --all --oneline | wc -l; git remote | wc -l"})
-    assert peek.text == "exit code 0\n1\n0\n"  # no hidden test anywhere; one commit, the base; no remote
+                                              "find / -name .git -not -path '/proc/*' 2>/dev/null | wc -l"})
+    assert peek.text == "exit code 0\n0\n"  # no hidden test anywhere; no version control that could hold a fix
     network = workspace.call("bash", {"command": "python -c \"import socket; socket.create_connection(("
                                                  "'1.1.1.1', 53), timeout=2)\""})
     assert network.exit_code != 0 and "OSError" in network.text
@@ -153,7 +161,7 @@ def test_the_workspace_holds_no_hidden_test_no_history_and_no_network(workspace)
 
 def test_writing_outside_the_workspace_changes_nothing_verification_sees(pool, instance, workspace):
     wrote = workspace.call("bash", {"command": "mkdir -p /tmp/calc && cp -r calc /tmp/ && "
-                                              "sed -i 's/list(range(a, b))/list(range(a, b + 1))/' /tmp/calc/ranges.py && "
+                                              "sed -i 's/, b))/, b + 1))/' /tmp/calc/ranges.py && "
                                               "echo x > /image/site/sitecustomize.py; echo x > /usr/lib/x.py; "
                                               "ls /tmp/calc"})
     assert "Read-only file system" in wrote.text and "ranges.py" in wrote.text
@@ -210,9 +218,7 @@ def test_bash_output_is_cut_in_the_middle_and_a_timeout_is_reported(workspace):
 
 
 def test_the_trajectory_output_budget_is_kept_apart_from_the_per_call_cut(pool, instance):
-    with pool.acquire(REPOSITORY_IMAGE) as lease:
-        session = LeaseWorkspace(lease, REPOSITORY_IMAGE)
-        session.prepare(instance["inputs"]["repository"])
+    with open_session(pool, instance) as session:
         tools = SweToolSet(session, limits=SweLimits(call_output_chars=1000, trajectory_output_chars=2500))
         texts = [tools.call("bash", {"command": "seq 1 5000"}).text for _ in range(4)]
     assert len(texts[0]) < 1100 and len(texts[1]) < 1100

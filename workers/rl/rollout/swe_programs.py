@@ -3,36 +3,8 @@ sandbox's python3 with their arguments as JSON on stdin, in the workspace's root
 swe_tools.py: this is sandbox-side source, read as text, never imported by the host.
 
 The editor keeps its undo history in /tmp/.studio-editor, outside the workspace (so never in the diff, and never
-in what verification replays). PREPARE and DIFF serve LeaseWorkspace only (a plain pool lease, where the
-workspace's base and diff are git's); a sandbox session keeps its base and diffs itself.
+in what verification replays).
 """
-
-PREPARE = r'''
-import json, os, subprocess, sys, tarfile
-REPO = os.getcwd()
-
-def inside(root, path):
-    full = os.path.normpath(os.path.join(root, path))
-    return full == root or full.startswith(root + "/")
-
-with tarfile.open(fileobj=sys.stdin.buffer, mode="r|gz") as tar:
-    members = []
-    for m in tar:
-        if not m.name.startswith("/") and inside(REPO, m.name) and (m.isfile() or m.isdir()):
-            m.mode = (m.mode | 0o600) & 0o777
-            tar.extract(m, REPO)
-            members.append(m)
-GIT = ["git", "-c", "user.name=studio", "-c", "user.email=studio@localhost", "-c", "init.defaultBranch=main",
-       "-c", "core.hooksPath=/dev/null"]
-# One commit of the base and nothing else: no history, refs or remotes that could hold the fix.
-for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-gpg-sign", "-m", "base"]):
-    done = subprocess.run(GIT + command, cwd=REPO, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit("git " + command[0] + " failed: " + done.stderr)
-with open(os.path.join(REPO, ".git", "info", "exclude"), "a") as handle:
-    handle.write("__pycache__/\n*.pyc\n.pytest_cache/\n")
-print(json.dumps({"files": len([m for m in members if m.isfile()])}))
-'''
 
 BASH = r'''
 import json, os, signal, subprocess, sys, tempfile
@@ -189,19 +161,4 @@ elif command == "undo_edit":
         sys.stdout.write("Undid the last edit of %s" % path)
 else:
     fail("unknown command %r" % command)
-'''
-
-# The workspace's diff against the base, whatever the program did to git's configuration: no external diff, no
-# hooks, no pager.
-DIFF = r'''
-import os, subprocess, sys
-GIT = ["git", "--no-pager", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "diff.external=",
-       "-c", "core.attributesFile=/dev/null"]
-add = subprocess.run(GIT + ["add", "-A"], capture_output=True)
-done = subprocess.run(GIT + ["diff", "--cached", "--binary", "--no-ext-diff", "--no-color", "--no-renames", "HEAD"],
-                      capture_output=True)
-if add.returncode or done.returncode:
-    sys.stderr.write((add.stderr + done.stderr).decode("utf-8", "replace"))
-    sys.exit(1)
-sys.stdout.buffer.write(done.stdout)
 '''

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from workers.sandbox import Execution, ExecutionResult, SandboxImage, Status
+from workers.sandbox import Status
 
 from ..types import ToolResult
-from .swe_programs import BASH, DIFF, EDITOR, PREPARE
+from .swe_programs import BASH, EDITOR
 from .tools import PolicyToolError
 
 BASH_TOOL = {"name": "bash",
@@ -70,8 +70,8 @@ def clipped(text: str, limit: int) -> str:
 
 class SweToolSet:
     """The tools of one trajectory over its session: `call(name, arguments)` runs one tool and returns its result
-    with the workspace's diff after it. `session` is a sandbox session (workers/sandbox/session.py: `exec` and
-    `diff`), or a LeaseWorkspace over a plain pool lease."""
+    with the workspace's diff after it. `session` is the trajectory's sandbox session (workers/sandbox/session.py),
+    its workspace the repository (workers.verifiers.repository.snapshot_workspace)."""
 
     def __init__(self, session, *, limits: SweLimits = SweLimits()):
         self.session = session
@@ -117,7 +117,7 @@ class SweToolSet:
         try:
             self.diff = self.session.diff(limit=MAX_DIFF_BYTES)
         except ValueError:
-            self.diff = "[the workspace's diff is longer than %d bytes]" % MAX_DIFF_BYTES
+            self.diff = f"[the workspace's diff is longer than {MAX_DIFF_BYTES} bytes]"
         return self.diff
 
     def _budgeted(self, text: str) -> str:
@@ -161,36 +161,3 @@ class SweToolSet:
         raise PolicyToolError(f"{name!r} is not a tool of this task; it offers {', '.join(SWE_TOOL_NAMES)}")
 
 
-class LeaseWorkspace:
-    """A session's `exec` and `diff` over a plain pool lease, whose working directory persists between runs: the
-    workspace's base is a one-commit git repository made by `prepare` (no history, no remote), its diff git's.
-    For pools and backends without sandbox sessions (workers/sandbox/session.py keeps the base itself)."""
-
-    def __init__(self, lease, image: SandboxImage):
-        self.lease, self.image = lease, image
-
-    def prepare(self, snapshot: dict) -> None:
-        from workers.verifiers.repository import snapshot_bytes
-
-        result = self.lease.run(Execution(command=["python3", "-c", PREPARE], stdin=snapshot_bytes(snapshot)))
-        if result.status != Status.OK:
-            raise WorkspaceError(f"the repository could not be prepared ({result.status}: {result.reason}) "
-                                 f"{result.stderr.decode('utf-8', 'replace')[-500:]}")
-
-    def exec(self, argv: list[str], *, timeout: float, cwd: str = ".", stdin: bytes = b"") -> ExecutionResult:
-        limits = replace(self.image.limits, wall_seconds=timeout, cpu_seconds=max(self.image.limits.cpu_seconds,
-                                                                                      timeout))
-        return self.lease.run(Execution(command=argv, stdin=stdin, limits=limits))
-
-    def diff(self, *, limit: int) -> str:
-        limits = replace(self.image.limits, output_bytes=limit + 1)
-        result = self.lease.run(Execution(command=["python3", "-c", DIFF], limits=limits))
-        if result.status != Status.OK:
-            return ""  # a workspace whose git index the program broke: the empty diff, which fixes nothing
-        if result.stdout_truncated or len(result.stdout) > limit:
-            raise ValueError(f"the workspace's diff is longer than {limit} bytes")
-        return result.stdout.decode("utf-8", "replace")
-
-
-class WorkspaceError(RuntimeError):
-    """The workspace could not be prepared: an infrastructure error, never the policy's."""

@@ -9,16 +9,23 @@ stdout: one line "<nonce> <json report>", the report {"stage", "detail", "result
 Order: base snapshot, then the model's diff (test files were taken out of it on the host), then the hidden test
 patch, then pytest on the test files, with PYTEST_DISABLE_PLUGIN_AUTOLOAD and our own report plugin. The code
 under test runs in pytest's process, as in SWE-bench's harness; the report says only what pytest itself said,
-test by test, and a test that never reported (a syntax error, an exit during collection) is simply absent.
+test by test, and a test that never reported (a syntax error, an exit during collection) is simply absent. Code
+that rewrites pytest's own objects inside that process could still forge outcomes (as in SWE-bench): these
+defences hold against what a diff does from outside pytest's process.
 """
 
+import ctypes
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import tarfile
 
+# Non-dumpable before the request (and its nonce) is read: no other process of the sandbox's uid, the code under
+# test included, can read this one's memory or reach its stdout through /proc.
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
 REQUEST = json.loads(sys.stdin.read())
 WORKDIR = os.getcwd()
 REPO = os.path.join(WORKDIR, "repo")
@@ -71,11 +78,11 @@ def main() -> None:
     os.makedirs(HARNESS, exist_ok=True)
     with open(os.path.join(HARNESS, "studio_report.py"), "w") as handle:
         handle.write(REQUEST["plugin"])
-    results_path = os.path.join(HARNESS, REQUEST["nonce"] + ".json")
+    results_path = os.path.join(HARNESS, secrets.token_hex(16) + ".json")  # not the nonce: pytest's env shows it
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST")}
     env.update({"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "STUDIO_REPORT": results_path,
                 "PYTHONPATH": HARNESS + ":" + os.environ.get("PYTHONPATH", "")})
-    command = [sys.executable, "-m", "pytest", "-p", "studio_report", "-p", "no:cacheprovider", "-q",
+    command = [sys.executable, "-m", "pytest", "-p", "studio_report", "-p", "no:cacheprovider", "-q", "--tb=short",
                "-o", "addopts=", "--rootdir", REPO, *REQUEST["test_files"]]
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)

@@ -1,0 +1,262 @@
+"""Bug-fix tasks from a real Python repository and its tests, as SWE-smith makes them: mutate the source, keep a
+mutation only if some tests fail with it and all pass without it; the reverse diff is the gold patch.
+
+- `mutation_candidates(files)`: every place in the non-test Python files where one of the operators below
+  applies, found with `ast` and in a fixed order (file, position, operator), each applied as a textual edit of
+  that node's source span, so the rest of the file keeps its formatting:
+  flip_comparison (`<` to `>=`, `==` to `!=`, `in` to `not in`, ...), off_by_one (an integer constant n to
+  n + 1 and a `+ 1`/`- 1` dropped), swap_arguments (a call's first two positional arguments), remove_branch (an
+  `if` without `else` taken out, an `else` branch dropped), swap_boolean (`and` to `or`).
+- `search_mutations(...)`: runs the repository's tests on the original once (every test must pass there, else
+  the repository is refused), then on candidates (seeded order) until enough are kept: some tests fail, at most
+  `max_failing_share` of them (a mutation that breaks the import of everything teaches little), and a failing
+  test's output becomes the problem statement's evidence.
+- `mutation_instance(...)`: the repository task instance (workers/verifiers/repository.py's shape): the
+  mutated repository as the snapshot, the gold patch, FAIL_TO_PASS and PASS_TO_PASS.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from workers.verifiers.repository import is_test_path, run_tests, snapshot_bytes, snapshot_files
+
+OPERATORS = ("flip_comparison", "off_by_one", "swap_arguments", "remove_branch", "swap_boolean")
+FLIPPED = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
+           ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One edit of one file: `old` (the node's source at lines `line`..`end_line`) becomes `new`."""
+
+    path: str
+    line: int
+    column: int
+    operator: str
+    old: str
+    new: str
+    end_line: int = 0
+    end_column: int = 0
+
+    @property
+    def key(self) -> str:
+        stem = self.path.removesuffix(".py").replace("/", "-").replace("_", "-").replace(".", "-").lower()
+        return f"{stem}-l{self.line}c{self.column}-{self.operator.replace('_', '-')}"
+
+    def apply(self, source: str) -> str:
+        lines = source.splitlines(keepends=True)
+        starts = [0]
+        for line in lines:
+            starts.append(starts[-1] + len(line))
+        begin = starts[self.line - 1] + _char_offset(lines[self.line - 1], self.column)
+        end = starts[self.end_line - 1] + _char_offset(lines[self.end_line - 1], self.end_column)
+        if source[begin:end] != self.old:
+            raise ValueError(f"{self.path}:{self.line}: the source there is not what the mutation expects")
+        return source[:begin] + self.new + source[end:]
+
+
+def _char_offset(line: str, byte_offset: int) -> int:
+    """ast's col_offset counts UTF-8 bytes."""
+    return len(line.encode("utf-8")[:byte_offset].decode("utf-8", "replace"))
+
+
+def source_files(files: dict[str, bytes]) -> list[str]:
+    return sorted(path for path in files if path.endswith(".py") and not is_test_path(path)
+                  and path.split("/")[-1] not in ("setup.py", "conftest.py", "noxfile.py")
+                  and not path.startswith(("docs/", "doc/", "examples/")))
+
+
+def mutation_candidates(files: dict[str, bytes]) -> list[Mutation]:
+    found = []
+    for path in source_files(files):
+        try:
+            source = files[path].decode("utf-8")
+            tree = ast.parse(source)
+        except (UnicodeDecodeError, SyntaxError):
+            continue
+        found.extend(_mutations_of(path, source, tree))
+    return found
+
+
+def _segment(source: str, node: ast.AST) -> str | None:
+    return ast.get_source_segment(source, node)
+
+
+def _mutation(path: str, source: str, node: ast.AST, operator: str, new: str) -> Mutation | None:
+    old = _segment(source, node)
+    if old is None or old == new:
+        return None
+    return Mutation(path, node.lineno, node.col_offset, operator, old, new, node.end_lineno, node.end_col_offset)
+
+
+def _mutations_of(path: str, source: str, tree: ast.AST) -> Iterator[Mutation]:
+    for node in ast.walk(tree):
+        made: list[Mutation | None] = []
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in FLIPPED:
+            flipped = ast.Compare(left=node.left, ops=[FLIPPED[type(node.ops[0])]()], comparators=node.comparators)
+            made.append(_mutation(path, source, node, "flip_comparison", ast.unparse(flipped)))
+        elif isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value <= 64:
+            made.append(_mutation(path, source, node, "off_by_one", str(node.value + 1)))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub) \
+                and isinstance(node.right, ast.Constant) and node.right.value == 1:
+            made.append(_mutation(path, source, node, "off_by_one", _segment(source, node.left) or ""))
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and not any(
+                isinstance(a, ast.Starred) for a in node.args[:2]):
+            first, second = (_segment(source, a) for a in node.args[:2])
+            if first and second and first != second:
+                swapped = ast.Call(func=node.func, args=[node.args[1], node.args[0], *node.args[2:]],
+                                   keywords=node.keywords)
+                made.append(_mutation(path, source, node, "swap_arguments", ast.unparse(swapped)))
+        elif isinstance(node, ast.If):
+            if not node.orelse:
+                made.append(_mutation(path, source, node, "remove_branch", "pass"))
+            elif not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):  # a plain else
+                kept = ast.If(test=node.test, body=node.body, orelse=[])
+                made.append(_mutation(path, source, node, "remove_branch", ast.unparse(kept)))
+        elif isinstance(node, ast.BoolOp):
+            swapped = ast.BoolOp(op=ast.Or() if isinstance(node.op, ast.And) else ast.And(), values=node.values)
+            made.append(_mutation(path, source, node, "swap_boolean", ast.unparse(swapped)))
+        for mutation in made:
+            if mutation is None or ("\n" in mutation.old and mutation.operator != "remove_branch"):
+                continue  # a single line rewritten, or one branch taken out: never a whole statement reformatted
+            if _still_parses(source, mutation):
+                yield mutation
+
+
+def _still_parses(source: str, mutation: Mutation) -> bool:
+    try:
+        ast.parse(_reindented(mutation).apply(source))
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _reindented(mutation: Mutation) -> Mutation:
+    """A multi-line replacement (ast.unparse writes it flush left) indented as the node's first line is."""
+    if "\n" not in mutation.new:
+        return mutation
+    indent = " " * mutation.column
+    new = mutation.new.replace("\n", "\n" + indent)
+    return Mutation(mutation.path, mutation.line, mutation.column, mutation.operator, mutation.old, new,
+                    mutation.end_line, mutation.end_column)
+
+
+def mutated_files(files: dict[str, bytes], mutation: Mutation) -> dict[str, bytes]:
+    changed = _reindented(mutation).apply(files[mutation.path].decode("utf-8"))
+    return {**files, mutation.path: changed.encode("utf-8")}
+
+
+def file_diff(path: str, before: str, after: str) -> str:
+    """A git-style diff of one file that `git apply` takes (difflib's hunks under git's headers)."""
+    if not before.endswith("\n") or not after.endswith("\n"):
+        raise ValueError(f"{path} does not end with a newline")
+    body = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                f"a/{path}", f"b/{path}", n=3)
+    return f"diff --git a/{path} b/{path}\n" + "".join(body)
+
+
+# --- the search ------------------------------------------------------------------------------------------------
+
+@dataclass
+class KeptMutation:
+    mutation: Mutation
+    fail_to_pass: list[str]
+    evidence: str
+
+
+@dataclass
+class MutationSearch:
+    tests: list[str]  # every test that passes on the original
+    kept: list[KeptMutation] = field(default_factory=list)
+    tried: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)  # why candidates were left out: no_failure, ...
+
+
+class RepositoryRefused(ValueError):
+    """The repository cannot give tasks as it stands (its tests do not all pass, or it has none)."""
+
+
+def test_paths(files: dict[str, bytes]) -> list[str]:
+    return sorted(path for path in files if path.endswith(".py") and is_test_path(path)
+                  and path.split("/")[-1] not in ("__init__.py", "conftest.py"))
+
+
+def search_mutations(files: dict[str, bytes], *, pool, image, count: int, seed: int = 0, max_tries: int = 60,
+                     max_failing_share: float = 0.5, timeout: float = 120,
+                     progress: Callable[[int, int], None] | None = None) -> MutationSearch:
+    """Up to `count` mutations of the repository's `files` that its tests catch (see the module's docstring)."""
+    tests_files = test_paths(files)
+    if not tests_files:
+        raise RepositoryRefused("no test files (tests/, test_*.py, *_test.py) in the repository")
+    original = run_tests(pool, image, archive=snapshot_bytes(snapshot_files(files)), diff="", test_patch="",
+                         test_files=tests_files, timeout=timeout)
+    if original.stage != "tests":
+        raise RepositoryRefused(f"its tests could not run ({original.stage}): {original.detail[-1000:]}")
+    failing = sorted(test for test, outcome in original.results.items() if outcome not in ("passed", "skipped"))
+    if failing or not original.results:
+        raise RepositoryRefused(f"{len(failing)} test(s) do not pass on the original: {', '.join(failing[:5])}"
+                                if failing else f"pytest found no test: {original.detail[-1000:]}")
+    tests = sorted(test for test, outcome in original.results.items() if outcome == "passed")
+    search = MutationSearch(tests=tests)
+    candidates = mutation_candidates(files)
+    random.Random(seed).shuffle(candidates)
+    touched: set[tuple[str, int]] = set()
+    for mutation in candidates:
+        if len(search.kept) >= count or search.tried >= max_tries:
+            break
+        if (mutation.path, mutation.line) in touched:
+            continue  # one task per line of source: two mutations of one line make near-duplicate tasks
+        search.tried += 1
+        if progress is not None:
+            progress(search.tried, len(search.kept))
+        run = run_tests(pool, image, archive=snapshot_bytes(snapshot_files(mutated_files(files, mutation))),
+                        diff="", test_patch="", test_files=tests_files, timeout=timeout)
+        if run.stage != "tests":
+            search.rejected[run.stage] = search.rejected.get(run.stage, 0) + 1
+            continue
+        broken = [test for test in tests if run.results.get(test) != "passed"]
+        if not broken:
+            search.rejected["no_failure"] = search.rejected.get("no_failure", 0) + 1
+            continue
+        if len(broken) > max_failing_share * len(tests):
+            search.rejected["too_many_failures"] = search.rejected.get("too_many_failures", 0) + 1
+            continue
+        touched.add((mutation.path, mutation.line))
+        search.kept.append(KeptMutation(mutation, broken, _evidence(run.detail, broken)))
+    return search
+
+
+def _evidence(output: str, broken: list[str]) -> str:
+    """The failing tests' part of pytest's output: from its FAILURES section on, cut to a readable size."""
+    start = output.find("=== FAILURES ===")
+    if start < 0:
+        start = output.find("FAILURES")
+    text = output[output.rfind("\n", 0, start) + 1:] if start >= 0 else output
+    return text[:3000] + (f"\n[... {len(text) - 3000} more characters]" if len(text) > 3000 else "")
+
+
+def problem_statement(package: str, kept: KeptMutation) -> str:
+    shown = kept.fail_to_pass[:10]
+    more = f" (and {len(kept.fail_to_pass) - 10} more)" if len(kept.fail_to_pass) > 10 else ""
+    return (f"A change to {package} broke it: {len(kept.fail_to_pass)} of its tests now fail{more}.\n\n"
+            + "\n".join(f"- {test}" for test in shown)
+            + "\n\nFix the library's code (not its tests) so that they pass again. What pytest said:\n\n"
+            + kept.evidence)
+
+
+def mutation_instance(files: dict[str, bytes], kept: KeptMutation, *, package: str, tests: list[str]) -> dict:
+    mutation = kept.mutation
+    broken = mutated_files(files, mutation)
+    gold = file_diff(mutation.path, broken[mutation.path].decode("utf-8"), files[mutation.path].decode("utf-8"))
+    return {"key": f"{package}-{mutation.key}",
+            "inputs": {"problem_statement": problem_statement(package, kept),
+                       "repository": snapshot_files(broken)},
+            "hidden": {"patch": gold, "test_patch": "", "FAIL_TO_PASS": kept.fail_to_pass,
+                       "PASS_TO_PASS": [test for test in tests if test not in set(kept.fail_to_pass)],
+                       "mutation": {"path": mutation.path, "line": mutation.line, "column": mutation.column,
+                                    "operator": mutation.operator}}}
