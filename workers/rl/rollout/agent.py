@@ -33,6 +33,7 @@ from ..protocols import ChatFormat, Engine, ToolRunner
 from ..types import Phase, Task, ToolCall, ToolResult, Trajectory, TrajectoryStatus, Turn, trajectory_id
 from .idle import PhaseBoard
 from .sessions import INFRA_ERROR, LIMIT, TrajectoryTools
+from .swe_tools import SUBMIT_TOOL
 from .tools import PolicyToolError, parse_tool_calls
 
 log = logging.getLogger(__name__)
@@ -367,6 +368,9 @@ def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int
         if record_tool_result(trajectory, call, result, call_started=call_started, started=started) is None:
             sample.done = True
             sample.restartable = result.status == INFRA_ERROR and sample.tools.stateful
+            return
+        if call.name == SUBMIT_TOOL["name"] and result.status == "ok":  # mini-swe-agent's and SWE-agent's end
+            _end(sample, TrajectoryStatus.OK, "submitted")
             return
         new_messages.append({"role": "tool", "content": result.text, "tool_call_id": call.id, "name": call.name})
     ids = chat.continuation(sample.messages, new_messages, tools)
