@@ -122,14 +122,6 @@ def snapshot_bytes(snapshot: dict) -> bytes:
     return data
 
 
-def snapshot_workspace(snapshot: dict):
-    """The snapshot as a sandbox session's workspace source (SandboxPool.open_session): prepared once per
-    snapshot and image, a fresh copy per trajectory; no version control, so no history that holds the fix."""
-    from workers.sandbox.session import WorkspaceSource
-
-    return WorkspaceSource.from_bytes(snapshot_bytes(snapshot), snapshot["sha256"])
-
-
 def snapshot_contents(snapshot: dict) -> dict[str, bytes]:
     """The files of a snapshot (on the trusted side: tests, the mutation search)."""
     with tarfile.open(fileobj=io.BytesIO(snapshot_bytes(snapshot)), mode="r:gz") as tar:

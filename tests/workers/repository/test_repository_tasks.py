@@ -14,6 +14,7 @@ from tests.support.repository import (
 )
 from tests.support.sandbox import process_pool
 from workers.definitions.specs import RepositoryTests
+from workers.rl.rollout.sessions import workspace_for
 from workers.rl.rollout.swe_tools import SweLimits, SweToolSet
 from workers.rl.rollout.tools import PolicyToolError
 from workers.sandbox.session import SessionSpec
@@ -25,7 +26,6 @@ from workers.verifiers.repository import (
     repository_tests_check,
     snapshot_contents,
     snapshot_files,
-    snapshot_workspace,
     verified_diff,
 )
 
@@ -57,7 +57,8 @@ SESSION = SessionSpec(idle_timeout=60, lifetime=300, max_calls=200)
 
 
 def open_session(pool, instance):
-    return pool.open_session(REPOSITORY_IMAGE, SESSION, workspace=snapshot_workspace(instance["inputs"]["repository"]))
+    item = Item(key=instance["key"], inputs=instance["inputs"], hidden=instance["hidden"])
+    return pool.open_session(REPOSITORY_IMAGE, SESSION, workspace=workspace_for(item))
 
 
 @pytest.fixture
