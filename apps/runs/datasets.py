@@ -1,19 +1,26 @@
 """What an SFT or DPO run trains on, pinned when the run is created: the file it reads and that file's sha256.
 
-A dataset is named as a JSONL file's path — from the command line only: a path typed into a page or the API
-would let its author read any file of the studio's host — and will be named as a dataset version
-(`dataset/SLUG@N`) once datasets are registry definitions (issue 28b), which resolves to the file the studio
-writes for it. Either way the run's config records the file and its hash (RunConfig.dataset_file,
+A dataset is named as a dataset version (`dataset/SLUG@N`, a registry definition built by apps/datasets), which
+resolves to the file the studio writes for it (apps/registry/datasets.py), from anywhere; or as a JSONL file's
+path — from the command line only: a path typed into a page or the API would let its author read any file of
+the studio's host. Either way the run's config records the file and its hash (RunConfig.dataset_file,
 dataset_sha256), and the file is read and checked row by row now, so a broken line is refused before a worker
-is asked to train on it.
+is asked to train on it. A worker on another host writes a dataset version's file again where it is
+(`dataset_here`), from the rows the version pins.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from apps.accounts.models import Project
+from apps.registry.datasets import dataset_materialise
+from apps.registry.errors import VersionNotFound
+from workers.rl.config import RunConfig
 from workers.rl.training.datasets import DatasetError, file_sha256, read_dataset
+
+FORMAT_OF_KIND = {"sft": "sft", "dpo": "preference"}  # a run kind -> the dataset format it trains on
 
 
 class DatasetRefused(ValueError):
@@ -21,22 +28,42 @@ class DatasetRefused(ValueError):
 
 
 def dataset_pin(*, project: Project, dataset: str, kind: str, via: str) -> dict:
-    """The settings an SFT or DPO run pins for `dataset`: {dataset_file, dataset_sha256}. DatasetRefused with the
+    """The settings an SFT or DPO run pins for `dataset`: {dataset (a version's exact ref), dataset_file,
+    dataset_sha256}. DatasetRefused with the
     reason (no such file, not from the command line, a line that breaks the row contract)."""
     if not dataset:
         raise DatasetRefused(f"a {kind} run trains on a dataset: name a JSONL file (train --dataset PATH)")
     if dataset.startswith("dataset/"):
-        raise DatasetRefused(f"{dataset}: dataset versions are not in the registry yet; name the JSONL file's "
-                             "path on the command line (train --dataset PATH)")
-    if via != "cli":
+        try:
+            version = dataset_materialise(project=project, text=dataset)
+        except VersionNotFound as exc:
+            raise DatasetRefused(str(exc)) from None
+        if version.format != FORMAT_OF_KIND[kind]:
+            raise DatasetRefused(f"{version.ref} holds {version.format} rows; a {kind} run trains on "
+                                 f"{FORMAT_OF_KIND[kind]} rows")
+        path, sha256, dataset = version.path, version.sha256, version.ref  # its exact version, pinned
+    elif via != "cli":
         raise DatasetRefused("a dataset file's path is taken from the command line only (train --dataset PATH): "
                              "from a page or the API it would read any file of the studio's host")
-    path = Path(dataset).expanduser().resolve()
-    if not path.is_file():
-        raise DatasetRefused(f"dataset {dataset}: no such file")
-    sha256 = file_sha256(path)
+    else:
+        path = Path(dataset).expanduser().resolve()
+        if not path.is_file():
+            raise DatasetRefused(f"dataset {dataset}: no such file")
+        sha256 = file_sha256(path)
     try:
         read_dataset(path, kind, sha256=sha256)
     except DatasetError as exc:
         raise DatasetRefused(str(exc)) from None
-    return {"dataset_file": str(path), "dataset_sha256": sha256}
+    return {"dataset": dataset, "dataset_file": str(path), "dataset_sha256": sha256}
+
+
+def dataset_here(*, project: Project, config: RunConfig) -> RunConfig:
+    """The config with `dataset_file` where this host keeps the dataset version the run pinned (written from the
+    rows the version pins if it is not here yet); a file path named on the command line stays as it is."""
+    if not config.dataset.startswith("dataset/"):
+        return config
+    version = dataset_materialise(project=project, text=config.dataset)
+    if version.sha256 != config.dataset_sha256:
+        raise DatasetRefused(f"{config.dataset} now names rows of hash {version.sha256[:12]}…, not the "
+                             f"{config.dataset_sha256[:12]}… this run pinned (an alias moved?)")
+    return dataclasses.replace(config, dataset_file=str(version.path))

@@ -20,6 +20,7 @@ from django import forms
 from apps.common.errors import StudioError
 from apps.common.forms import MultilineField
 from apps.registry.models import Version
+from apps.runs.models import TRAINING_KINDS, RunKind
 from workers.definitions.specs import Limits
 from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
 from workers.rl.models.packaged import DEMO_MODEL
@@ -47,7 +48,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 OTHER = "Other"
 DEFAULTS = dataclasses.asdict(RunConfig())
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
-RUN_FIELDS = ("bundle", "steps", "name", "from_run", "reviewed")  # the form's own fields, beside the config's
+RUN_FIELDS = ("bundle", "kind", "steps", "name", "from_run", "reviewed")  # the form's own fields, beside the config's
 MULTILINE = ("chat_template",)
 
 
@@ -127,6 +128,9 @@ class RunForm(forms.Form):
     user's changes."""
 
     bundle = forms.ModelChoiceField(queryset=Version.objects.none(), empty_label=None)
+    kind = forms.ChoiceField(choices=[(kind, RunKind(kind).label) for kind in TRAINING_KINDS], initial=RunKind.GRPO,
+                             help_text="GRPO samples and verifies its own data; SFT and DPO train on the dataset "
+                                       "named under SFT and DPO (dataset/SLUG@N).")
     steps = forms.IntegerField(min_value=1, max_value=1_000_000, initial=100)
     name = forms.CharField(max_length=200, required=False, help_text="Empty: the bundle's slug and the time.")
     from_run = forms.UUIDField(required=False, widget=forms.HiddenInput)
@@ -146,11 +150,12 @@ class RunForm(forms.Form):
             self.initial.setdefault(name, start[name])
         if earlier is not None:
             self.initial.setdefault("bundle", earlier.bundle_id)
+            self.initial.setdefault("kind", earlier.kind)
             self.initial.setdefault("steps", earlier.steps_total)
             self.initial.setdefault("from_run", earlier.pk)
 
     def run_fields(self) -> list[forms.BoundField]:
-        return [self["bundle"], self["steps"], self["name"]]
+        return [self["bundle"], self["kind"], self["steps"], self["name"]]
 
     def groups(self) -> list[tuple[str, list[ConfigInput]]]:
         docs = field_help()

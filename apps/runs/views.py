@@ -81,7 +81,7 @@ def run_new(request, project):
         try:
             run = run_create(project=project, bundle=bundle, steps=form.cleaned_data["steps"],
                              name=form.cleaned_data["name"], overrides=overrides, actor=request.user, via="web",
-                             enqueue=True)
+                             kind=form.cleaned_data["kind"], enqueue=True)
         except RunError as exc:
             form.add_config_error(exc)
             return render(request, "runs/run_new.html", context, status=400)

@@ -11,6 +11,8 @@ from apps.common import wiring
 from apps.registry.pins import bundle_tasks
 from workers.rl.session import build_supervised_pipeline
 
+from ..datasets import dataset_here
+from ..stages import start_weights
 from .base import Attempt, process_exiting
 
 
@@ -21,8 +23,10 @@ class SupervisedAttempt(Attempt):
         run, config = self.run, self.config
         if config.data_parallel > 1:
             raise ValueError("SFT and DPO runs train in one process: set data_parallel to 1")
+        config = dataset_here(project=run.project, config=config)  # a dataset version's file on this host
         tasks = bundle_tasks(bundle=run.bundle, config=config)
         model = self.closing(wiring.run_model(config, tasks, progress=self.pretrain_progress, sampling=False))
+        start_weights(model, run)  # another run's checkpoint (SFT, then DPO), before the reference is computed
         pipeline = build_supervised_pipeline(run_id=str(run.pk), kind=run.kind, config=config,
                                              total_steps=run.steps_total, model=model, tracker=self.tracker,
                                              checkpoint_dir=wiring.checkpoint_dir(run.pk), progress=self.progress,
