@@ -54,6 +54,15 @@ RUN_PANELS = (
     Panel("policy", "KL and entropy", names=("policy/kl", "policy/entropy"), y_title="KL",
           secondary=("policy/entropy",)),
     Panel("slope", "Reward slope per hour", names=("reward/slope_per_hour",), y_title="reward per hour"),
+    # SFT and DPO runs (workers/rl/training/supervised_pipeline.py): their loss, the DPO pairs' implicit rewards
+    # and how often the chosen answer wins, and the optimizer's learning rate and gradient norm, each on its scale.
+    Panel("loss", "Training loss", prefixes=("loss/",), y_title="loss"),
+    Panel("preference_accuracy", "DPO: pairs whose chosen answer is preferred", names=("preference/accuracy",),
+          y_title="fraction of pairs"),
+    Panel("preference", "DPO: implicit rewards (β × log-ratio to the reference) and their margin",
+          prefixes=("preference/",), y_title="reward"),
+    Panel("learning_rate", "Learning rate", names=("optimizer/learning_rate",), y_format=".2~e"),
+    Panel("grad_norm", "Gradient norm (before clipping)", names=("optimizer/grad_norm",)),
 )
 
 

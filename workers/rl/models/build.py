@@ -130,7 +130,8 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
                      chat=CharChat())
     else:
         check_weights(path, config.model_sha256)
-    policy = HFPolicy(path, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
+    policy = HFPolicy(path, device=device, lora_rank=config.lora_rank, lora_alpha=config.lora_alpha,
+                      seed=config.seed)
     if config.chat_template:
         policy.tokenizer.chat_template = config.chat_template
     chat = HFChat(policy.tokenizer)

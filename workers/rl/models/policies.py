@@ -158,7 +158,7 @@ class HFPolicy:
     kind = "hf"
 
     def __init__(self, path: str, *, device: str = "cpu", lora_rank: int = 0, lora_alpha: int = 16,
-                 lora_target_modules: list[str] | None = None):
+                 lora_target_modules: list[str] | None = None, seed: int = 0):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.path, self.device = str(path), device
@@ -173,9 +173,13 @@ class HFPolicy:
         if self.lora:
             from peft import LoraConfig, get_peft_model
 
-            self.model = get_peft_model(self.model, LoraConfig(
-                r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
-                target_modules=lora_target_modules or "all-linear"))
+            # The adapters' random start is the run's seed's, whichever process builds them: a run's first attempt
+            # and the same run trained again start alike (the global RNG is left as it was).
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                self.model = get_peft_model(self.model, LoraConfig(
+                    r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                    target_modules=lora_target_modules or "all-linear"))
 
     @property
     def max_context(self) -> int | None:
