@@ -5,7 +5,8 @@ judge layer can point at it like at any other endpoint.
 
 Every request goes to the engine's batching loop, so concurrent clients share forward passes (continuous
 batching, as in training). The app is its routes, one module each, over the model they share (served_model.py):
-chat_completions.py, completions.py, and weights.py.
+chat_completions.py, completions.py, weights.py, and tokenizer.py (vLLM's /tokenize, /detokenize and
+/tokenizer_info, which lm-evaluation-harness's remote tokenizer reads).
 
 For RL generation on inference servers (engines/server.py) the server also:
 - answers every completion with the `policy_version` of the weights that sampled it (a top-level field), and,
@@ -32,6 +33,7 @@ from starlette.routing import Route
 from .chat_completions import chat_completions
 from .completions import completions
 from .served_model import ServedModel
+from .tokenizer import detokenize, tokenize, tokenizer_info
 from .weights import weights
 
 
@@ -45,7 +47,12 @@ def build_app(*, engine, chat, model_name: str, weights_token: str = "", api_tok
     return Starlette(routes=[Route("/v1/models", models(served)),
                              Route("/v1/chat/completions", chat_completions(served), methods=["POST"]),
                              Route("/v1/completions", completions(served), methods=["POST"]),
-                             Route("/v1/weights", weights(served, token=weights_token), methods=["GET", "POST"])])
+                             Route("/v1/weights", weights(served, token=weights_token), methods=["GET", "POST"]),
+                             # vLLM's tokenizer routes, at the root as vLLM has them (lm-evaluation-harness's remote
+                             # tokenizer): tokenizer.py
+                             Route("/tokenize", tokenize(served), methods=["POST"]),
+                             Route("/detokenize", detokenize(served), methods=["POST"]),
+                             Route("/tokenizer_info", tokenizer_info(served))])
 
 
 def models(served: ServedModel):

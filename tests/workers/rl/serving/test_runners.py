@@ -1,0 +1,120 @@
+"""The field's eval runners against `serve`'s app on the tiny a+b model: lm-evaluation-harness (`local-completions` on a
+loglikelihood multiple-choice task, `local-chat-completions` on a generate-until task) and Inspect AI (its
+OpenAI-compatible provider, on a task with a tool), each on task data shipped in tests/data with nothing downloaded,
+and each held to what the studio itself makes of the same model on the same items: greedy answers equal, the choice
+lm-evaluation-harness picks from the server's prompt logprobs equal to the one the model's own forward pass prefers.
+
+Marked `runners` (`pytest -m runners` picks them out)."""
+
+import copy
+import json
+
+import pytest
+
+from tests.support import ROOT
+from workers.definitions import validate_spec
+from workers.rl.models.chat_formats import CharChat
+from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.rollout.choices import choose
+from workers.rl.rollout.evaluation import evaluate_batch, suite_tasks
+from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.rollout.metrics import Prices
+from workers.rl.tasks.taskset import TaskSet
+from workers.rl.types import TaskTemplate
+from workers.verifiers import Item
+
+from ..conftest import PLAIN_PYTHON
+
+pytestmark = pytest.mark.runners
+
+TASKS = ROOT / "tests" / "data" / "lm_eval"
+DOCS = [json.loads(line) for line in (TASKS / "adder.jsonl").read_text().splitlines() if line]
+EXACT = validate_spec("verifier", {"layers": [{"name": "exact", "kind": "exact", "checks": [
+    {"type": "string_check", "operation": "eq", "reference": "{answer}"}]}]})
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    """Nothing from a hub: the runners read only what the repository ships."""
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+
+
+def _harness(model: str, model_args: dict, task: str, **options) -> dict:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    return lm_eval.simple_evaluate(model=model, model_args=model_args, tasks=[task], log_samples=True,
+                                   task_manager=TaskManager(include_path=str(TASKS), include_defaults=False),
+                                   bootstrap_iters=0, **options)
+
+
+def _studio_answers(addition_base_model) -> dict[str, object]:
+    """The studio's own evaluation of the model on the documents: the agent loop and the verifier, greedy."""
+    from workers.rl.engines.torch_engine import TorchEngine
+
+    template = TaskTemplate(key="task_template/adder@1", domain="arithmetic", system_prompt="",
+                            prompt_template="{a}+{b}=", tools=(),
+                            limits={"max_turns": 1, "max_tokens": 4, "max_seconds": 10}, image=PLAIN_PYTHON,
+                            verifier_key="verifier/exact@1", verifier_spec=EXACT)
+    items = {str(i): Item(key=str(i), inputs={"a": d["a"], "b": d["b"]}, hidden={"answer": d["answer"]})
+             for i, d in enumerate(DOCS)}
+    tasks = suite_tasks(TaskSet.single_template(template, items), per_template=0, seed=0)
+    engine = TorchEngine(copy.deepcopy(addition_base_model))
+    try:
+        trajectories = evaluate_batch(tasks, run_id="00000000-0000-4000-8000-0000000000e2", step=1, engine=engine,
+                                      chat=CharChat(), tool_runner=None, verifier=LocalVerifier(pool=None),
+                                      prices=Prices(), samples=1, temperature=0.0, seed=0, rollout_concurrency=4,
+                                      verify_concurrency=4)
+    finally:
+        engine.close()
+    return {t.task_key: t for t in trajectories}
+
+
+def test_lm_eval_local_completions_chooses_what_the_model_itself_prefers(served, addition_base_model):
+    found = _harness("local-completions", {"base_url": f"{served}/completions", "model": "tiny-adder",
+                                           "tokenizer_backend": "remote", "batch_size": 6, "max_retries": 1},
+                     "adder_choice")
+    samples = sorted(found["samples"]["adder_choice"], key=lambda s: s["doc_id"])
+    assert len(samples) == len(DOCS)
+    policy, tokenizer = TinyLMPolicy(copy.deepcopy(addition_base_model)), CharChat().tokenizer
+    studio = [choose(policy, tokenizer.encode(f"{d['a']}+{d['b']}=\x02"), [tokenizer.encode(c) for c in d["choices"]])
+              for d in DOCS]
+    harness_logprobs = [[float(resp[0]) for resp in s["filtered_resps"]] for s in samples]
+    for ours, theirs in zip(studio, harness_logprobs, strict=True):
+        assert theirs == pytest.approx(ours.logprobs, abs=1e-4)
+    chosen = [max(range(len(lp)), key=lp.__getitem__) for lp in harness_logprobs]
+    assert chosen == [c.index for c in studio]
+    right = [c.index == d["label"] for c, d in zip(studio, DOCS, strict=True)]
+    assert found["results"]["adder_choice"]["acc,none"] == pytest.approx(sum(right) / len(DOCS))
+    assert [s["acc"] for s in samples] == [float(r) for r in right]
+
+
+def test_lm_eval_local_chat_completions_generates_what_the_studio_generates(served, addition_base_model):
+    found = _harness("local-chat-completions", {"base_url": f"{served}/chat/completions", "model": "tiny-adder",
+                                                "max_retries": 1}, "adder_generate", apply_chat_template=True)
+    samples = sorted(found["samples"]["adder_generate"], key=lambda s: s["doc_id"])
+    studio = _studio_answers(addition_base_model)
+    assert [s["resps"][0][0] for s in samples] == [studio[str(s["doc_id"])].response for s in samples]
+    assert [s["exact_match"] for s in samples] == [studio[str(s["doc_id"])].reward for s in samples]
+    score = found["results"]["adder_generate"]["exact_match,none"]
+    assert score == pytest.approx(sum(t.reward for t in studio.values()) / len(DOCS))
+    assert 0 < score < 1  # right some of the time: a score that can differ
+
+
+def test_the_tokenizer_routes_answer_as_vllms(served):
+    import httpx
+
+    root = served.removesuffix("/v1")
+    tokens = httpx.post(f"{root}/tokenize", json={"prompt": "3+4=\x02", "add_special_tokens": False}).json()
+    chat = CharChat()
+    assert tokens["tokens"] == chat.tokenizer.encode("3+4=\x02") and tokens["count"] == 5
+    assert httpx.post(f"{root}/detokenize", json={"tokens": tokens["tokens"]}).json() == {"prompt": "3+4=\x02"}
+    rendered = httpx.post(f"{root}/tokenize", json={"messages": [{"role": "user", "content": "3+4="}]}).json()
+    assert rendered["tokens"] == chat.prompt([{"role": "user", "content": "3+4="}], [])
+    info = httpx.get(f"{root}/tokenizer_info").json()
+    assert info["eos_token"] == "\x03" and info["bos_token"] is None
+    refused = httpx.post(f"{root}/detokenize", json={"tokens": [10**6]})
+    assert refused.status_code == 400 and "token ids" in refused.json()["error"]["message"]
