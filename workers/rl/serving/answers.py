@@ -20,6 +20,7 @@ class Answer:
     logprobs: list[float]
     top_logprobs: list[list[tuple[int, float]]] | None
     finish_reason: str
+    generated: int  # tokens the engine sampled, a stop string's too (the usage; vLLM counts them alike)
 
 
 def stop_checker(decode, stops: tuple[str, ...]):
@@ -49,7 +50,7 @@ def answer(served, completion, stops: tuple[str, ...]) -> Answer:
             offset += len(served.token_text(ids[keep]))
             keep += 1
         ids, logprobs, top = ids[:keep], logprobs[:keep], None if top is None else top[:keep]
-    return Answer(text, ids, logprobs, top, reason)
+    return Answer(text, ids, logprobs, top, reason, len(completion.token_ids))
 
 
 def _floor(logprob: float) -> float:

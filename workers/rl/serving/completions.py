@@ -16,7 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from .answers import answer, completion_logprobs, prompt_logprobs
-from .served_model import ServedModel, _number
+from .parameters import refuse_unhonoured
+from .served_model import ServedModel, read_number
 from .weight_sync import BadRequest, error_response
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this route
@@ -57,11 +58,12 @@ def completions(served: ServedModel):
             return refused
         try:
             body = await served.read_body(request)
+            refuse_unhonoured(body, chat=False)
             prompts = prompts_of(served, body.get("prompt"))
             settings = served.sampling(body, DEFAULT_MAX_TOKENS, least_tokens=0)
             echo = bool(body.get("echo"))
-            top = _number(body, "logprobs", None, 0, MAX_LOGPROBS, int)
-            scored = _number(body, "prompt_logprobs", None, 0, MAX_LOGPROBS, int)
+            top = read_number(body, "logprobs", None, 0, MAX_LOGPROBS, int)
+            scored = read_number(body, "prompt_logprobs", None, 0, MAX_LOGPROBS, int)
             settings["top_logprobs"] = top or 0
             if (echo and top is not None) or scored is not None:
                 settings["prompt_logprobs"] = max(top or 0, scored or 0)
@@ -72,14 +74,14 @@ def completions(served: ServedModel):
                 settings["stop_ids"] = tuple(stop_ids)
             groups = await served.generate_many(prompts, settings)
         except BadRequest as exc:
-            return error_response(400, str(exc))
+            return error_response(400, str(exc), param=exc.param)
         except LookupError as exc:
             return error_response(404, str(exc), "not_found_error")
         choices, generated = [], 0
         for number, (prompt_ids, group) in enumerate(zip(prompts, groups, strict=True)):
             for sample, completion in enumerate(group):
                 said = answer(served, completion, settings["stop"])
-                generated += len(said.token_ids)
+                generated += said.generated
                 choice = {"index": number * settings["n"] + sample,
                           "text": (served.chat.decode(prompt_ids) if echo else "") + said.text,
                           "finish_reason": said.finish_reason, "logprobs": None}

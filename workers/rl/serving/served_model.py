@@ -58,15 +58,15 @@ class ServedModel:
         stop = body.get("stop")
         stops = (stop,) if isinstance(stop, str) else stop if stop is not None else ()
         if not isinstance(stops, list | tuple) or not all(isinstance(s, str) for s in stops) or len(stops) > 16:
-            raise BadRequest("stop must be a string or a list of up to 16 strings")
-        max_tokens = _number(body, "max_completion_tokens", None, least_tokens, 32_768, int)
-        return {"n": _number(body, "n", 1, 1, 64, int),
-                "temperature": _number(body, "temperature", 1.0, 0, 2),
+            raise BadRequest("stop must be a string or a list of up to 16 strings", param="stop")
+        max_tokens = read_number(body, "max_completion_tokens", None, least_tokens, 32_768, int)
+        return {"n": read_number(body, "n", 1, 1, 64, int),
+                "temperature": read_number(body, "temperature", 1.0, 0, 2),
                 "max_tokens": max_tokens if max_tokens is not None else
-                _number(body, "max_tokens", default_max, least_tokens, 32_768, int),
-                "seed": _number(body, "seed", None, -2**63, 2**63 - 1, int),
-                "presence_penalty": _number(body, "presence_penalty", 0.0, -2, 2),
-                "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2, 2),
+                read_number(body, "max_tokens", default_max, least_tokens, 32_768, int),
+                "seed": read_number(body, "seed", None, -2**63, 2**63 - 1, int),
+                "presence_penalty": read_number(body, "presence_penalty", 0.0, -2, 2),
+                "frequency_penalty": read_number(body, "frequency_penalty", 0.0, -2, 2),
                 "stop": tuple(s for s in stops if s), "top_logprobs": 0, "prompt_logprobs": None}
 
     def token_text(self, token: int) -> str:
@@ -134,12 +134,13 @@ class ServedModel:
                 "total_tokens": prompt_tokens + completion_tokens}
 
 
-def _number(body: dict, name: str, default, low, high, kind=float):
+def read_number(body: dict, name: str, default, low, high, kind=float):
+    """body[name] checked to be a number from `low` to `high` (`kind` int: a whole one); `default` if absent."""
     value = body.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
-        raise BadRequest(f"{name} must be a number")
+        raise BadRequest(f"{name} must be a number", param=name)
     if not low <= value <= high:
-        raise BadRequest(f"{name} must be from {low:g} to {high:g}")
+        raise BadRequest(f"{name} must be from {low:g} to {high:g}", param=name)
     return kind(value)

@@ -22,12 +22,19 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 class BadRequest(ValueError):
-    """A request the server refuses as the client's mistake (400), with what was wrong."""
+    """A request the server refuses as the client's mistake (400), with what was wrong (`param`: the parameter
+    at fault, where one is)."""
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
-def error_response(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+def error_response(status: int, message: str, kind: str = "invalid_request_error",
+                   param: str | None = None) -> JSONResponse:
     """An error as OpenAI's API answers one."""
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status_code=status)
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+                        status_code=status)
 
 
 def is_bearer(authorization: str, token: str) -> bool:

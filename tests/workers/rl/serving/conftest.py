@@ -4,6 +4,7 @@ import copy
 import socket
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 import uvicorn
@@ -19,8 +20,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_in_thread(app):
-    """Runs `app` under uvicorn in a thread; yields its base URL (/v1) until the test is done."""
+@contextmanager
+def serving(app):
+    """`app` under uvicorn in a thread, for the block: its base URL (/v1)."""
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -28,14 +30,17 @@ def serve_in_thread(app):
     deadline = time.monotonic() + 10
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(5)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(5)
 
 
 @pytest.fixture
 def served(addition_base_model):
     """The tiny model behind `serve`'s app under uvicorn in a thread; yields its base URL."""
     engine = TorchEngine(copy.deepcopy(addition_base_model))
-    yield from serve_in_thread(build_app(engine=engine, chat=CharChat(), model_name="tiny-adder"))
+    with serving(build_app(engine=engine, chat=CharChat(), model_name="tiny-adder")) as url:
+        yield url
     engine.close()

@@ -3,16 +3,25 @@ client against the real app on the tiny model: logprobs with their alternatives,
 (lm-evaluation-harness's loglikelihood scoring), prompt lists and n, stop strings, seeds, penalties, tools,
 response formats, and errors in the API's shape."""
 
+import json
 import math
 
+import httpx
 import openai
 import pytest
 import torch
 from torch.nn import functional as F
 
-from workers.rl.models.chat_formats import CharTokenizer
+from workers.rl.engines.torch_engine import TorchEngine
+from workers.rl.models.chat_formats import END_OF_TURN, CharChat, CharTokenizer
+from workers.rl.models.tiny_lm import ModelConfig, TinyLM
+from workers.rl.serving.app import build_app
+from workers.rl.serving.chat_completions import chat_messages
+
+from .conftest import serving
 
 TOKENS = CharTokenizer()
+END = TOKENS.id_of(END_OF_TURN)
 
 
 @pytest.fixture
@@ -144,11 +153,158 @@ def test_completions_logprobs_k_gives_k_alternatives_and_offsets(client):
 
 
 def test_bad_prompts_are_refused_in_the_apis_error_shape(served):
-    import httpx
-
     for prompt, message in ((["1+1=", 3], "prompt must be text"), ([[1, 2], []], "prompt 1 is empty"),
                             ([10_000], "outside the vocabulary"), ("", "prompt 0 is empty")):
         reply = httpx.post(f"{served}/completions", json={"model": "tiny-adder", "prompt": prompt})
         assert reply.status_code == 400
         error = reply.json()["error"]
         assert message in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_a_stop_string_across_tokens_ends_the_answer_before_it(client):
+    """"12" is two tokens of the character model: the engine stops on the second, the text ends before the first."""
+    plain = client.completions.create(model="tiny-adder", prompt="+", max_tokens=8, temperature=0)
+    assert plain.choices[0].text.startswith("312")  # the model's greedy answer here, which the stop then cuts
+    stopped = client.completions.create(model="tiny-adder", prompt="+", max_tokens=8, temperature=0,
+                                        stop=["xyz", "12"], logprobs=0)
+    [choice] = stopped.choices
+    assert choice.text == "3" and choice.finish_reason == "stop"
+    assert choice.logprobs.tokens == ["3"]
+    assert stopped.usage.completion_tokens == 3  # sampling stopped at the stop string, not at max_tokens
+    chat = {"model": "tiny-adder", "messages": [{"role": "user", "content": "9+9="}], "temperature": 0,
+            "max_tokens": 6}
+    whole = client.chat.completions.create(**chat).choices[0].message.content
+    assert len(whole) == 2  # "17": two tokens, the whole answer the stop string then takes away
+    reply = client.chat.completions.create(**chat, stop=whole)
+    assert reply.choices[0].message.content == "" and reply.choices[0].finish_reason == "stop"
+    chunks = list(client.chat.completions.create(**chat, stop=whole, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ""  # its first token held back
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_seed_makes_sampling_reproducible(client):
+    ask = {"model": "tiny-adder", "prompt": "1+", "max_tokens": 8, "temperature": 1.0, "n": 4}
+    first = [c.text for c in client.completions.create(**ask, seed=11).choices]
+    again = [c.text for c in client.completions.create(**ask, seed=11).choices]
+    other = [c.text for c in client.completions.create(**ask, seed=12).choices]
+    assert first == again
+    assert len(set(first)) > 1 and other != first  # sampled, and by the seed
+
+
+def greedy_with_penalties(model, prompt: str, steps: int, presence: float, frequency: float) -> str:
+    """The OpenAI API's penalties by their definition: logits - frequency × count - presence × (count > 0) of the
+    tokens sampled so far, then the likeliest."""
+    ids, out = TOKENS.encode(prompt), []
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + out]))[0][0, -1]
+        counts = torch.bincount(torch.tensor(out, dtype=torch.long), minlength=logits.shape[0]).float()
+        out.append(int((logits - frequency * counts - presence * (counts > 0).float()).argmax()))
+        if out[-1] == END:
+            break
+    return TOKENS.decode([t for t in out if t != END])
+
+
+def test_presence_and_frequency_penalties_are_applied(client, addition_base_model):
+    ask = {"model": "tiny-adder", "prompt": "1+", "max_tokens": 8, "temperature": 0}
+    plain = client.completions.create(**ask).choices[0].text
+    penalised = client.completions.create(**ask, presence_penalty=1.0, frequency_penalty=2.0).choices[0].text
+    assert plain == greedy_with_penalties(addition_base_model, "1+", 8, 0, 0)
+    assert penalised == greedy_with_penalties(addition_base_model, "1+", 8, 1.0, 2.0) != plain
+    with pytest.raises(openai.BadRequestError, match="presence_penalty must be from -2 to 2"):
+        client.completions.create(**ask, presence_penalty=3)
+
+
+def scripted_model(writes: dict[int, str], context: int) -> TinyLM:
+    """A TinyLM whose weights are set by hand so that its greedy answer is a script: after `position` tokens it
+    writes `writes[position]` (then the end of the turn), whatever the tokens were — a model that calls a tool
+    exactly as the Hermes convention says, with no training. Each position's embedding is its own axis; attention
+    and the MLP add nothing; the head maps each position to the token the script puts after it."""
+    model = TinyLM(ModelConfig(vocab_size=TOKENS.vocab_size, block_size=context, n_layer=1, n_head=1,
+                               n_embd=context))
+    following = {}
+    for start, text in writes.items():
+        for offset, token in enumerate(TOKENS.encode(text) + [END]):
+            following[start - 1 + offset] = token
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+        model.position.weight.copy_(torch.eye(context))
+        for norm in (model.ln, model.blocks[0].ln1, model.blocks[0].ln2):
+            norm.weight.fill_(1.0)
+        for position in range(context):
+            model.head.weight[following.get(position, END), position] = 10.0
+    return model
+
+
+def test_tool_calls_come_back_as_the_apis_and_tool_results_continue_the_conversation():
+    tools = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]
+    question = [{"role": "user", "content": "add 2 and 3"}]
+    call = {"name": "add", "arguments": {"a": 2, "b": 3}}
+    asked = len(CharChat().prompt(question, []))
+    # The second request's prompt, as the server renders the conversation the client sends back.
+    follow_up = question + [{"role": "assistant", "content": "Sure.", "tool_calls": [
+        {"id": "x", "type": "function", "function": {"name": "add", "arguments": json.dumps(call["arguments"])}}]},
+        {"role": "tool", "tool_call_id": "x", "content": "5"}]
+    answered = len(CharChat().prompt(chat_messages(follow_up), []))
+    model = scripted_model({asked: "Sure.<tool_call>" + json.dumps(call) + "</tool_call>", answered: "It is 5."},
+                           context=128)
+    engine = TorchEngine(model)
+    with serving(build_app(engine=engine, chat=CharChat(), model_name="scripted")) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(model="scripted", messages=question, tools=tools, temperature=0)
+        [choice] = reply.choices
+        assert choice.finish_reason == "tool_calls" and choice.message.content == "Sure."
+        [made] = choice.message.tool_calls
+        assert made.type == "function" and made.function.name == "add"
+        assert json.loads(made.function.arguments) == {"a": 2, "b": 3} and made.id
+        following = client.chat.completions.create(model="scripted", temperature=0, tools=tools, messages=[
+            *question, choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": made.id, "content": "5"}])
+        assert following.choices[0].message.content == "It is 5."
+        assert following.choices[0].finish_reason == "stop" and not following.choices[0].message.tool_calls
+        chunks = list(client.chat.completions.create(model="scripted", messages=question, tools=tools,
+                                                     temperature=0, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        streamed = [call for delta in deltas for call in delta.tool_calls or []]
+        assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in streamed] == \
+            [(0, "add", {"a": 2, "b": 3})]
+        assert "".join(d.content or "" for d in deltas) == "Sure."
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        untouched = client.chat.completions.create(model="scripted", messages=question, tools=tools,
+                                                   tool_choice="none", temperature=0)
+        assert untouched.choices[0].message.content.startswith("Sure.<tool_call>{")
+        assert untouched.choices[0].finish_reason == "stop" and not untouched.choices[0].message.tool_calls
+        with pytest.raises(openai.BadRequestError, match="tool_choice .*required.* is not supported") as refused:
+            client.chat.completions.create(model="scripted", messages=question, tools=tools, tool_choice="required")
+        assert refused.value.body["type"] == "invalid_request_error"
+    engine.close()
+
+
+def test_response_formats_are_refused_with_a_400_that_says_so(client):
+    chat = {"model": "tiny-adder", "messages": [{"role": "user", "content": "3+4="}], "max_tokens": 2}
+    for response_format in ({"type": "json_object"},
+                            {"type": "json_schema", "json_schema": {"name": "sum", "schema": {"type": "object"}}}):
+        with pytest.raises(openai.BadRequestError, match="does not constrain decoding to JSON") as refused:
+            client.chat.completions.create(**chat, response_format=response_format)
+        assert refused.value.body["param"] == "response_format"
+    assert client.chat.completions.create(**chat, response_format={"type": "text"}).choices[0].message.content
+
+
+def test_parameters_are_ignored_only_where_vllm_ignores_them(served, client):
+    chat = {"model": "tiny-adder", "messages": [{"role": "user", "content": "3+4="}], "max_tokens": 2,
+            "temperature": 0}
+    expected = client.chat.completions.create(**chat).choices[0].message.content
+    # Unknown to vLLM and to this server: accepted and ignored, as vLLM does; no-op values of unhonoured ones too.
+    assert client.chat.completions.create(**chat, top_p=1.0, user="someone", metadata={"k": "v"},
+                                          extra_body={"a_clients_own_extra": 1, "top_k": -1}
+                                          ).choices[0].message.content == expected
+    # Honoured by vLLM, not here: refused by name rather than silently changing nothing.
+    for extra in ({"top_p": 0.5}, {"extra_body": {"top_k": 5}}, {"extra_body": {"min_tokens": 3}},
+                  {"logit_bias": {"5": 10}}):
+        with pytest.raises(openai.BadRequestError, match="is not supported by this server") as refused:
+            client.chat.completions.create(**chat, **extra)
+        assert refused.value.body["param"] in ("top_p", "top_k", "min_tokens", "logit_bias")
+    reply = httpx.post(f"{served}/completions", json={"model": "tiny-adder", "prompt": "1+", "stream": True})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "stream"
