@@ -68,6 +68,14 @@ def reference_turns(*, tools: list[dict], inputs: dict, hidden: dict, rng: rando
         return [{"role": "assistant", "content": answer}]
     if "working" in hidden and "answer" in hidden:
         return [{"role": "assistant", "content": f"{hidden['working']}\nAnswer: {hidden['answer']}"}]
+    # An expression to compute with the tool (the real-model demo's smol-tools): the call its examples show, the
+    # result, then the number. rng is drawn only here, so other templates' draws stay as they were.
+    if (isinstance(inputs.get("expression"), str) and "run_python" in tool_names and "answer" in hidden
+            and rng.random() < tool_call_fraction):
+        call = json.dumps({"name": "run_python", "arguments": {"code": f"print({inputs['expression']})"}})
+        return [{"role": "assistant", "content": f"<tool_call>\n{call}\n</tool_call>"},
+                {"role": "tool", "content": str(hidden["answer"])},
+                {"role": "assistant", "content": str(hidden["answer"])}]
     if "answer" in hidden:
         return [{"role": "assistant", "content": str(hidden["answer"])}]
     return None
