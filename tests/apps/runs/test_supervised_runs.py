@@ -1,0 +1,77 @@
+"""`manage.py train --kind sft|dpo --dataset FILE.jsonl --headless --json`: the run trains on the file it pinned
+(its path made absolute and its sha256), writes checkpoints and its metric points, and its page draws them in
+panels of their own (loss, learning rate, gradient norm; DPO's implicit rewards and accuracy). A file that breaks
+the row contract is refused naming its line before anything is queued, a GRPO run takes no dataset, and a file
+path is taken from the command line only. Dataset versions (dataset/SLUG@N): tests/apps/datasets."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from apps.runs.models import MetricPoint, Run
+from apps.runs.services import RunError, run_create
+from workers.rl.bench.supervised import addition_conversations, addition_preferences, write_jsonl
+from workers.rl.models.hf_tiny import make_tiny_hf_model
+from workers.rl.training.datasets import file_sha256
+
+PANELS = {"sft": ("Training loss", "Learning rate", "Gradient norm"),
+          "dpo": ("Training loss", "DPO: pairs whose chosen answer is preferred", "DPO: implicit rewards")}
+
+
+@pytest.fixture
+def tiny_model(settings, tmp_path):
+    settings.MODEL_DIRS = [tmp_path / "models"]
+    return make_tiny_hf_model(tmp_path / "models" / "tiny", hidden_size=32, layers=1, heads=2, max_positions=128)
+
+
+def _settings(model):
+    return ["--set", f"model={model}", "--set", "engine=transformers", "--set", "batch_size=2",
+            "--set", "checkpoint_every=1"]
+
+
+@pytest.mark.django_db(transaction=True)  # a training attempt closes its connection at the end, as workers do
+@pytest.mark.parametrize(("kind", "rows"), [("sft", addition_conversations), ("dpo", addition_preferences)])
+def test_a_run_trains_on_a_jsonl_file_and_its_page_draws_its_curves(project, registry, owner, login, tiny_model,
+                                                                     tmp_path, kind, rows):
+    data = write_jsonl(tmp_path / "data.jsonl", rows(4))
+    out = StringIO()
+    call_command("train", "--bundle", "arith-bundle", "--kind", kind, "--dataset", str(data), "--steps", "2",
+                 "--headless", "--json", *_settings(tiny_model), stdout=out)
+    summary = json.loads(out.getvalue())
+    run = Run.objects.get(kind=kind)
+    assert summary["outcome"] == "completed" and summary["kind"] == kind and summary["steps"] == 2
+    assert (run.status, run.step) == ("completed", 2)
+    assert (run.config["dataset_file"], run.config["dataset_sha256"]) == (str(data.resolve()), file_sha256(data))
+    assert sorted(run.checkpoints.values_list("step", flat=True)) == [1, 2]
+    names = set(MetricPoint.objects.filter(run=run, step=2).values_list("name", flat=True))
+    assert {f"loss/{kind}", "optimizer/learning_rate", "optimizer/grad_norm",
+            "throughput/sequence_tokens_per_second"} <= names
+    if kind == "dpo":
+        assert {"preference/reward_margin", "preference/accuracy", "preference/chosen_reward"} <= names
+    page = login(owner).get(reverse("runs:run_detail", kwargs={"project": project.slug, "run_id": run.pk}))
+    assert page.status_code == 200
+    for title in PANELS[kind]:
+        assert title in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_dataset_is_refused_where_it_cannot_be_trained_on(project, registry, owner, tiny_model, tmp_path):
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(addition_conversations(1)[0]) + "\n" + '{"messages": [{"role": "user"}]}\n')
+    with pytest.raises(CommandError, match=r"broken.jsonl, line 2: messages\[0\]: a user message with no content"):
+        call_command("train", "--bundle", "arith-bundle", "--kind", "sft", "--dataset", str(broken), "--steps", "1",
+                     *_settings(tiny_model))
+    good = write_jsonl(tmp_path / "good.jsonl", addition_conversations(2))
+    with pytest.raises(CommandError, match="a grpo run trains on no dataset"):
+        call_command("train", "--bundle", "arith-bundle", "--dataset", str(good), "--steps", "1")
+    with pytest.raises(CommandError, match="a dpo run trains on preference rows|a preference row is"):
+        call_command("train", "--bundle", "arith-bundle", "--kind", "dpo", "--dataset", str(good), "--steps", "1",
+                     *_settings(tiny_model))
+    with pytest.raises(RunError, match="taken from the command line only") as refused:
+        run_create(project=project, bundle=registry["bundle"], steps=1, kind="sft", actor=owner, via="web",
+                   overrides={"dataset": str(good), "model": str(tiny_model), "engine": "transformers"})
+    assert refused.value.errors[0].field == "dataset"
+    assert not Run.objects.exists()
