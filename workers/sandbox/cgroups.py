@@ -26,6 +26,41 @@ def oom_kill_count(memory_group: Path) -> int:
     return 0
 
 
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_orphans() -> int:
+    """Removes the groups of sandboxes whose studio process is gone (named `<its pid>-<sandbox id>`): a worker killed
+    outright leaves its groups behind, their processes already dead with the sandbox. Returns how many went."""
+    removed = 0
+    for controller in ("memory", "pids", "cpu"):
+        root = ROOT / controller / GROUP
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            owner = name.split("-", 1)[0]
+            if not owner.isdigit() or process_alive(int(owner)):
+                continue
+            group = root / name
+            try:
+                for pid in (group / "cgroup.procs").read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+                group.rmdir()
+                removed += 1
+            except OSError:
+                pass  # still emptying: the next start tries again
+    return removed
+
+
 class SandboxCgroup:
     def __init__(self, name: str, *, memory_mb: int, max_processes: int, cpus: float):
         self.memory = ROOT / "memory" / GROUP / name

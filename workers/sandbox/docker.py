@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .cgroups import oom_kill_count
+from .cgroups import oom_kill_count, process_alive
 from .layers import SUPPORTED_BASES, LayerBuildError, install_python_packages, place_workspace_source, write_files
 from .process import ZYGOTE_SOURCE
 from .protocol import Channel
@@ -53,6 +53,27 @@ class DockerBackend:
         self.control_root = Path(control_root)  # per container: the socket its zygote answers on
         self.builds = 0  # layers built (not found as tags) by this instance; the tests read it
         self.network_allowed = network_allowed  # limits.network: the host's network, the operator's choice only
+        self.reap_orphans()
+
+    def reap_orphans(self, *, older_than: float = 60.0) -> None:
+        """What a studio process killed outright left: its containers (labelled with its pid; they remove
+        themselves once their zygote sees the socket close, this is for the rest) and its control directories
+        (named after their containers; one younger than `older_than` s may be another process's start under way)."""
+        # The low-level listing: the high-level one inspects each container, and one removing itself is gone by then.
+        for container in self.client.api.containers(all=True, filters={"label": LABEL}):
+            owner = container["Labels"].get(LABEL, "")
+            if owner.isdigit() and not process_alive(int(owner)):
+                try:
+                    self.client.api.remove_container(container["Id"], force=True)
+                except Exception:
+                    pass  # removing itself already
+        if not self.control_root.is_dir():
+            return
+        names = {name.lstrip("/") for c in self.client.api.containers(all=True, filters={"label": LABEL})
+                 for name in c["Names"]}
+        for entry in self.control_root.iterdir():
+            if entry.name not in names and time.time() - entry.stat().st_mtime > older_than:
+                shutil.rmtree(entry, ignore_errors=True)
 
     def start(self, image: SandboxImage) -> "DockerSandbox":
         refuse_network(image, allowed=self.network_allowed)
@@ -164,7 +185,10 @@ class DockerSandbox(ZygoteSandbox):
                 pids_limit=limits.max_processes + 4, nano_cpus=int(max(limits.cpus, 0.1) * 1e9),
                 ulimits=[Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files)],
                 volumes={str(self.control): {"bind": "/control", "mode": "rw"}},
-                labels={LABEL: str(os.getpid())},
+                labels={LABEL: str(os.getpid())}, name=self.id,
+                # A container whose zygote is gone (its studio process was killed: the socket closed) removes
+                # itself; destroy() removes the others.
+                auto_remove=True,
             )
         except Exception as exc:
             shutil.rmtree(self.control, ignore_errors=True)

@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .cgroups import SandboxCgroup
+from .cgroups import SandboxCgroup, reap_orphans
 from .layers import LayerCache
 from .protocol import Channel
 from .types import Limits, SandboxImage, refuse_network
@@ -55,6 +55,7 @@ class ProcessBackend:
         choice (STUDIO_SANDBOX_NETWORK), refused otherwise (types.refuse_network)."""
         self.layers = layers or LayerCache()
         self.network_allowed = network_allowed
+        reap_orphans()  # what a worker killed outright left: its sandboxes died with it, their cgroups did not
 
     def start(self, image: SandboxImage) -> "ProcessSandbox":
         refuse_network(image, allowed=self.network_allowed)
@@ -70,8 +71,9 @@ class ProcessSandbox(ZygoteSandbox):
         self.id = f"proc-{uuid.uuid4().hex[:10]}"
         self.uid = _next_uid()
         limits = image.limits
-        self.cgroup = SandboxCgroup(self.id, memory_mb=limits.memory_mb, max_processes=limits.max_processes,
-                                    cpus=limits.cpus)
+        # Named after this process too, so that the groups of a worker killed outright can be told and reaped.
+        self.cgroup = SandboxCgroup(f"{os.getpid()}-{self.id}", memory_mb=limits.memory_mb,
+                                    max_processes=limits.max_processes, cpus=limits.cpus)
         self.isolation = ["namespaces:user,pid,ipc,uts,mount" + ("" if limits.network else ",net"),
                           f"uid:{self.uid}", "fs:ro-usr,tmpfs-workdir", "env:clean",
                           "rlimit:cpu,nproc,fsize,nofile,core", *self.cgroup.applied]

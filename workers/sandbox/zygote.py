@@ -46,7 +46,12 @@ def _open_channel():
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(1)
-    connection, _ = listener.accept()
+    listener.settimeout(60)  # a host that died before connecting never will: the container then ends itself
+    try:
+        connection, _ = listener.accept()
+    except TimeoutError:
+        sys.exit(1)
+    connection.settimeout(None)
     listener.close()
     os.unlink(path)  # nobody else can connect once the host has
     os.dup2(connection.fileno(), 0)
