@@ -6,24 +6,32 @@ lm-evaluation-harness picks from the server's prompt logprobs equal to the one t
 
 Marked `runners` (`pytest -m runners` picks them out)."""
 
+import asyncio
 import copy
 import json
 
 import pytest
 
 from tests.support import ROOT
+from tests.support.sandbox import process_pool
 from workers.definitions import validate_spec
+from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat
 from workers.rl.models.policies import TinyLMPolicy
 from workers.rl.rollout.choices import choose
 from workers.rl.rollout.evaluation import evaluate_batch, suite_tasks
 from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.rollout.metrics import Prices
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL, SandboxToolRunner
+from workers.rl.serving.app import build_app
 from workers.rl.tasks.taskset import TaskSet
 from workers.rl.types import TaskTemplate
+from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
 from ..conftest import PLAIN_PYTHON
+from .conftest import serving
+from .test_openai_conformance import scripted_model
 
 pytestmark = pytest.mark.runners
 
@@ -53,8 +61,6 @@ def _harness(model: str, model_args: dict, task: str, **options) -> dict:
 
 def _studio_answers(addition_base_model) -> dict[str, object]:
     """The studio's own evaluation of the model on the documents: the agent loop and the verifier, greedy."""
-    from workers.rl.engines.torch_engine import TorchEngine
-
     template = TaskTemplate(key="task_template/adder@1", domain="arithmetic", system_prompt="",
                             prompt_template="{a}+{b}=", tools=(),
                             limits={"max_turns": 1, "max_tokens": 4, "max_seconds": 10}, image=PLAIN_PYTHON,
@@ -118,3 +124,88 @@ def test_the_tokenizer_routes_answer_as_vllms(served):
     assert info["eos_token"] == "\x03" and info["bos_token"] is None
     refused = httpx.post(f"{root}/detokenize", json={"tokens": [10**6]})
     assert refused.status_code == 400 and "token ids" in refused.json()["error"]["message"]
+
+
+# --- Inspect AI --------------------------------------------------------------------------------------------------
+
+QUESTION = "What is 2+3?"
+# The call as the server writes a call back into the conversation (chat_completions.chat_messages), so the model's
+# own tokens and the server's rendering of the client's replayed turn are the same tokens.
+CALL = "\n<tool_call>\n" + json.dumps({"name": "run_python", "arguments": {"code": "print(2+3)"}}) + "\n</tool_call>"
+TOOL_IMAGE = SandboxImage(key="sandbox_image/runner-tools@1", layers=({"type": "base", "image": "python-3.11"},),
+                          warm_pool_size=1)
+
+
+@pytest.fixture(scope="module")
+def tool_pool():
+    with process_pool(TOOL_IMAGE) as pool:
+        yield pool
+
+
+def _tool_model(tool_text: str):
+    """A TinyLM scripted by position (test_openai_conformance.scripted_model): asked the question it calls
+    run_python; shown the tool's answer it says 5."""
+    chat = CharChat()
+    question = [{"role": "user", "content": QUESTION}]
+    asked = len(chat.prompt(question, []))
+    answered = asked + len(chat.tokenizer.encode(CALL)) + 1 + len(chat.continuation(
+        question, [{"role": "tool", "content": tool_text}], []))
+    return scripted_model({asked: CALL, answered: "5"}, context=256)
+
+
+@pytest.mark.sandbox  # the tool runs in the studio's sandbox on both sides
+def test_inspect_ai_calls_the_tool_through_serve_and_answers_what_the_studio_answers(tool_pool, tmp_path):
+    from inspect_ai import Task as InspectTask
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import get_model
+    from inspect_ai.scorer import match
+    from inspect_ai.solver import generate, use_tools
+    from inspect_ai.tool import tool
+
+    runner = SandboxToolRunner(tool_pool)
+    tool_text = runner.run(TOOL_IMAGE, "run_python", {"code": "print(2+3)"}).text
+    model = _tool_model(tool_text)
+
+    template = TaskTemplate(key="task_template/tool-adder@1", domain="agents", system_prompt="", prompt_template="{q}",
+                            tools=(RUN_PYTHON_TOOL,), limits={"max_turns": 3, "max_tokens": 200, "max_seconds": 30},
+                            image=TOOL_IMAGE, verifier_key="verifier/exact@1", verifier_spec=EXACT)
+    items = {"sum": Item(key="sum", inputs={"q": QUESTION}, hidden={"answer": "5"})}
+    engine = TorchEngine(copy.deepcopy(model))
+    try:
+        [studio] = evaluate_batch(suite_tasks(TaskSet.single_template(template, items), per_template=0, seed=0),
+                                  run_id="00000000-0000-4000-8000-0000000000e3", step=1, engine=engine,
+                                  chat=CharChat(), tool_runner=runner, verifier=LocalVerifier(pool=None),
+                                  prices=Prices(), samples=1, temperature=0.0, seed=0, rollout_concurrency=1,
+                                  verify_concurrency=1)
+    finally:
+        engine.close()
+    assert [t.role for t in studio.turns] == ["user", "assistant", "tool", "assistant"]
+    assert studio.response == "5" and studio.reward == 1.0
+
+    @tool
+    def run_python():
+        async def execute(code: str):
+            """Run a Python script in the sandbox; returns the exit code, stdout and stderr.
+
+            Args:
+                code: the script to run
+            """
+            return (await asyncio.to_thread(runner.run, TOOL_IMAGE, "run_python", {"code": code})).text
+
+        return execute
+
+    served_engine = TorchEngine(copy.deepcopy(model))
+    with serving(build_app(engine=served_engine, chat=CharChat(), model_name="scripted")) as url:
+        task = InspectTask(dataset=[Sample(input=QUESTION, target="5")], solver=[use_tools(run_python()), generate()],
+                           scorer=match())
+        [log] = inspect_eval(task, model=get_model("openai-api/studio/scripted", base_url=url, api_key="unused"),
+                             log_dir=str(tmp_path / "inspect"), display="none", max_retries=0)
+    served_engine.close()
+    assert log.status == "success", log.error
+    [sample] = log.samples
+    calls = [call for message in sample.messages if message.role == "assistant" for call in message.tool_calls or []]
+    assert [(c.function, c.arguments) for c in calls] == [(t.name, t.arguments) for t in studio.turns[1].tool_calls]
+    assert [m.text for m in sample.messages if m.role == "tool"] == [studio.turns[2].content]
+    assert sample.output.completion == studio.response
+    assert log.results.scores[0].metrics["accuracy"].value == studio.reward
