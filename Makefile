@@ -8,6 +8,10 @@ DEMO_STEPS ?= 500
 # `make demo MODEL=smollm` trains the real model (SmolLM2-135M-Instruct, bundle demo-smollm) instead of the tiny one.
 MODEL ?= tiny
 DEMO_BUNDLE := $(if $(filter smollm,$(MODEL)),demo-smollm,demo)
+# MODEL=smollm: the reference check checks more answers of each template, and the GRPO run starts from an SFT cold
+# start on the tool-calling ones (manage.py cold_start, apps/demo/cold_start.py). The tiny demo does neither.
+REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),24,3)
+DEMO_START := $(if $(filter smollm,$(MODEL)),--set "model=checkpoint demo-smollm-sft@latest")
 DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
 SMOLLM2_VERSION := 0.1.2
 
@@ -48,12 +52,14 @@ demo: export STUDIO_EGRESS_ALLOW ?= 127.0.0.0/8 ::1 localhost
 demo: setup secret-key
 	$(BIN)/python manage.py migrate --noinput
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
-	$(BIN)/python manage.py reference_check --bundle $(DEMO_BUNDLE) --per-template 3 --if-absent
+	$(BIN)/python manage.py reference_check --bundle $(DEMO_BUNDLE) --per-template $(REFERENCE_PER_TEMPLATE) --if-absent
 	$(BIN)/python manage.py review_queue demo-check --rubric trajectory-review --sample stratified:15 --overlap 2 \
 		--follow 0.005 --reviewers demo,reviewer --adjudicators demo --if-absent \
 		--description "The reference answers, then 1 in 200 of the demo run's trajectories: label, compare, adjudicate"
 	$(BIN)/python manage.py evaluate --suite demo-suite --model model/demo-tiny --if-absent
-	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare
+	$(if $(filter smollm,$(MODEL)),$(BIN)/python manage.py cold_start --bundle demo-smollm)
+	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare \
+		$(DEMO_START)
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 
 # The studio's SECRET_KEY when none is set in the environment: a random one, kept (owner-only) in the data
