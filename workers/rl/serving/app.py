@@ -6,7 +6,9 @@ judge layer can point at it like at any other endpoint.
 Every request goes to the engine's batching loop, so concurrent clients share forward passes (continuous
 batching, as in training). The app is its routes, one module each, over the model they share (served_model.py):
 chat_completions.py, completions.py, weights.py, and tokenizer.py (vLLM's /tokenize, /detokenize and
-/tokenizer_info, which lm-evaluation-harness's remote tokenizer reads).
+/tokenizer_info, which lm-evaluation-harness's remote tokenizer reads); answers.py writes an engine's completion in
+the API's shapes (stop strings, logprobs), parameters.py says which parameters are refused rather than ignored
+(the README's "OpenAI API support" table lists what each gets).
 
 For RL generation on inference servers (engines/server.py) the server also:
 - answers every completion with the `policy_version` of the weights that sampled it (a top-level field), and,

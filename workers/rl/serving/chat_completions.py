@@ -114,7 +114,7 @@ def chat_completions(served: ServedModel):
             tools, parse_calls = offered_tools(body)
             settings = served.sampling(body, DEFAULT_MAX_TOKENS)
             top = read_number(body, "top_logprobs", None, 0, MAX_LOGPROBS, int)
-            if top is not None and not body.get("logprobs"):
+            if top and not body.get("logprobs"):  # as vLLM checks it
                 raise BadRequest("top_logprobs needs logprobs: true")
             settings["top_logprobs"] = top or 0
             settings["prompt_logprobs"] = read_number(body, "prompt_logprobs", None, 0, MAX_LOGPROBS, int)
