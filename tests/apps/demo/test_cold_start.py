@@ -15,7 +15,7 @@ from apps.trajectories.services import trajectories_record
 from workers.rl.models.base_model import reference_turns
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL
-from workers.rl.types import Trajectory, TrajectoryStatus, ToolCall, Turn, trajectory_id
+from workers.rl.types import ToolCall, Trajectory, TrajectoryStatus, Turn, trajectory_id
 
 
 def test_an_expression_tasks_reference_calls_the_tool_first():
