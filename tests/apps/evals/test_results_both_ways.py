@@ -13,6 +13,7 @@ from apps.evals.models import ExternalEvaluation
 from apps.evals.services import evaluation_launch
 from apps.evals.suites import suite_key
 from apps.trajectories.services import trajectories_record
+from tests.support import ROOT
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
 
 # task -> its samples' rewards (None: the infrastructure failed; left out and counted, never a wrong answer)
@@ -124,6 +125,20 @@ def test_a_harness_file_is_an_external_row_under_its_own_key_never_on_a_suites_b
     assert [e["what"] for e in api.get(f"/projects/{project.slug}/evals").json()] == [evaluated.label]
     listed = api.get(f"/projects/{project.slug}/evals/external/").json()
     assert sorted(e["what"] for e in listed) == ["model-b", "org/model-a", "zero-shot"]
+
+
+def test_a_file_lm_eval_wrote_imports_as_it_is(project, owner, api_as):
+    """tests/data/lm_eval/results_tiny-random.json: what lm-evaluation-harness 0.4.13's CLI wrote for
+    tests/data/lm_eval/adder_choice.yaml against serve's app on a randomly initialised tiny model."""
+    written = json.loads((ROOT / "tests" / "data" / "lm_eval" / "results_tiny-random.json").read_text())
+    row = external.external_import(project=project, document=written, actor=owner)
+    assert (row.label, row.harness_version) == ("tiny-random", "0.4.13")
+    assert row.scores == {"adder_choice": {"acc,none": {"value": pytest.approx(5 / 12),
+                                                        "stderr": pytest.approx(0.148647, abs=1e-6)}}}
+    assert row.key_parts["adder_choice"]["version"] == 1.0 and row.key_parts["adder_choice"]["n-shot"] == 0
+    assert row.key_parts["adder_choice"]["documents"] == 12
+    again = api_as(owner).post(f"/projects/{project.slug}/evals/external/", {"results": written, "label": "again"})
+    assert again.status_code == 201 and again.json()["key"] == row.key
 
 
 def test_the_studios_own_export_imports_back_with_its_scores(project, evaluated, tmp_path):
