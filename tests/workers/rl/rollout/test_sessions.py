@@ -1,0 +1,110 @@
+"""Trajectories that hold one sandbox session: a reference policy drives twenty-one tool calls through one
+workspace (each call sees what the ones before it wrote), the trajectory is graded, archived as JSON and read
+back; and the context policy rewrites older tool outputs without re-tokenising what the policy sampled."""
+
+import json
+
+import pytest
+
+from tests.support.sandbox import process_pool
+from workers.definitions import validate_spec
+from workers.rl.models.chat_formats import CharChat
+from workers.rl.rollout.agent import _Sample, compact_context
+from workers.rl.rollout.grading import LocalVerifier, grade_trajectory
+from workers.rl.rollout.reference import reference_rollout
+from workers.rl.rollout.sessions import TrajectoryTools
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL, SandboxToolRunner
+from workers.rl.types import Task, TaskTemplate, Trajectory, TrajectoryStatus, Turn
+from workers.sandbox import SandboxImage
+from workers.sandbox.types import Limits
+from workers.verifiers import Item
+
+IMAGE = SandboxImage(key="sandbox_image/session-rollout@1", layers=({"type": "base", "image": "python-3.11"},),
+                     limits=Limits(wall_seconds=5, cpu_seconds=5, memory_mb=128), warm_pool_size=1)
+NUMERIC = validate_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
+    {"type": "numeric", "name": "answer", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]})
+SESSION = validate_spec("task_template", {"prompt_template": "{q}", "sandbox_image": "a", "verifier": "b",
+                                          "session": {"max_calls": 40, "disk_mb": 32, "memory_mb": 128,
+                                                      "call_seconds": 5}})["session"]
+TEMPLATE = TaskTemplate(key="task_template/tally@1", domain="tally", system_prompt="", prompt_template="{q}",
+                        tools=(RUN_PYTHON_TOOL,), limits={"max_turns": 30, "max_tokens": 4000, "max_seconds": 120},
+                        image=IMAGE, verifier_key="verifier/numeric@1", verifier_spec=NUMERIC, session=SESSION)
+APPEND = "open('tally.txt', 'a').write('x'); print(len(open('tally.txt').read()))"
+
+
+def _call(code: str) -> str:
+    return "<tool_call>" + json.dumps({"name": "run_python", "arguments": {"code": code}}) + "</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with process_pool(IMAGE) as pool:
+        yield pool
+
+
+@pytest.mark.sandbox
+def test_twenty_one_tool_calls_share_one_workspace_and_the_trajectory_is_graded_and_archived(pool):
+    task = Task(seq=0, template=TEMPLATE, item=Item(key="tally-21", inputs={"q": "count"}, hidden={"answer": 21}))
+    answers = [_call(APPEND)] * 21 + ["21"]
+    trajectory = reference_rollout("00000000-0000-4000-8000-000000000026", task, answers, SandboxToolRunner(pool))
+    tool_turns = [t for t in trajectory.turns if t.role == "tool"]
+    assert [t.result["stdout"].strip() for t in tool_turns] == [str(n) for n in range(1, 22)]
+    assert trajectory.status == TrajectoryStatus.OK and trajectory.response == "21"
+    grade_trajectory(LocalVerifier(pool), task, trajectory)
+    assert trajectory.reward == 1.0
+    archived = Trajectory.from_json(json.loads(json.dumps(trajectory.to_json())))
+    assert [t.content for t in archived.turns] == [t.content for t in trajectory.turns] and archived.reward == 1.0
+    # The session went back to the pool when the trajectory ended.
+    assert all(state["busy"] == 0 for state in pool.status())
+
+
+@pytest.mark.sandbox
+def test_a_sessions_call_budget_ends_the_trajectory_as_a_limit_not_an_error(pool):
+    template = TaskTemplate(**{**TEMPLATE.__dict__, "session": {**SESSION, "max_calls": 3}})
+    task = Task(seq=0, template=template, item=Item(key="tally-5", inputs={"q": "count"}, hidden={"answer": 5}))
+    trajectory = reference_rollout("00000000-0000-4000-8000-000000000027", task, [_call(APPEND)] * 5 + ["5"],
+                                   SandboxToolRunner(pool))
+    assert [t.role for t in trajectory.turns].count("tool") == 3
+    assert trajectory.status == TrajectoryStatus.OK and trajectory.limit_hit == "session_calls"
+
+
+@pytest.mark.sandbox
+def test_a_template_without_a_session_keeps_its_calls_stateless(pool):
+    template = TaskTemplate(**{**TEMPLATE.__dict__, "session": None})
+    tools = TrajectoryTools(SandboxToolRunner(pool), template, Item(key="k", inputs={}, hidden={}))
+    assert [tools.run("run_python", {"code": APPEND}).stdout.strip() for _ in range(2)] == ["1", "1"]
+
+
+def test_the_context_policy_rewrites_older_tool_outputs_and_keeps_the_sampled_ids():
+    chat = CharChat()
+    template = TaskTemplate(**{**TEMPLATE.__dict__, "context": {"when_full": "truncate_tool_outputs",
+                                                                "keep_last_turns": 2, "truncated_chars": 5}})
+    item = Item(key="k", inputs={"q": "count"}, hidden={})
+    messages = template.messages(item)
+    prompt = chat.prompt(messages, [RUN_PYTHON_TOOL])
+    trajectory = Trajectory(id="t", run_id="r", seq=0, sample=0, domain="d", template="t", task_key="k",
+                            task_hash="", image="i", verifier="v", policy_version=0, prompt_ids=list(prompt),
+                            turns=[Turn(role="user", content="count")])
+    sample = _Sample(Task(seq=0, template=template, item=item), trajectory, list(messages), list(prompt), 0.0,
+                     TrajectoryTools(None, template, item))
+    sampled = []
+    for n in range(3):
+        ids = chat.tokenizer.encode(f"call {n}") + [chat.end]  # as an engine samples them: the ids are the record
+        sampled.append(ids)
+        trajectory.turns.append(Turn(role="assistant", content=f"call {n}", token_ids=ids, logprobs=[-0.1] * len(ids)))
+        sample.messages.append({"role": "assistant", "content": f"call {n}"})
+        output = {"role": "tool", "content": f"output number {n} " * 10, "tool_call_id": f"c{n}", "name": "run_python"}
+        trajectory.turns.append(Turn(role="tool", content=output["content"],
+                                     token_ids=chat.continuation(sample.messages, [output], [RUN_PYTHON_TOOL])))
+        sample.messages.append(output)
+    before = sum(len(t.token_ids) for t in trajectory.turns) + len(prompt)
+    assert compact_context(sample, chat, template.context)
+    # The assistant's ids are the sampled ones; the two older outputs are cut, the newest turns kept whole.
+    assert [t.token_ids for t in trajectory.turns if t.role == "assistant"] == sampled
+    assert [m["content"].startswith("outpu\n[...") for m in sample.messages if m["role"] == "tool"] == [True, True,
+                                                                                                        False]
+    assert len(sample.context) < before and sample.context[:len(prompt)] == prompt
+    ids, mask, _ = trajectory.training_sequence()
+    assert ids == sample.context[:len(ids)] and sum(mask) == 0  # sampled before the rewrite: context now
+    # The archive keeps every output whole for review.
+    assert all(t.content.count("output number") == 10 for t in trajectory.turns if t.role == "tool")
