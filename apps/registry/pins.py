@@ -17,6 +17,7 @@ from apps.registry.models import InstanceSetMember, Version
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import RunConfig
+from workers.rl.rollout.swe_tools import SWE_TOOL_NAMES
 from workers.rl.rollout.tools import BUILTIN_TOOLS, unknown_tools
 from workers.rl.tasks.scheduler import DomainMix, TemplateMix
 from workers.rl.tasks.taskset import TaskSet
@@ -54,10 +55,12 @@ def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
             template_version = pinned("task_template", draw["template"])
             image_version = pinned("sandbox_image", template_version.spec["sandbox_image"])
             verifier_version = pinned("verifier", template_version.spec["verifier"])
-            unknown = unknown_tools(template_version.spec.get("tools", []))
+            unknown = unknown_tools(template_version.spec.get("tools", []),
+                                    session=bool(template_version.spec.get("session")))
             if unknown:
                 raise PinnedBundleError(f"{template_version.ref} offers tools the engine does not implement: "
-                                        f"{', '.join(unknown)} (built in: {', '.join(BUILTIN_TOOLS)})")
+                                        f"{', '.join(unknown)} (built in: {', '.join(BUILTIN_TOOLS)}; with a "
+                                        f"session: {', '.join(SWE_TOOL_NAMES)})")
             key = template_version.ref
             if key not in templates:
                 templates[key] = TaskTemplate.from_spec(

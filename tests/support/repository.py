@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from workers.sandbox import Limits, SandboxImage
-from workers.verifiers.repository import snapshot_files
+from workers.verifiers.repository import PYTEST_PIN, snapshot_files
 
 RANGES = '''def inclusive_range(a, b):
     """The integers from a to b, both included."""
@@ -38,18 +38,11 @@ def test_largest():
 FILES = {"calc/__init__.py": b"", "calc/ranges.py": RANGES.encode(), "tests/__init__.py": b"",
          "tests/test_ranges.py": VISIBLE_TESTS.encode(), "README.md": b"# calc\n"}
 
-GOLD_PATCH = """diff --git a/calc/ranges.py b/calc/ranges.py
---- a/calc/ranges.py
-+++ b/calc/ranges.py
-@@ -1,6 +1,6 @@
- def inclusive_range(a, b):
-     \"\"\"The integers from a to b, both included.\"\"\"
--    return list(range(a, b))
-+    return list(range(a, b + 1))
- 
- 
- def total(values):
-"""
+# As git writes it; the context lines of the blank lines are a single space.
+GOLD_PATCH = ("diff --git a/calc/ranges.py b/calc/ranges.py\n--- a/calc/ranges.py\n+++ b/calc/ranges.py\n"
+              "@@ -1,6 +1,6 @@\n def inclusive_range(a, b):\n"
+              "     \"\"\"The integers from a to b, both included.\"\"\"\n"
+              "-    return list(range(a, b))\n+    return list(range(a, b + 1))\n \n \n def total(values):\n")
 
 TEST_PATCH = """diff --git a/tests/test_hidden.py b/tests/test_hidden.py
 new file mode 100644
@@ -66,7 +59,6 @@ new file mode 100644
 FAIL_TO_PASS = ["tests/test_hidden.py::test_inclusive_range"]
 PASS_TO_PASS = ["tests/test_ranges.py::test_total", "tests/test_ranges.py::test_largest"]
 
-PYTEST_PIN = "pytest==9.2.0"
 REPOSITORY_IMAGE = SandboxImage(
     key="test/repository@1",
     layers=({"type": "base", "image": "python-3.11"}, {"type": "python_packages", "packages": [PYTEST_PIN]}),

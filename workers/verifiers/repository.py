@@ -46,6 +46,7 @@ MAX_SNAPSHOT_BYTES = 20 * 1024 * 1024  # compressed; larger repositories belong 
 # code before any test does.
 STEERING_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
                   "usercustomize.py", "noxfile.py", ".pytest.ini"}
+PYTEST_PIN = "pytest==9.2.0"  # the test runner repository tasks are verified with (a python_packages layer)
 REASONS = ("pass", "test_failed", "patch_apply_failed", "setup_failed", "sandbox_error", "timeout")
 
 
@@ -290,7 +291,8 @@ def repository_tests_check(spec: RepositoryTests, sample, item, context) -> Outc
 
 # --- validation (at import: SWE-bench's harness validates its gold patches the same way) --------------------
 
-VALIDATION_REASONS = ("pass", "test_failed", "gold_apply_failed", "setup_failed", "sandbox_error", "timeout")
+VALIDATION_PYTEST_PIN = "pytest==9.2.0"  # the test runner repository tasks are verified with (a python_packages layer)
+REASONS = ("pass", "test_failed", "gold_apply_failed", "setup_failed", "sandbox_error", "timeout")
 
 
 @dataclass

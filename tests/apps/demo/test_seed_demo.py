@@ -35,6 +35,8 @@ DOMAINS = {
     "3d-modelling": {"primitive-solids"},
 }
 # The real-model demo's bundle (apps/demo/smollm.py), on the same images and verifiers.
+# The repository tasks' bundle (apps/demo/repositories.py): one domain, one template, its own image and verifier.
+REPOSITORY_DOMAINS = {"python-repositories": {"repository-bugfix"}}
 SMOLLM_DOMAINS = {"smol-sums": {"smol-sum"}, "smol-python": {"smol-functions"}, "smol-tools": {"smol-run-python"}}
 
 
@@ -84,7 +86,8 @@ def test_bundle_pins_every_definition_the_domains_need(seeded):
     suite = latest(project, "bundle", "demo-suite")
     pinned = {member["ref"]: member["content_hash"] for member in suite.spec["resolved"]}
     for slug, domains, model in (("demo", DOMAINS, "demo-tiny"), ("demo-smollm", SMOLLM_DOMAINS,
-                                                                   "smollm2-135m-instruct")):
+                                                                   "smollm2-135m-instruct"),
+                                 ("demo-repositories", REPOSITORY_DOMAINS, "demo-tiny")):
         bundle = latest(project, "bundle", slug)
         resolved = {member["ref"]: member["content_hash"] for member in bundle.spec["resolved"]}
         assert bundle.spec["members"] == [f"domain/{domain}@1" for domain in domains]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shlex
 import time
 from dataclasses import dataclass
 
@@ -38,12 +39,71 @@ def _code_block(code: str) -> str:
     return f"```python\n{code.rstrip()}\n```"
 
 
+# The software-engineering tool set's names (rollout/swe_tools.py, which this layer does not import).
+SWE_TOOL_NAMES = {"bash", "str_replace_editor", "submit"}
+REFERENCE_WINDOW = 30  # lines the reference reads of a file per view, as an agent scrolls
+
+
+def _hunks(patch: str) -> list[tuple[str, int, str, str]]:
+    """(path, first line in the new file, old text, new text) of each hunk of a unified diff."""
+    hunks, path, current = [], None, None
+    for line in patch.splitlines(keepends=True):
+        if line.startswith("+++ "):
+            path = line[4:].strip().removeprefix("b/")
+        elif line.startswith("@@"):
+            start = int(re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", line)[1])
+            current = [path, start, "", ""]
+            hunks.append(current)
+        elif current is not None and line[:1] in (" ", "-", "+") and not line.startswith(("--- ", "diff ")):
+            if line[0] in (" ", "-"):
+                current[2] += line[1:]
+            if line[0] in (" ", "+"):
+                current[3] += line[1:]
+    return [tuple(h) for h in hunks]
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {"role": "assistant", "content": "<tool_call>" + json.dumps({"name": name, "arguments": arguments})
+                                            + "</tool_call>"}
+
+
+def repository_reference_turns(hidden: dict) -> list[dict]:
+    """A repository task solved the way an agent works (SWE-agent's loop): look around, run the failing tests, read
+    each file the fix touches a window at a time, edit it hunk by hunk with str_replace (the gold patch's), run
+    the tests again, submit. One tool call per turn; the tool results come from the session, never from here."""
+    fail_to_pass = list(hidden.get("FAIL_TO_PASS") or [])
+    hunks = _hunks(hidden["patch"])
+    paths = list(dict.fromkeys(path for path, *_ in hunks))
+    failing = " ".join(shlex.quote(test) for test in fail_to_pass[:5])
+    calls = [("bash", {"command": "ls"}), ("str_replace_editor", {"command": "view", "path": "."}),
+             ("bash", {"command": f"python -m pytest -q -x {failing} 2>&1 | tail -30"})]
+    for path in paths:
+        calls.append(("bash", {"command": f"wc -l {shlex.quote(path)}"}))
+        last = max(start + new.count("\n") for p, start, _, new in hunks if p == path)
+        calls += [("str_replace_editor", {"command": "view", "path": path,
+                                          "view_range": [first, first + REFERENCE_WINDOW - 1]})
+                  for first in range(1, last + 1, REFERENCE_WINDOW)]
+    for path, start, old, new in hunks:
+        first_line = old.strip().splitlines()[0][:60] if old.strip() else ""
+        calls.append(("bash", {"command": f"grep -nF -e {shlex.quote(first_line)} {shlex.quote(path)}"
+                               if first_line else f"head -n {start + 3} {shlex.quote(path)} | tail -n 6"}))
+        calls.append(("str_replace_editor", {"command": "str_replace", "path": path, "old_str": old, "new_str": new}))
+        calls.append(("str_replace_editor", {"command": "view", "path": path,
+                                             "view_range": [max(1, start - 2), start + new.count("\n") + 2]}))
+    calls += [("bash", {"command": f"python -m pytest -q {failing} 2>&1 | tail -5"}),
+              ("bash", {"command": "python -m pytest -q 2>&1 | tail -5"}), ("submit", {})]
+    return [_call(name, arguments) for name, arguments in calls]
+
+
 def reference_turns(*, tools: list[dict], inputs: dict, hidden: dict, rng: random.Random,
                     tool_call_fraction: float = 0.3) -> list[dict] | None:
     """The assistant's side of a right answer, from the hidden fields the demo's task families use:
     `canonical_solution` / `reference_script` (code), `citations` with `answer` (document QA), `working`
-    with `answer` (word problems), or a bare `answer`. None when the instance has none of them."""
+    with `answer` (word problems), a gold `patch` (a repository task: repository_reference_turns), or a bare
+    `answer`. None when the instance has none of them."""
     tool_names = {tool["name"] for tool in tools}
+    if hidden.get("patch") and SWE_TOOL_NAMES <= tool_names:
+        return repository_reference_turns(hidden)
     code = hidden.get("canonical_solution") or hidden.get("reference_script")
     if code:
         answer = _code_block(code)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import difflib
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -45,7 +46,7 @@ class Mutation:
 
     @property
     def key(self) -> str:
-        stem = self.path.removesuffix(".py").replace("/", "-").replace("_", "-").replace(".", "-").lower()
+        stem = re.sub(r"[^a-z0-9]+", "-", self.path.removesuffix(".py").lower()).strip("-")
         return f"{stem}-l{self.line}c{self.column}-{self.operator.replace('_', '-')}"
 
     def apply(self, source: str) -> str:
@@ -260,3 +261,30 @@ def mutation_instance(files: dict[str, bytes], kept: KeptMutation, *, package: s
                        "PASS_TO_PASS": [test for test in tests if test not in set(kept.fail_to_pass)],
                        "mutation": {"path": mutation.path, "line": mutation.line, "column": mutation.column,
                                     "operator": mutation.operator}}}
+
+
+# --- a search's record, to rebuild its instances from the same source without running anything ---------------
+
+def search_record(search: MutationSearch, *, package: str, source: str, licence: str = "") -> dict:
+    return {"package": package, "source": source, "licence": licence, "tests": search.tests,
+            "mutations": [{"path": k.mutation.path, "line": k.mutation.line, "column": k.mutation.column,
+                           "operator": k.mutation.operator, "fail_to_pass": k.fail_to_pass, "evidence": k.evidence}
+                          for k in search.kept]}
+
+
+def instances_from_record(files: dict[str, bytes], record: dict) -> list[dict]:
+    """The instances a search found (search_record), rebuilt from the same source files; ValueError when the
+    source is not the one searched (a mutation is not where the record says)."""
+    candidates = {(m.path, m.line, m.column, m.operator): m for m in mutation_candidates(files)}
+    instances = []
+    for entry in record["mutations"]:
+        mutation = candidates.get((entry["path"], entry["line"], entry["column"], entry["operator"]))
+        if mutation is None:
+            raise ValueError(f"{entry['path']}:{entry['line']}: no {entry['operator']} mutation there; is this the "
+                             f"source {record['source']} the record was made from?")
+        kept = KeptMutation(mutation, list(entry["fail_to_pass"]), entry["evidence"])
+        instance = mutation_instance(files, kept, package=record["package"], tests=record["tests"])
+        if record.get("licence"):
+            instance["hidden"]["licence"] = record["licence"]
+        instances.append(instance)
+    return instances
