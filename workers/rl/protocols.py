@@ -100,6 +100,11 @@ class ChatFormat(Protocol):
     def decode(self, ids: list[int]) -> str:
         """Text of sampled ids, without the stop token."""
 
+
+class TrainingChat(ChatFormat, Protocol):
+    """A chat format a model is trained through on whole conversations (SFT, DPO): the studio's own models'
+    formats, not an endpoint's."""
+
     def training_tokens(self, messages: list[dict], tools: list[dict],
                         trained_from: int = 0) -> tuple[list[int], list[int]]:
         """(ids, mask) of a whole conversation for SFT and DPO, the mask 1 on the tokens of the assistant's

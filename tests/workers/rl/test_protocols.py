@@ -28,6 +28,7 @@ IMPLEMENTATIONS = [
                                                  EndpointEngine, RanksEngine)],
     (protocols.Policy, TinyLMPolicy), (protocols.Policy, HFPolicy),
     (protocols.ChatFormat, CharChat), (protocols.ChatFormat, HFChat), (protocols.ChatFormat, MessagesChat),
+    (protocols.TrainingChat, CharChat), (protocols.TrainingChat, HFChat),
     (protocols.ToolRunner, SandboxToolRunner), (protocols.ToolRunner, RemoteToolRunner),
     (protocols.ToolSession, LocalToolSession), (protocols.ToolSession, RemoteToolSession),
     (protocols.Verifier, LocalVerifier), (protocols.Verifier, RemoteVerifier),

@@ -14,6 +14,7 @@ came from: ignored by training). A file that breaks the contract is refused with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -185,7 +186,12 @@ def step_rows(count: int, *, batch: int, step: int, seed: int) -> list[int]:
     rows = []
     while len(rows) < batch:
         epoch, offset = divmod(start + len(rows), count)
-        order = list(range(count))
-        random.Random(f"{seed}:{epoch}").shuffle(order)
-        rows.extend(order[offset:offset + batch - len(rows)])
+        rows.extend(_pass_order(count, seed, epoch)[offset:offset + batch - len(rows)])
     return rows
+
+
+@functools.lru_cache(maxsize=2)  # a step reads one pass, or the end of one and the start of the next
+def _pass_order(count: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(count))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return tuple(order)

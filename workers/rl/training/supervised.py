@@ -161,11 +161,11 @@ class DPOTrainer(SupervisedTrainer):
         return self._micro_batches(pairs, lambda pair: len(pair.chosen.ids) + len(pair.rejected.ids))
 
     @torch.no_grad()
-    def precompute_reference(self, pairs: list[PairRow]) -> None:
+    def precompute_reference(self, pairs: list[PairRow], progressed=None) -> None:
         """The reference's summed log-probabilities of each pair's chosen and rejected answer, computed with the
         policy's current weights — the ones the run starts from, so call this before a checkpoint is restored —
         and kept for the attempt. With LoRA the adapters are switched off, so the base model is the reference
-        even where the adapters have moved."""
+        even where the adapters have moved. `progressed()` is called after each micro-batch (the heartbeat's)."""
         missing = list(dict.fromkeys(pair for pair in pairs if pair not in self.reference))
         if not missing:
             return
@@ -179,6 +179,8 @@ class DPOTrainer(SupervisedTrainer):
                     sums = self._sums(chunk)
                 for pair, chosen, rejected in zip(chunk, *sums.view(2, -1).tolist(), strict=True):
                     self.reference[pair] = (chosen, rejected)
+                if progressed is not None:
+                    progressed()
         finally:
             self.policy.model.train(was_training)
 

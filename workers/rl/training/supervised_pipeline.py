@@ -19,7 +19,7 @@ from pathlib import Path
 from workers.storage import Storage, StorageUnavailable
 
 from ..config import RunConfig
-from ..protocols import AttemptAbandoned, ChatFormat, LeaseLost, Policy, Tracker
+from ..protocols import AttemptAbandoned, LeaseLost, Policy, Tracker, TrainingChat
 from .checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
 from .datasets import SFT, ConversationRow, PreferenceRow, step_rows
 from .supervised import DPOTrainer, PairRow, SFTTrainer, SupervisedStats, TokenRow, truncated
@@ -30,7 +30,7 @@ class SupervisedCheckpointError(RuntimeError):
     """A checkpoint could not be written; the newest complete one is still there to resume from."""
 
 
-def tokenize_row(chat: ChatFormat, row: ConversationRow | PreferenceRow) -> TokenRow | PairRow:
+def tokenize_row(chat: TrainingChat, row: ConversationRow | PreferenceRow) -> TokenRow | PairRow:
     """A dataset row as the trainer takes it: a TokenRow (SFT), or a PairRow (DPO) whose answers are trained on
     their assistant messages after the shared prompt."""
     try:
@@ -53,7 +53,7 @@ def fitted(row: TokenRow | PairRow, max_length: int | None) -> TokenRow | PairRo
 
 class SupervisedPipeline:
     def __init__(self, *, run_id: str, kind: str, config: RunConfig, total_steps: int, rows: list, policy: Policy,
-                 chat: ChatFormat, tracker: Tracker, checkpoint_dir: Path | Storage,
+                 chat: TrainingChat, tracker: Tracker, checkpoint_dir: Path | Storage,
                  progress: Callable | None = None, stop: threading.Event | None = None,
                  stuck_after: float | None = None):
         self.run_id, self.kind, self.config, self.total_steps = run_id, kind, config, total_steps
@@ -75,9 +75,9 @@ class SupervisedPipeline:
 
     def run(self) -> dict:
         started = time.monotonic()
-        resumed_from = self._restore()
-        self.heartbeat.start()
+        self.heartbeat.start()  # before the restore: a DPO run's reference pass over its rows takes a while
         try:
+            resumed_from = self._restore()
             outcome = self._train()
             if outcome == "paused" and self._last_saved != self.trainer.step:
                 self._save_checkpoint()
@@ -175,7 +175,8 @@ class SupervisedPipeline:
         if isinstance(self.trainer, DPOTrainer):
             pairs = [self._row(i) for step in range(done + 1, self.total_steps + 1) for i in
                      step_rows(len(self.rows), batch=self.config.batch_size, step=step, seed=self.config.seed)]
-            self.trainer.precompute_reference(pairs)
+            self.trainer.precompute_reference(pairs, progressed=self.heartbeat.progressed)
+            self._check()
         if checkpoint is None:
             self.tracker.rollback(0)
             return None
