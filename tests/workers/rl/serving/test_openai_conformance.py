@@ -308,3 +308,36 @@ def test_parameters_are_ignored_only_where_vllm_ignores_them(served, client):
         assert refused.value.body["param"] in ("top_p", "top_k", "min_tokens", "logit_bias")
     reply = httpx.post(f"{served}/completions", json={"model": "tiny-adder", "prompt": "1+", "stream": True})
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "stream"
+
+
+def test_the_transformers_engine_scores_prompts_and_gives_alternatives_too(tmp_path):
+    """The same fields from the transformers engine (its own scoring pass), on a tiny random Llama: the prompt's
+    logprobs are its forward pass's, a batch of prompts answers in order."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from workers.rl.engines.hf import TransformersEngine
+    from workers.rl.models.chat_formats import HFChat
+    from workers.rl.models.hf_tiny import make_tiny_hf_model
+
+    directory = make_tiny_hf_model(tmp_path, hidden_size=32, layers=1, heads=2, max_positions=64)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_pretrained(directory).eval()
+    engine = TransformersEngine(str(directory))
+    with serving(build_app(engine=engine, chat=HFChat(tokenizer), model_name="llama")) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        reply = client.completions.create(model="llama", prompt=["12+7=19", "3+3=6"], echo=True, max_tokens=0,
+                                          logprobs=2)
+        chat = client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "1+1="}],
+                                              max_tokens=3, temperature=0, logprobs=True, top_logprobs=3)
+    engine.close()
+    for choice, text in zip(reply.choices, ["12+7=19", "3+3=6"], strict=True):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, :-1]
+        expected = F.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1).tolist()
+        assert choice.text == text and choice.logprobs.token_logprobs[0] is None
+        assert choice.logprobs.token_logprobs[1:] == pytest.approx(expected, abs=1e-4)
+        assert all(len(top) <= 3 for top in choice.logprobs.top_logprobs[1:])
+    for entry in chat.choices[0].logprobs.content:
+        assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
+        assert len(entry.top_logprobs) == 3 and entry.top_logprobs[0].token == entry.token
