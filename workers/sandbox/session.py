@@ -239,7 +239,7 @@ class Session:
         limits = replace(self._lease.sandbox.image.limits, wall_seconds=seconds,
                          cpu_seconds=max(seconds, self._lease.sandbox.image.limits.cpu_seconds))
         execution = Execution(**shape, stdin=stdin, limits=limits, cwd=start_in, env=dict(env or {}),
-                              keep_background=self.spec.keep_background)
+                              keep_background=self.spec.keep_background, prefork=True)
         result = self._call(lambda: self._lease.run(execution))
         if result.status == "infra_error":
             self._lost(f"the session's sandbox failed: {result.reason}")

@@ -99,6 +99,7 @@ class Execution:
     cwd: str = ""  # where it starts, relative to the working directory (a session's `cd` carried over)
     env: dict[str, str] = field(default_factory=dict)  # added to the sandbox's clean environment
     keep_background: bool = False  # processes it leaves running survive it (a session that says so)
+    prefork: bool = False  # another run follows in this sandbox (a session): fork its process once this one is done
 
     def __post_init__(self):
         if sum(part is not None for part in (self.program, self.command, self.shell)) != 1:

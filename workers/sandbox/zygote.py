@@ -535,6 +535,7 @@ SESSION_OPS = {"read_file": read_file, "write_file": write_file, "diff": workspa
 
 
 def main() -> None:
+    global SPARE
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     for module in json.loads(sys.argv[1]) if len(sys.argv) > 1 else []:
         try:
@@ -561,6 +562,8 @@ def main() -> None:
             except Exception as exc:  # a fault of the sandbox itself, never of the program
                 kill_everything_else()
                 send({"op": "result", "status": "infra_error", "reason": f"sandbox fault: {exc!r}"})
+            if request.get("prefork") and SPARE is None:
+                SPARE = Spare()  # a session's next call starts from a spare too; forked after the reply
         elif op in SESSION_OPS:
             try:
                 send(SESSION_OPS[op](request))

@@ -91,6 +91,7 @@ class ZygoteSandbox:
         request = {
             "op": "run", "command": execution.command, "shell": execution.shell, "collect": execution.collect,
             "cwd": execution.cwd, "env": execution.env, "keep_background": execution.keep_background,
+            "prefork": execution.prefork,
             "files": {name: base64.b64encode(content).decode() for name, content in files.items()},
             "stdin": base64.b64encode(execution.stdin).decode(),
             "limits": {"cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,

@@ -15,11 +15,11 @@ AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.oper
          "ui": "apps.operations.benchmarks.ui", "review": "apps.operations.benchmarks.review",
          "evals": "apps.operations.benchmarks.evals", "archive": "apps.operations.benchmarks.archive",
          "memory": "apps.operations.benchmarks.memory",
-         "sandbox": "workers.sandbox.bench",
+         "sandbox": "workers.sandbox.bench", "sessions": "workers.sandbox.bench_sessions",
          "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
          "engine": "workers.rl.bench.engine", "serve": "workers.rl.bench.serve"}
 # The engine's benchmarks read no settings: they are handed a sandbox backend from the studio's wiring.
-BACKEND_DEFAULTS = {"sandbox": None, "pipeline": "process"}
+BACKEND_DEFAULTS = {"sandbox": None, "sessions": None, "pipeline": "process"}
 
 
 class Command(BaseCommand):
@@ -29,8 +29,13 @@ class Command(BaseCommand):
         parser.add_argument("area", choices=sorted(AREAS))
         parser.add_argument("--json", action="store_true", help="print one JSON object (the default output too)")
         parser.add_argument("--instances", type=int, default=20_000, help="registry: task instances per template")
-        parser.add_argument("--samples", type=int, default=100, help="sandbox: warm runs to time")
-        parser.add_argument("--backend", help="sandbox, verify: process or docker (default: settings.SANDBOX_BACKEND)")
+        parser.add_argument("--samples", type=int, default=100, help="sandbox, sessions: warm runs to time")
+        parser.add_argument("--backend", help="sandbox, sessions, verify: process or docker (default: "
+                                              "settings.SANDBOX_BACKEND)")
+        parser.add_argument("--held-sessions", type=int, default=16,
+                            help="sessions: sessions opened and held at once, their memory measured")
+        parser.add_argument("--workspace-files", type=int, default=200,
+                            help="sessions: files (2 KB each) of the generated repository the sessions work in")
         parser.add_argument("--trajectories", type=int, default=1_000_000,
                             help="ui, review: archived trajectories generated")
         parser.add_argument("--reviewers", type=int, default=10, help="review: reviewers labelling at once")
