@@ -54,6 +54,9 @@ RUN_PANELS = (
     Panel("policy", "KL and entropy", names=("policy/kl", "policy/entropy"), y_title="KL",
           secondary=("policy/entropy",)),
     Panel("slope", "Reward slope per hour", names=("reward/slope_per_hour",), y_title="reward per hour"),
+    Panel("turns", "Turns and tool calls per trajectory", prefixes=("turns/",), y_title="per trajectory"),
+    Panel("limits", "Share of trajectories that hit each limit", prefixes=("limits/",), y_title="share",
+          y_format=".0%"),
     # SFT and DPO runs (workers/rl/training/supervised_pipeline.py): their loss, the DPO pairs' implicit rewards
     # and how often the chosen answer wins, and the optimizer's learning rate and gradient norm, each on its scale.
     Panel("loss", "Training loss", prefixes=("loss/",), y_title="loss"),

@@ -53,13 +53,14 @@ class RunCounters:
     reward_history: list = field(default_factory=list)  # [active_seconds, reward/mean] per step
     idle: dict = field(default_factory=lambda: defaultdict(float))
     staleness_max: int = 0
+    limits_seen: list = field(default_factory=list)  # limits a trajectory of this run hit: charted from then on
 
     def state(self) -> dict:
         return {"active_seconds": self.active_seconds, "trainer_seconds": self.trainer_seconds,
                 "trajectories": self.trajectories, "effective_trajectories": self.effective_trajectories,
                 "completion_tokens": self.completion_tokens, "cost": self.cost, "statuses": dict(self.statuses),
                 "reward_history": self.reward_history[-SLOPE_WINDOW:], "idle": dict(self.idle),
-                "staleness_max": self.staleness_max}
+                "staleness_max": self.staleness_max, "limits_seen": list(self.limits_seen)}
 
     @classmethod
     def from_state(cls, state: dict) -> RunCounters:
@@ -123,10 +124,31 @@ def step_points(*, counters: RunCounters, consumed: list[Trajectory], trained: l
                        "policy/clip_fraction": stats.clip_fraction, "policy/grad_norm": stats.grad_norm,
                        "loss/policy": stats.loss})
     points["groups/effective_fraction"] = effective_groups / max(groups, 1)
+    points.update(trajectory_shape_points(consumed, counters))
     points["infra/retries"] = sum(t.tool_retries for t in consumed)
+    points["infra/restarts"] = sum(t.restarts for t in consumed)
     points["infra/errors"] = sum(t.status == TrajectoryStatus.INFRA_ERROR for t in consumed)
     for status in (TrajectoryStatus.TIMEOUT, TrajectoryStatus.POLICY_ERROR):
         points[f"trajectories/{status}"] = sum(t.status == status for t in consumed)
+    return points
+
+
+def trajectory_shape_points(consumed: list[Trajectory], counters: RunCounters) -> dict[str, float]:
+    """Long trajectories at a glance: turns and tool calls per trajectory, and the share of the step's trajectories
+    that hit each limit (trajectory.limit_hit: turns, tokens, seconds, tool_calls, context, a session's, or a turn's
+    own), every limit the run has hit so far charted at each step (0 when none hit it)."""
+    if not consumed:
+        return {}
+    turns = [sum(turn.role == "assistant" for turn in t.turns) for t in consumed]
+    calls = [sum(len(turn.tool_calls) for turn in t.turns) for t in consumed]
+    points = {"turns/per_trajectory_mean": sum(turns) / len(turns), "turns/per_trajectory_max": max(turns),
+              "turns/tool_calls_mean": sum(calls) / len(calls)}
+    for t in consumed:
+        if t.limit_hit and t.limit_hit not in counters.limits_seen:
+            counters.limits_seen.append(t.limit_hit)
+    for limit in counters.limits_seen:
+        points[f"limits/{limit}"] = sum(t.limit_hit == limit for t in consumed) / len(consumed)
+    points["limits/any"] = sum(bool(t.limit_hit) for t in consumed) / len(consumed)
     return points
 
 

@@ -108,3 +108,23 @@ def test_the_context_policy_rewrites_older_tool_outputs_and_keeps_the_sampled_id
     assert ids == sample.context[:len(ids)] and sum(mask) == 0  # sampled before the rewrite: context now
     # The archive keeps every output whole for review.
     assert all(t.content.count("output number") == 10 for t in trajectory.turns if t.role == "tool")
+
+
+def test_turns_per_trajectory_and_the_share_that_hit_each_limit_are_charted_on_the_run_page():
+    from apps.common.figures import panels_for
+    from workers.rl.rollout.metrics import RunCounters, trajectory_shape_points
+
+    def trajectory(turns: int, limit: str) -> Trajectory:
+        made = Trajectory(id="t", run_id="r", seq=0, sample=0, domain="d", template="t", task_key="k", task_hash="",
+                          image="i", verifier="v", policy_version=0, limit_hit=limit)
+        made.turns = [Turn(role="assistant", content="") for _ in range(turns)]
+        return made
+
+    counters = RunCounters()
+    first = trajectory_shape_points([trajectory(20, "tool_calls"), trajectory(4, ""), trajectory(30, "turns"),
+                                     trajectory(6, "tool_calls")], counters)
+    assert first["turns/per_trajectory_mean"] == 15 and first["turns/per_trajectory_max"] == 30
+    assert (first["limits/tool_calls"], first["limits/turns"], first["limits/any"]) == (0.5, 0.25, 0.75)
+    later = trajectory_shape_points([trajectory(3, "")], RunCounters.from_state(counters.state()))
+    assert later["limits/tool_calls"] == later["limits/turns"] == 0.0  # still charted once the run has hit them
+    assert [panel.key for panel, _ in panels_for(list(first))] == ["turns", "limits"]
