@@ -26,6 +26,7 @@ from .services import (
     endpoint_credential_set,
     endpoint_problem,
     evaluation_launch,
+    external_import,
     target_resolve,
 )
 from .suites import suite_key
@@ -273,7 +274,7 @@ def _external(row) -> dict:
 def list_external(request, project: str):
     """External evaluations (imported lm-evaluation-harness results), newest first."""
     scope = caller_project(request, project)
-    return [_external(row) for group in external.external_groups(project=scope) for row in group["rows"]]
+    return [_external(row) for group in selectors.external_groups(project=scope) for row in group["rows"]]
 
 
 @router.post(EVALS + "/external/", response={201: ExternalOut, **WRITE_ERRORS})
@@ -281,7 +282,7 @@ def import_external(request, project: str, payload: ExternalIn):
     """Import an lm-evaluation-harness results file for a model as an external evaluation (editors): shown beside
     the studio's evaluations under its own comparability key, never ranked against a suite."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
-    row = external.external_import(project=scope, document=payload.results, label=payload.label,
+    row = external_import(project=scope, document=payload.results, label=payload.label,
                                    actor=request.auth, via="api")
     return Status(201, _external(row))
 

@@ -1,5 +1,6 @@
 """Results both ways with lm-evaluation-harness: an evaluation's per-task results out as JSONL and as the harness's
-results JSON, and a results file of the harness in as an external evaluation.
+results JSON, and a results file of the harness read in (its scores and the key parts of an external evaluation:
+services.external_import publishes it, selectors.external_groups reads them back).
 
 lm-evaluation-harness writes `results_<date>.json`: `results` (per task, metrics named `metric,filter` with their
 `metric_stderr,filter`), `versions`, `n-shot`, `configs` (each task's YAML config), `higher_is_better`,
@@ -21,15 +22,11 @@ import math
 from collections.abc import Iterator
 from datetime import datetime
 
-from django.db import transaction
-
-from apps.accounts.models import Project
-from apps.accounts.services import audit_record
 from apps.common.errors import StudioError
 from apps.trajectories.models import Trajectory
 
 from . import results
-from .models import Evaluation, ExternalEvaluation
+from .models import Evaluation
 
 HARNESS = "lm-evaluation-harness"
 METRIC = "reward"  # what the studio's export calls its score: the mean verifier reward (accuracy for pass/fail)
@@ -205,50 +202,6 @@ def read_results(document) -> tuple[dict, dict]:
 def external_key(parts: dict) -> str:
     return hashlib.sha256(json.dumps({"harness": HARNESS, "tasks": parts}, sort_keys=True,
                                      separators=(",", ":")).encode()).hexdigest()
-
-
-def external_import(*, project: Project, document: dict, label: str = "", actor,
-                    via: str = "web") -> ExternalEvaluation:
-    """An lm-evaluation-harness results file as an external evaluation of the project (its per-sample rows are not
-    kept); `label` names the model (default: the file's model_name)."""
-    scores, parts = read_results(document)
-    config = document.get("config") if isinstance(document.get("config"), dict) else {}
-    model_name = str(document.get("model_name") or config.get("model_args") or config.get("model") or "")[:300]
-    label = (label or model_name).strip()[:200]
-    if not label:
-        raise ResultsRefused("name the model: the file names none (model_name), so give it a label", field="label")
-    kept = {name: value for name, value in document.items() if name != "samples"}
-    if len(json.dumps(kept, default=str)) > 5_000_000:
-        raise ResultsRefused("the results file is over 5 MB without its samples")
-    key = external_key(parts)
-    with transaction.atomic():
-        external = ExternalEvaluation.objects.create(
-            project=project, label=label, harness=HARNESS, model_name=model_name, key=key, key_parts=parts,
-            harness_version=str(document.get("lm_eval_version", ""))[:40], scores=scores,
-            results=json.loads(json.dumps(kept, default=str)),
-            created_by=actor if getattr(actor, "is_authenticated", False) else None)
-        audit_record(project=project, actor=actor, action="eval.external.import",
-                     target=f"external-evaluation/{external.pk}",
-                     details={"label": label, "harness": HARNESS, "key": key, "tasks": sorted(scores)[:50]}, via=via)
-    return external
-
-
-def external_groups(*, project: Project) -> list[dict]:
-    """The project's external evaluations by comparability key, newest key first: each group's tasks and metrics
-    (the columns) and its rows. Groups are never merged with each other or with the studio's suites."""
-    groups: dict[str, dict] = {}
-    for external in ExternalEvaluation.objects.filter(project=project).order_by("-created_at")[:500]:
-        group = groups.setdefault(external.key, {"key": external.key, "harness": external.harness,
-                                                 "columns": {}, "rows": []})
-        for task, metrics in external.scores.items():
-            for metric in metrics:
-                group["columns"].setdefault((task, metric), None)
-        group["rows"].append(external)
-    for group in groups.values():
-        group["columns"] = sorted(group["columns"])
-        group["table"] = [(row, [row.scores.get(task, {}).get(metric) for task, metric in group["columns"]])
-                          for row in group["rows"]]
-    return list(groups.values())
 
 
 def write_lm_eval(evaluation: Evaluation, directory) -> list:

@@ -16,7 +16,7 @@ from workers.rl.rollout.evaluation import suite_tasks
 from workers.rl.tasks.overlap import task_id
 
 from . import results, statistics
-from .models import Endpoint, Evaluation
+from .models import Endpoint, Evaluation, ExternalEvaluation
 from .suites import suite_settings
 
 
@@ -106,3 +106,21 @@ def timeline(*, board: results.Leaderboard) -> dict[str, list[tuple[int, statist
             continue
         lines.setdefault(evaluation.source_run.name, []).append((evaluation.checkpoint_step, row.scores[results.ALL]))
     return {name: sorted(points, key=lambda p: p[0]) for name, points in lines.items()}
+
+
+def external_groups(*, project: Project) -> list[dict]:
+    """The project's external evaluations by comparability key, newest key first: each group's tasks and metrics
+    (the columns) and its rows. Groups are never merged with each other or with the studio's suites."""
+    groups: dict[str, dict] = {}
+    for external in ExternalEvaluation.objects.filter(project=project).order_by("-created_at")[:500]:
+        group = groups.setdefault(external.key, {"key": external.key, "harness": external.harness,
+                                                 "columns": {}, "rows": []})
+        for task, metrics in external.scores.items():
+            for metric in metrics:
+                group["columns"].setdefault((task, metric), None)
+        group["rows"].append(external)
+    for group in groups.values():
+        group["columns"] = sorted(group["columns"])
+        group["table"] = [(row, [row.scores.get(task, {}).get(metric) for task, metric in group["columns"]])
+                          for row in group["rows"]]
+    return list(groups.values())

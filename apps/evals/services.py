@@ -1,6 +1,9 @@
-"""Launching evaluations, and endpoints. Each write is one transaction with an audit row."""
+"""Launching evaluations, endpoints, and importing external results. Each write is one transaction with an audit
+row."""
 
 from __future__ import annotations
+
+import json
 
 from django.db import IntegrityError, transaction
 
@@ -21,7 +24,8 @@ from workers.rl.config import RunConfig
 from workers.rl.rollout.evaluation import evaluation_steps, suite_tasks
 from workers.rl.tasks.overlap import overlap
 
-from .models import Endpoint, Evaluation, TargetKind
+from .external import HARNESS, ResultsRefused, external_key, read_results
+from .models import Endpoint, Evaluation, ExternalEvaluation, TargetKind
 from .selectors import training_bundle
 from .suites import NotASuite, suite_key, suite_settings
 
@@ -204,3 +208,29 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
                      details={"suite": suite.ref, "what": label, "key": key, "tasks": len(tasks), "run": str(run.pk)},
                      via=via)
     return evaluation
+
+
+def external_import(*, project: Project, document: dict, label: str = "", actor,
+                    via: str = "web") -> ExternalEvaluation:
+    """An lm-evaluation-harness results file as an external evaluation of the project (its per-sample rows are not
+    kept); `label` names the model (default: the file's model_name)."""
+    scores, parts = read_results(document)
+    config = document.get("config") if isinstance(document.get("config"), dict) else {}
+    model_name = str(document.get("model_name") or config.get("model_args") or config.get("model") or "")[:300]
+    label = (label or model_name).strip()[:200]
+    if not label:
+        raise ResultsRefused("name the model: the file names none (model_name), so give it a label", field="label")
+    kept = {name: value for name, value in document.items() if name != "samples"}
+    if len(json.dumps(kept, default=str)) > 5_000_000:
+        raise ResultsRefused("the results file is over 5 MB without its samples")
+    key = external_key(parts)
+    with transaction.atomic():
+        external = ExternalEvaluation.objects.create(
+            project=project, label=label, harness=HARNESS, model_name=model_name, key=key, key_parts=parts,
+            harness_version=str(document.get("lm_eval_version", ""))[:40], scores=scores,
+            results=json.loads(json.dumps(kept, default=str)),
+            created_by=actor if getattr(actor, "is_authenticated", False) else None)
+        audit_record(project=project, actor=actor, action="eval.external.import",
+                     target=f"external-evaluation/{external.pk}",
+                     details={"label": label, "harness": HARNESS, "key": key, "tasks": sorted(scores)[:50]}, via=via)
+    return external

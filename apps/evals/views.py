@@ -18,7 +18,14 @@ from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_res
 from . import external, results, selectors, statistics
 from .figures import timeline_figure
 from .forms import EndpointCredentialForm, EndpointForm, EvaluationLaunchForm, ExternalResultsForm, SecretForm
-from .services import EvalError, endpoint_create, endpoint_credential_set, endpoint_problem, evaluation_launch
+from .services import (
+    EvalError,
+    endpoint_create,
+    endpoint_credential_set,
+    endpoint_problem,
+    evaluation_launch,
+    external_import,
+)
 from .suites import key_differences, suite_key
 
 
@@ -47,7 +54,7 @@ def eval_list(request, project):
                "evaluations": selectors.evaluation_list(project=project)[:50], "endpoints": endpoints,
                "can_edit": can_edit, "is_owner": role_of(user=request.user, project=project) == Role.OWNER,
                "add_form": add, "secret_form": secret, "credentials": credentials,
-               "external_groups": external.external_groups(project=project), "external_form": imported}
+               "external_groups": selectors.external_groups(project=project), "external_form": imported}
     return render(request, "evals/eval_list.html", context,
                   status=400 if add.errors or secret.errors or imported.errors else 200)
 
@@ -57,7 +64,7 @@ def _external_post(request, project, form) -> str:
     if not form.is_valid():
         return ""
     try:
-        row = external.external_import(project=project, document=form.cleaned_data["file"],
+        row = external_import(project=project, document=form.cleaned_data["file"],
                                        label=form.cleaned_data["label"], actor=request.user, via="web")
     except external.ResultsRefused as exc:
         form.add_error("file" if exc.field == "results" else "label", str(exc))

@@ -216,6 +216,13 @@ def with_real_values(operation, case, data, world) -> None:
         if not world["endpoint_created"]:
             world["endpoint_created"] = True
             body.update(slug="other", base_url="http://127.0.0.1:9/v1", credential="operator:LOCAL")
+    elif label == "POST /api/v1/projects/{project}/evals/external/" and body is not None:
+        score = data.draw(st.sampled_from([0.5, 1, None, "high", float("1e308")]))
+        body.update(label=data.draw(st.sampled_from(["", "org/model", " "])),
+                    results={"results": {data.draw(st.sampled_from(["gsm8k", ""])): {"acc,none": score}},
+                             "model_name": "fuzzed"})
+    elif label == "GET /api/v1/projects/{project}/evals/{evaluation}/results":
+        case.query = {**(case.query or {}), "format": data.draw(st.sampled_from(["lm-eval", "jsonl", "csv"]))}
     elif label == "PATCH /api/v1/projects/{project}/evals/endpoints/{endpoint}" and body is not None:
         body.update(credential=data.draw(st.sampled_from(["", "operator:LOCAL", "operator:SECRET_KEY"])))
     elif label == "POST /api/v1/projects/{project}/secrets" and body is not None:

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from apps.evals import external, results
+from apps.evals import external, results, selectors, services
 from apps.evals.models import ExternalEvaluation
 from apps.evals.services import evaluation_launch
 from apps.evals.suites import suite_key
@@ -114,7 +114,7 @@ def test_a_harness_file_is_an_external_row_under_its_own_key_never_on_a_suites_b
     apart = api.post(f"/projects/{project.slug}/evals/external/", {"results": fewer, "label": "zero-shot"}).json()
     assert same["key"] == body["key"] != apart["key"]
     assert body["key"] != suite_key(suite)[0]
-    groups = external.external_groups(project=project)
+    groups = selectors.external_groups(project=project)
     assert [[row.label for row in g["rows"]] for g in groups] == [["zero-shot"], ["model-b", "org/model-a"]]
 
     client.force_login(owner)
@@ -131,7 +131,7 @@ def test_a_file_lm_eval_wrote_imports_as_it_is(project, owner, api_as):
     """tests/data/lm_eval/results_tiny-random.json: what lm-evaluation-harness 0.4.13's CLI wrote for
     tests/data/lm_eval/adder_choice.yaml against serve's app on a randomly initialised tiny model."""
     written = json.loads((ROOT / "tests" / "data" / "lm_eval" / "results_tiny-random.json").read_text())
-    row = external.external_import(project=project, document=written, actor=owner)
+    row = services.external_import(project=project, document=written, actor=owner)
     assert (row.label, row.harness_version) == ("tiny-random", "0.4.13")
     assert row.scores == {"adder_choice": {"acc,none": {"value": pytest.approx(5 / 12),
                                                         "stderr": pytest.approx(0.148647, abs=1e-6)}}}

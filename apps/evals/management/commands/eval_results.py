@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
 from apps.accounts.selectors import project_for_command
-from apps.evals import external, selectors
+from apps.evals import external, selectors, services
 
 
 class Command(BaseCommand):
@@ -61,7 +61,7 @@ class Command(BaseCommand):
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise CommandError(f"{file}: cannot be read as JSON: {exc}")
         try:
-            row = external.external_import(project=scope, document=document, label=label, actor=None, via="cli")
+            row = services.external_import(project=scope, document=document, label=label, actor=None, via="cli")
         except external.ResultsRefused as exc:
             raise CommandError(f"{file}: {exc}; nothing was imported")
         self.stdout.write(f"external evaluation {row.pk}: {row.label}, {len(row.scores)} tasks, key {row.key[:12]}")
