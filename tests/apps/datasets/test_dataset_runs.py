@@ -1,8 +1,8 @@
-"""A dataset version trains a run: `train --kind dpo --dataset dataset/<slug>` pins the version's exact reference
-and the hash of its rows, a worker writes the version's file where it runs, and a dataset of the wrong format,
-or one that is not in the registry, is refused at the dataset field."""
+"""A dataset version is what a run trains on: `--dataset dataset/<slug>` pins the version's exact reference and the
+hash of its rows, a worker writes the version's file where it runs, and a dataset of the wrong format, or one that
+is not in the registry, is refused at the dataset field. (Training on it: tests/e2e/test_preference_training.py and
+tests/apps/demo/test_cold_start.py.)"""
 
-import json
 from io import StringIO
 
 import pytest
@@ -15,36 +15,30 @@ from apps.runs.models import Run
 from apps.runs.services import RunError, run_create
 from tests.support.review import labelled_queue
 from tests.support.specimens import RUBRIC
-from workers.rl.models.hf_tiny import make_tiny_hf_model
 
 
-@pytest.mark.django_db(transaction=True)  # a training attempt closes its connection at the end, as workers do
 def test_a_dpo_run_on_review_pairs(project, registry, owner, member, settings, tmp_path):
     rubric = version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
     queue, _ = labelled_queue(project=project, bundle=registry["bundle"], rubric=rubric, owner=owner,
                               reviewers=(member("reviewer"), member("editor")))
     pairs = dataset_build(project=project, slug="pairs", fmt="preference", actor=owner,
                           sources=[{"type": "review_pairs", "queue": queue.slug}]).version
-    settings.MODEL_DIRS = [tmp_path / "models"]
-    base = make_tiny_hf_model(tmp_path / "models" / "tiny", hidden_size=32, layers=1, heads=2, max_positions=64)
-    settings_given = ["--set", f"model={base}", "--set", "engine=transformers", "--set", "batch_size=2",
-                      "--set", "eval_tasks_per_domain=0"]
+    settings_given = ["--set", "batch_size=2"]
 
     with pytest.raises(CommandError, match="holds preference rows; a sft run trains on sft rows"):
         call_command("train", "--bundle", "arith-bundle", "--kind", "sft", "--dataset", "dataset/pairs",
                      "--steps", "1", "--headless", *settings_given)
     with pytest.raises(RunError, match="No dataset named .nope.") as missing:
         run_create(project=project, bundle=registry["bundle"], steps=1, kind="dpo", actor=owner, via="web",
-                   overrides={"dataset": "dataset/nope", "model": str(base), "engine": "transformers"})
+                   overrides={"dataset": "dataset/nope"})
     assert missing.value.errors[0].field == "dataset"
 
     out = StringIO()
     call_command("train", "--bundle", "arith-bundle", "--kind", "dpo", "--dataset", "dataset/pairs", "--steps", "1",
-                 "--headless", "--json", *settings_given, stdout=out)
+                 *settings_given, stdout=out, stderr=StringIO())
     run = Run.objects.get(kind="dpo")
-    assert json.loads(out.getvalue())["outcome"] == "completed"
     assert (run.config["dataset"], run.config["dataset_sha256"]) == ("dataset/pairs@1", pairs.spec["content_sha256"])
-    assert run.status == "completed" and run.checkpoints.filter(step=1).exists()
+    assert run.status == "queued"
 
     # Another host, sharing the blob storage: the file is written again from the rows the version pins, where that
     # host keeps it.
