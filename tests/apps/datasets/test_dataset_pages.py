@@ -3,6 +3,7 @@ version's rows with their provenance a page at a time, its JSONL downloaded as p
 
 import hashlib
 import json
+import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -31,7 +32,12 @@ def test_a_dataset_built_from_the_form_and_read_row_by_row(client, project, owne
     queue, rows = labelled
     client.force_login(owner)
     url = reverse("datasets:new", kwargs={"project": project.slug})
-    assert client.get(url, {"slug": "from-review"}).context["form"]["slug"].value() == "from-review"
+    # The queue's page links to the build form with its pairs ticked.
+    queue_page = client.get(reverse("review:queue", kwargs={"project": project.slug, "queue": queue.slug}))
+    link = re.search(r'href="([^"]*pairs_queue=data)"', queue_page.content.decode())[1].replace("&amp;", "&")
+    prefilled = client.get(link).context["form"]
+    assert prefilled["use_review_pairs"].value() and prefilled["pairs_queue"].value() == "data"
+    assert prefilled["format"].value() == "preference" and prefilled["slug"].value() == "data-pairs"
     form = {"slug": "from-review", "format": "sft", "exclude_eval_tasks": "on", "use_trajectories": "on",
             "traj_accepted_in": queue.slug, "traj_limit": "100",
             "upload": _file({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]})}
