@@ -19,6 +19,7 @@ from workers.rl.models.chat_formats import END_OF_TURN, CharTokenizer
 from .models import Trajectory
 
 MAX_TOKENS_SHOWN = 4000  # per turn; past this the text is shown plain
+OPEN_OUTPUT_LINES = 12  # a tool's output longer than this starts collapsed
 
 
 @dataclass
@@ -45,6 +46,17 @@ class Step:
     duration_s: float = 0.0
     artifacts: list[dict] = field(default_factory=list)
     tokens_note: str = ""
+    # A tool step: the call that ran (bash's command, the editor's command and path), its output's size, and for a
+    # repository task the workspace's diff after it (None where the step left the workspace as it was).
+    command: str = ""
+    output_lines: int = 0
+    diff: str | None = None
+    diff_lines: int = 0
+    workspace: bool = False  # the trajectory records its workspace's diff (a repository task)
+
+    @property
+    def collapsed(self) -> bool:
+        return self.output_lines > OPEN_OUTPUT_LINES
 
 
 @dataclass
@@ -61,6 +73,7 @@ class TrajectoryInfo:
     artifacts: list[dict]
     timeline_json: str
     mean_logprob: float | None
+    final_diff: str | None = None  # a repository task's diff against its base, as verification replayed it
 
 
 def _pieces(model: str, ids: list[int]) -> tuple[list[str] | None, str]:
@@ -110,6 +123,8 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
     artifacts = [{**a, "url": artifact_url(row, a["name"]), "image": a.get("content_type", "").startswith("image/")}
                  for a in row.artifacts or []]
     steps = []
+    calls_by_id = {call.get("id"): call for turn in row.turns or [] for call in turn.get("tool_calls", [])}
+    workspace = any("workspace_diff" in turn.get("result", {}) for turn in row.turns or [])
     for index, turn in enumerate(row.turns or []):
         role = turn.get("role", "")
         step = Step(index=index, role=role, content=turn.get("content", ""), title=role,
@@ -128,6 +143,12 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
         elif role == "tool":
             step.result = turn.get("result", {})
             step.title = f"tool {turn.get('name', '')}".strip()
+            step.command = call_summary(calls_by_id.get(turn.get("tool_call_id", "")))
+            shown = step.result.get("stdout", "") + step.result.get("stderr", "") or step.content
+            step.output_lines = shown.count("\n") + 1 if shown else 0
+            step.workspace = workspace
+            step.diff = step.result.get("workspace_diff")
+            step.diff_lines = step.diff.count("\n") if step.diff else 0
             files = set(step.result.get("files", []))
             step.artifacts = [a for a in artifacts if a["name"] in files or a["name"].rsplit("/", 1)[-1] in files]
         steps.append(step)
@@ -136,10 +157,25 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
         layer = component.get("layer", "")
         layers.setdefault(layer, Layer(layer, [])).components.append(component)
     assistant_logprobs = [lp for t in row.turns or [] if t.get("role") == "assistant" for lp in t.get("logprobs", [])]
+    final_diff = next((step.diff for step in reversed(steps) if step.diff is not None), None)
     return TrajectoryInfo(row=row, steps=steps, layers=list(layers.values()), artifacts=artifacts,
                           timeline_json=figures.to_json(figures.timeline_figure(timeline_rows(row))),
                           mean_logprob=sum(assistant_logprobs) / len(assistant_logprobs) if assistant_logprobs
-                          else None)
+                          else None, final_diff=final_diff)
+
+
+def call_summary(call: dict | None) -> str:
+    """What a tool call did, in a line: bash's command, the editor's command and path (with its range)."""
+    if not call:
+        return ""
+    arguments = call.get("arguments") or {}
+    if call.get("name") == "bash":
+        return str(arguments.get("command", ""))
+    if call.get("name") == "str_replace_editor":
+        view_range = arguments.get("view_range")
+        return " ".join(str(part) for part in (arguments.get("command", ""), arguments.get("path", ""),
+                                               view_range if view_range else "") if part)
+    return call.get("name", "")
 
 
 def timeline_rows(row: Trajectory) -> list[dict]:

@@ -9,7 +9,7 @@
 - submit(): ends the trajectory; its diff is what verification replays on the base in a fresh sandbox.
 
 Every call is one process in the trajectory's session (its workspace is the repository) and is followed by the
-workspace's diff against the base, which the tool turn records. The tool set
+workspace's diff against the base, which the tool turn records where it changed (None: as the step before left it). The tool set
 keeps two budgets apart: characters per call (the truncation above) and characters per trajectory (past it, a
 call still runs, and its result says only that the trajectory's output budget is spent).
 """
@@ -102,14 +102,18 @@ class SweToolSet:
             else:
                 text = clipped(text, self.limits.call_output_chars)
         text = self._budgeted(text)
+        before = self.diff
         diff = self.workspace_diff()
+        # Recorded where it changed (and at submit): a trajectory of forty views stores its diff once, and the
+        # last one recorded is the workspace's (Trajectory.workspace_diff).
+        recorded = diff if diff != before or name == "submit" or self.calls == 1 else None
         return ToolResult(status=str(result.status) if result else "ok", text=text,
                           exit_code=result.exit_code if result else 0,
                           stdout=result.stdout.decode("utf-8", "replace")[-4000:] if result else "",
                           stderr=result.stderr.decode("utf-8", "replace")[-4000:] if result else "",
                           wall_seconds=time.monotonic() - started,
                           cpu_seconds=result.cpu_seconds if result else 0.0, reason=result.reason if result else "",
-                          workspace_diff=diff)
+                          workspace_diff=recorded)
 
     def workspace_diff(self) -> str:
         """The workspace's diff against the base. One longer than MAX_DIFF_BYTES is recorded cut (it no longer

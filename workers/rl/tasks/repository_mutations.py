@@ -72,7 +72,9 @@ def source_files(files: dict[str, bytes]) -> list[str]:
                   and not path.startswith(("docs/", "doc/", "examples/")))
 
 
-def mutation_candidates(files: dict[str, bytes]) -> list[Mutation]:
+def mutation_candidates(files: dict[str, bytes], *, checked: bool = True) -> list[Mutation]:
+    """checked: only mutations whose file still parses afterwards (each one parses the file again: the search's
+    cost, not a rebuild's, whose mutations were checked when they were found)."""
     found = []
     for path in source_files(files):
         try:
@@ -80,7 +82,7 @@ def mutation_candidates(files: dict[str, bytes]) -> list[Mutation]:
             tree = ast.parse(source)
         except (UnicodeDecodeError, SyntaxError):
             continue
-        found.extend(_mutations_of(path, source, tree))
+        found.extend(m for m in _mutations_of(path, source, tree) if not checked or _still_parses(source, m))
     return found
 
 
@@ -125,8 +127,7 @@ def _mutations_of(path: str, source: str, tree: ast.AST) -> Iterator[Mutation]:
         for mutation in made:
             if mutation is None or ("\n" in mutation.old and mutation.operator != "remove_branch"):
                 continue  # a single line rewritten, or one branch taken out: never a whole statement reformatted
-            if _still_parses(source, mutation):
-                yield mutation
+            yield mutation
 
 
 def _still_parses(source: str, mutation: Mutation) -> bool:
@@ -275,7 +276,7 @@ def search_record(search: MutationSearch, *, package: str, source: str, licence:
 def instances_from_record(files: dict[str, bytes], record: dict) -> list[dict]:
     """The instances a search found (search_record), rebuilt from the same source files; ValueError when the
     source is not the one searched (a mutation is not where the record says)."""
-    candidates = {(m.path, m.line, m.column, m.operator): m for m in mutation_candidates(files)}
+    candidates = {(m.path, m.line, m.column, m.operator): m for m in mutation_candidates(files, checked=False)}
     instances = []
     for entry in record["mutations"]:
         mutation = candidates.get((entry["path"], entry["line"], entry["column"], entry["operator"]))
