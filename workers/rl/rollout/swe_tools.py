@@ -9,9 +9,9 @@
 - submit(): ends the trajectory; its diff is what verification replays on the base in a fresh sandbox.
 
 Every call is one process in the trajectory's session (its workspace is the repository) and is followed by the
-workspace's diff against the base, which the tool turn records where it changed (None: as the step before left it). The tool set
-keeps two budgets apart: characters per call (the truncation above) and characters per trajectory (past it, a
-call still runs, and its result says only that the trajectory's output budget is spent).
+workspace's diff against the base, which the tool turn records where it changed (None: as the step before left
+it). The tool set keeps two budgets apart: characters per call (the truncation above) and characters per
+trajectory (past it, a call still runs, and its result says only that the trajectory's output budget is spent).
 """
 
 from __future__ import annotations
