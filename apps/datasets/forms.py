@@ -14,6 +14,8 @@ from apps.review.models import ReviewQueue
 from apps.runs.models import Run, RunKind
 from workers.definitions.specs import DATASET_FORMATS
 
+from .rows import MAX_UPLOAD_BYTES
+
 FORMAT_HELP = {"sft": "sft: conversations (trajectories, a reference check, an upload)",
                "preference": "preference: chosen over rejected (review labels' pairs, an upload)"}
 # A source's form fields, by source type, under the form's names (prefix + the spec's field name).
@@ -80,6 +82,13 @@ class DatasetBuildForm(forms.Form):
         self.fields["traj_accepted_in"].choices = [("", "reviewed or not"), *[(q, q) for q in queues]]
         self.fields["pairs_queue"].choices = [("", "—"), *[(q, q) for q in queues]]
         self.fields["ref_bundle"].choices = [("", "—"), *[(b, b) for b in bundles]]
+
+    def clean_upload(self):
+        upload = self.cleaned_data["upload"]
+        if upload is not None and upload.size > MAX_UPLOAD_BYTES:  # refused before it is read into memory
+            raise forms.ValidationError(f"the file is {upload.size / 1e6:.0f} MB; the limit is "
+                                        f"{MAX_UPLOAD_BYTES / 1e6:.0f} MB")
+        return upload
 
     def groups(self):
         return [(legend, [self[name] for name in names]) for legend, names in self.GROUPS]
