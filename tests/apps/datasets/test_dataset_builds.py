@@ -16,15 +16,7 @@ from apps.registry.services import version_publish
 from apps.runs.models import RunKind, RunStatus
 from apps.runs.services import run_create
 from apps.trajectories.services import trajectories_record
-from tests.support.review import group, labelled_queue
-from tests.support.specimens import RUBRIC
-
-
-@pytest.fixture
-def labelled(project, registry, owner, member):
-    rubric = version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
-    return labelled_queue(project=project, bundle=registry["bundle"], rubric=rubric, owner=owner,
-                          reviewers=(member("reviewer"), member("editor")))
+from tests.support.review import group
 
 
 def _jsonl(*rows) -> bytes:

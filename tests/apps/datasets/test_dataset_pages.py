@@ -5,22 +5,11 @@ import hashlib
 import json
 import re
 
-import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from apps.accounts.models import AuditEvent
 from apps.registry.models import Version
-from apps.registry.services import version_publish
-from tests.support.review import labelled_queue
-from tests.support.specimens import RUBRIC
-
-
-@pytest.fixture
-def labelled(project, registry, owner, member):
-    rubric = version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
-    return labelled_queue(project=project, bundle=registry["bundle"], rubric=rubric, owner=owner,
-                          reviewers=(member("reviewer"), member("editor")))
 
 
 def _file(*rows) -> SimpleUploadedFile:
