@@ -293,7 +293,7 @@ class ContinuousBatch:
         for row in self.rows:
             uniforms[row["slot"]] = row["entry"]["stream"].random()
         greedy = any(row["entry"]["request"].temperature == 0 for row in self.rows)
-        top = max(row["entry"]["request"].top_logprobs for row in self.rows)
+        top = max((entry["request"].top_logprobs for entry in self.entries), default=0)  # per request, not row
         chosen = choose(self._penalised(self.last[:used]), self.temperatures[:used], uniforms, greedy=greedy,
                         top=top)
         tokens, logprobs = chosen[0], chosen[1]
@@ -344,14 +344,12 @@ class ContinuousBatch:
         """The logits with each row's presence and frequency penalties applied to the tokens it has sampled so
         far (the OpenAI API's definition, as vLLM applies them: before the temperature); `last` itself when no
         row asks for any, as a rollout never does."""
-        rows = [row for row in self.rows if row["entry"]["request"].presence_penalty
-                or row["entry"]["request"].frequency_penalty]
-        if not rows:
+        if not any(entry["request"].presence_penalty or entry["request"].frequency_penalty for entry in self.entries):
             return last
         last = last.clone()
-        for row in rows:
+        for row in self.rows:
             request, sampled = row["entry"]["request"], row["entry"]["tokens"][row["sample"]]
-            if sampled:
+            if sampled and (request.presence_penalty or request.frequency_penalty):
                 counts = torch.bincount(torch.tensor(sampled, device=last.device), minlength=last.shape[1])
                 counts = counts[:last.shape[1]].to(last.dtype)
                 last[row["slot"]] -= request.frequency_penalty * counts + request.presence_penalty * (counts > 0)
