@@ -96,6 +96,8 @@ def test_a_run_starts_from_another_runs_checkpoint(project, registry, owner, set
                        overrides={**SMALL, "model": "checkpoint rl@1"})
     assert [(run.name, step) for run, step in lineage(third)] == [("rl", 1), ("cold-start", 1)]
     client.force_login(owner)
+    run_page = client.get(reverse("runs:run_detail", kwargs={"project": project.slug, "run_id": second.pk}))
+    assert f'/runs/{first.pk}/">cold-start@1</a>' in run_page.content.decode()
     page = client.get(reverse("evals:checkpoints", kwargs={"project": project.slug})).content.decode()
     row = page[page.index('data-checkpoint="rl@1"'):]
     assert "cold-start@1" in row[:row.index("</tr>")]
