@@ -17,7 +17,7 @@ from apps.registry.models import InstanceSetMember, Version
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import RunConfig
-from workers.rl.rollout.swe_tools import SWE_TOOL_NAMES
+from workers.rl.rollout.swe_tools import SWE_TOOL_NAMES, offers_swe_tools
 from workers.rl.rollout.tools import BUILTIN_TOOLS, unknown_tools
 from workers.rl.tasks.scheduler import DomainMix, TemplateMix
 from workers.rl.tasks.taskset import TaskSet
@@ -55,8 +55,8 @@ def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
             template_version = pinned("task_template", draw["template"])
             image_version = pinned("sandbox_image", template_version.spec["sandbox_image"])
             verifier_version = pinned("verifier", template_version.spec["verifier"])
-            unknown = unknown_tools(template_version.spec.get("tools", []),
-                                    session=bool(template_version.spec.get("session")))
+            tools = template_version.spec.get("tools", [])
+            unknown = [] if template_version.spec.get("session") and offers_swe_tools(tools) else unknown_tools(tools)
             if unknown:
                 raise PinnedBundleError(f"{template_version.ref} offers tools the engine does not implement: "
                                         f"{', '.join(unknown)} (built in: {', '.join(BUILTIN_TOOLS)}; with a "

@@ -7,19 +7,23 @@ cloned, and no version control comes along (workers/verifiers/repository.py leav
 
 `validate_repository_tasks(...)` checks each instance through the real sandbox, as SWE-bench validates its own:
 the gold patch must score 1 and no patch 0 (workers.verifiers.repository.validate_instance); an instance that
-fails is refused with its reason.
+fails is refused with its reason. `manage.py import_tasks --format swe-bench` and the upload page
+(`read_swe_bench_upload`: one archive of instances.jsonl and repos/) both go through these.
 """
 
 from __future__ import annotations
 
 import json
+import tarfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from apps.common import wiring
 from workers.verifiers.repository import Validation, swe_bench_instance, validate_instance
 
 from .errors import FieldError, SpecError
+from .task_files import TaskFile
 
 SWE_BENCH = "swe-bench"
 DEFAULT_TIMEOUT = 120.0
@@ -77,3 +81,54 @@ def validate_repository_tasks(instances: list[dict], *, pool, image, timeout: fl
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="validate") as threads:
         return list(threads.map(check, instances))
+
+
+# --- the upload page: one archive holding instances.jsonl and repos/ -----------------------------------------
+
+UPLOAD_INPUTS = {"problem_statement", "repository"}  # what a swe-bench row gives the prompt template
+
+
+def read_swe_bench_upload(archive: Path, folder: Path, *, image, timeout: float,
+                          progress: Callable[[int, int, int], None] | None = None) -> TaskFile:
+    """What the upload page reads from a swe-bench upload: a .tar.gz holding `instances.jsonl` and `repos/`
+    (each repository as `repos/<instance_id>/` or `repos/<instance_id>.tar.gz`), unpacked into `folder`, each
+    instance validated through the sandbox. The valid instances are the file's tasks; every refused one is a bad
+    row named by its instance id with its reason, so the page's "the good rows only" publishes the rest."""
+    found = TaskFile(file_type="swe-bench archive")
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            tar.extractall(folder, filter="data")  # no absolute paths, links out or devices
+    except (OSError, tarfile.TarError) as exc:
+        found.read_whole = False
+        found.fail(archive.name, f"is not a .tar.gz of instances.jsonl and repos/: {exc}")
+        return found
+    instances_file = next(iter(sorted(folder.rglob("instances.jsonl"), key=lambda p: len(p.parts))), None)
+    if instances_file is None:
+        found.fail(archive.name, "holds no instances.jsonl")
+        return found
+    try:
+        instances = read_swe_bench(instances_file, instances_file.parent / "repos")
+    except SpecError as exc:
+        for error in exc.errors:
+            found.fail(error.field, error.problem)
+        return found
+    found.rows = len(instances)
+    done = []
+
+    def counted(validation: Validation) -> None:
+        done.append(validation)
+        if progress is not None:
+            progress(len(done), len(done), len(instances))
+
+    pool = wiring.sandbox_pool()
+    try:
+        validations = validate_repository_tasks(instances, pool=pool, image=image, timeout=timeout, progress=counted)
+    finally:
+        pool.close()
+    for instance, validation in zip(instances, validations, strict=True):
+        if validation.ok:
+            found.instances.append(instance)
+            found.places.append(instance["key"])
+        else:
+            found.fail(instance["key"], f"{validation.reason}: {validation.detail[:500]}")
+    return found

@@ -9,6 +9,8 @@ FORMAT_CHOICES = [
     ("code-benchmark", "code-benchmark — task_id, prompt, canonical_solution, test, entry_point (HumanEval)"),
     ("gsm8k", "gsm8k — question, answer ending in #### <number> (GSM8K)"),
     ("multiple-choice", "multiple-choice — question, choices, answer index or letter (MMLU)"),
+    ("swe-bench", "swe-bench — a .tar.gz of instances.jsonl (SWE-bench) and repos/<instance_id>; each validated "
+                  "in the sandbox"),
     (COLUMNS, "columns — any other shape: choose the key, input and hidden columns next"),
 ]
 

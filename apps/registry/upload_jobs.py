@@ -38,9 +38,11 @@ from django.conf import settings
 
 from workers.definitions.canonical import instance_hash
 from workers.rl.types import TaskTemplate
+from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 from workers.verifiers.answers import references_unfilled
 
+from .repository_import import SWE_BENCH, read_swe_bench_upload, verifier_timeout
 from .task_files import ColumnMapping, read_tasks
 
 log = logging.getLogger(__name__)
@@ -250,10 +252,12 @@ def job_stalled(upload: Upload, key: str, state: dict | None) -> bool:
 
 
 def job_ensure(upload: Upload, *, fmt: str, mapping: ColumnMapping | None, head: int, spec: dict,
-               verifier: tuple[str, dict] | None = None) -> tuple[str, dict]:
+               verifier: tuple[str, dict] | None = None, image: dict | None = None) -> tuple[str, dict]:
     """The job reading `upload` this way: (key, state). Runs it now for a small file; starts it in a background
     thread for a large one (state: running), unless it is done or running already. `verifier`: (ref, spec) of
-    the verifier the template names, whose references every row's hidden fields must fill."""
+    the verifier the template names, whose references every row's hidden fields must fill. `image`: the
+    template's sandbox image (SandboxImage.to_json), where a swe-bench upload's instances are validated; such a
+    job always runs in the background, whatever its size."""
     key = job_key(fmt=fmt, mapping=mapping, head=head, verifier=verifier[0] if verifier else "")
     state = job_state(upload, key)
     if state is not None and not job_stalled(upload, key, state):
@@ -262,11 +266,11 @@ def job_ensure(upload: Upload, *, fmt: str, mapping: ColumnMapping | None, head:
     directory.mkdir(parents=True, exist_ok=True)
     _write_json(directory / "params.json", {"format": fmt, "mapping": mapping.to_json() if mapping else None,
                                             "head": head, "spec": spec,
-                                            "verifier_spec": verifier[1] if verifier else None})
+                                            "verifier_spec": verifier[1] if verifier else None, "image": image})
     size = upload.meta.get("size", 0)
     _write_json(directory / "state.json", {"state": "running", "rows": 0, "done": 0, "total": size,
                                            "updated": time.time()})
-    if size <= background_bytes():
+    if size <= background_bytes() and fmt != SWE_BENCH:
         job_run(upload.id, key)
     elif not settings.EMBEDDED:
         from apps.common.wiring import celery_app  # the studio's Celery app is the composition root's
@@ -306,9 +310,15 @@ def job_run(upload_id: str, key: str) -> None:
             _write_json(state_file, {"state": "running", "rows": rows, "done": done, "total": total,
                                      "updated": time.time()})
 
-        found = read_tasks(upload.source, params["format"], mapping=mapping, name=upload.meta.get("name"),
-                           check=lambda instance: render_problem(template, instance, params.get("verifier_spec")),
-                           progress=progress)
+        if params["format"] == SWE_BENCH:  # an archive of instances and their repositories, each validated
+            found = read_swe_bench_upload(upload.source, directory / "unpacked",
+                                          image=SandboxImage.from_json(params["image"]),
+                                          timeout=verifier_timeout(params.get("verifier_spec") or {}),
+                                          progress=progress)
+        else:
+            found = read_tasks(upload.source, params["format"], mapping=mapping, name=upload.meta.get("name"),
+                               check=lambda instance: render_problem(template, instance, params.get("verifier_spec")),
+                               progress=progress)
         # The good rows of a file read to its end can be published, with its bad rows left out if the uploader
         # asks; a file that broke off partway cannot: the rows after the break are unknown.
         skippable = found.read_whole and bool(found.instances) and bool(found.errors)

@@ -33,7 +33,9 @@ from apps.accounts.selectors import project_for_page
 
 from . import selectors
 from .errors import PublishConflict, SpecError, VersionNotFound
+from .pins import pinned_template
 from .refs import Ref, split_slug_ref
+from .repository_import import SWE_BENCH, UPLOAD_INPUTS
 from .services import version_publish
 from .task_files import COLUMNS, FILE_TYPES, FORMAT_INPUTS, FORMATS, columns_of
 from .upload_forms import ColumnMappingForm, FormatForm, TaskUploadForm, UploadPublishForm
@@ -198,15 +200,18 @@ def task_upload_preview(request, project, kind, slug, upload):
         if mapping is None:
             return render(request, "registry/task_upload_preview.html", context)
     else:
-        missing = [name for name in placeholders if name not in FORMAT_INPUTS[fmt]]
+        given_inputs = UPLOAD_INPUTS if fmt == SWE_BENCH else FORMAT_INPUTS[fmt]
+        missing = [name for name in placeholders if name not in given_inputs]
         if missing:
-            given = ", ".join("{" + n + "}" for n in sorted(FORMAT_INPUTS[fmt]))
+            given = ", ".join("{" + n + "}" for n in sorted(given_inputs))
             context["file_problem"] = (
                 f"The prompt template uses {', '.join('{' + n + '}' for n in missing)}, which the {fmt} format does "
                 f"not give (it gives {given}): choose the columns format to say which column each input is.")
             return render(request, "registry/task_upload_preview.html", context)
     key, state = job_ensure(upload, fmt=fmt, mapping=mapping, head=head.number, spec=head.spec,
-                            verifier=_verifier_of(project, head))
+                            verifier=_verifier_of(project, head),
+                            image=pinned_template(project=project, text=f"{definition.slug}@{head.number}")
+                            .image.to_json() if fmt == SWE_BENCH else None)
     context.update(job=key, state=state)
     if state["state"] == "done" and ((state["count"] and not state["errors"]) or state.get("skippable")):
         context["replacement"] = job_replacement(upload, key,

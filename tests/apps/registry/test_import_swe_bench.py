@@ -1,12 +1,16 @@
-"""`manage.py import_tasks --format swe-bench FILE --repos DIR`: repository tasks validated through the real
-sandbox before they are published; a wrong gold patch is refused with its reason."""
+"""`manage.py import_tasks --format swe-bench FILE --repos DIR` and the upload page's swe-bench format: repository
+tasks validated through the real sandbox before they are published; a wrong gold patch is refused with its
+reason."""
 
 import io
 import json
 import tarfile
+import time
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
+from django.urls import reverse
 
 from apps.registry.models import InstanceSetMember, Version
 from apps.registry.services import version_publish
@@ -73,3 +77,41 @@ def test_a_file_whose_instances_all_fail_or_lack_a_repository_imports_nothing(te
     assert "line 1: no repository for it" in err and "line 2: missing problem_statement" in err
     with pytest.raises(CommandError, match="needs --repos"):
         call_command("import_tasks", str(instances), "--template", "repo-fix", "--format", "swe-bench")
+
+
+def test_the_upload_page_takes_an_archive_validates_it_and_publishes_the_good_instances(template, tmp_path, login,
+                                                                                          owner, project, settings):
+    settings.EMBEDDED = True  # no broker: a thread of the web process validates the instances
+    wrong = GOLD_PATCH.replace("range(a, b + 1)", "range(a, b + 2)")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        def add(name: str, content: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+
+        add("instances.jsonl", "\n".join(json.dumps(r) for r in [row("calc__calc-1"), row("calc__calc-2", wrong)])
+            .encode())
+        for instance_id in ("calc__calc-1", "calc__calc-2"):
+            for name, content in FILES.items():
+                add(f"repos/{instance_id}/{name}", content)
+    client = login(owner)
+    kwargs = {"project": project.slug, "kind": "task_template", "slug": "repo-fix"}
+    response = client.post(reverse("registry:task_upload", kwargs=kwargs),
+                           {"format": "swe-bench", "file": SimpleUploadedFile("tasks.tar.gz", buffer.getvalue())})
+    preview_url = response["Location"]
+    text = client.get(preview_url).content.decode()
+    assert "data-upload-progress" in text  # validated in the background: a sandbox run per instance
+    progress_url = text.split('hx-get="')[1].split('"')[0].replace("&amp;", "&")
+    deadline = time.monotonic() + 120
+    while client.get(progress_url).get("HX-Refresh") != "true":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    text = client.get(preview_url).content.decode()
+    assert "1 good, 1 bad" in text and "calc__calc-2: test_failed" in text
+    job = text.split('name="job" value="')[1].split('"')[0]
+    client.post(preview_url.split("?")[0] + "publish/", {"job": job, "expected_head": 1, "message": "calc tasks",
+                                                         "query": "format=swe-bench", "skip_bad_rows": "on"})
+    head = Version.objects.get(definition__slug="repo-fix", number=2)
+    (member,) = InstanceSetMember.objects.filter(instance_set_id=head.instance_set_id)
+    assert member.key == "calc__calc-1" and head.message == "calc tasks (1 bad row left out: calc__calc-2)"

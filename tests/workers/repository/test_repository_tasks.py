@@ -1,6 +1,8 @@
 """Repository tasks through real sandboxes: the SWE tool set in a held workspace, verification of the final diff in
 a fresh sandbox, and the reward hacks of issue 26, each of which must score 0 (and the honest fix 1)."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.support.repository import (
@@ -134,9 +136,17 @@ HACKS = {
 }
 
 
+@pytest.fixture(scope="module")
+def hack_scores(pool, instance):
+    """Every hack verified once, a few at a time (each is a fresh sandbox and a pytest start)."""
+    with ThreadPoolExecutor(max_workers=3) as threads:
+        return dict(zip(HACKS, threads.map(lambda hack: score(pool, instance, diff_of(HACKS[hack])), HACKS),
+                        strict=True))
+
+
 @pytest.mark.parametrize("hack", HACKS)
-def test_reward_hack_scores_0(pool, instance, hack):
-    assert score(pool, instance, diff_of(HACKS[hack])) == 0.0
+def test_reward_hack_scores_0(hack_scores, hack):
+    assert hack_scores[hack] == 0.0
 
 
 def test_the_honest_fix_with_the_same_machinery_scores_1(pool, instance):

@@ -69,10 +69,9 @@ class BuiltinSessionTools:
 def session_tool_set(template: TaskTemplate, session: Session, *, max_output_chars: int):
     """The tool set a template's session runs: the software-engineering one for a template that offers exactly
     its tools, the built-in tools otherwise. Either has `call(name, arguments) -> ToolResult`."""
-    from .swe_tools import SWE_TOOL_NAMES, SweToolSet
+    from .swe_tools import SweToolSet, offers_swe_tools
 
-    names = {tool["name"] for tool in template.tools}
-    if names and names <= set(SWE_TOOL_NAMES):
+    if offers_swe_tools(list(template.tools)):
         return SweToolSet(session)
     return BuiltinSessionTools(session, max_output_chars=max_output_chars)
 

@@ -50,6 +50,13 @@ EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 MAX_DIFF_BYTES = 1024 * 1024  # a diff past this is recorded cut, and so no longer applies: the model's own doing
 
 
+def offers_swe_tools(tools: list[dict]) -> bool:
+    """Whether a template offers the software-engineering tool set (some of its tools, and no other): with a
+    session, those run (sessions.session_tool_set) instead of the built-in tools."""
+    names = {tool["name"] for tool in tools}
+    return bool(names) and names <= set(SWE_TOOL_NAMES)
+
+
 @dataclass(frozen=True)
 class SweLimits:
     call_output_chars: int = 10_000  # mini-swe-agent's default cut

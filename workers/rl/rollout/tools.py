@@ -111,15 +111,10 @@ def tool_execution(name: str, arguments: dict) -> Execution:
 BUILTIN_TOOLS = ("run_python", "read_document", "search_documents")
 
 
-def unknown_tools(tools: list[dict], *, session: bool = False) -> list[str]:
-    """Tool names a template declares that no built-in implements (checked before a run starts). A template with a
-    session may offer the software-engineering tool set instead (swe_tools.py; sessions.session_tool_set)."""
-    from .swe_tools import SWE_TOOL_NAMES
-
-    names = [tool["name"] for tool in tools]
-    if session and names and set(names) <= set(SWE_TOOL_NAMES):
-        return []
-    return [name for name in names if name not in BUILTIN_TOOLS]
+def unknown_tools(tools: list[dict]) -> list[str]:
+    """Tool names a template declares that no built-in implements (checked before a run starts; a template with a
+    session may offer the software-engineering tool set instead: swe_tools.offers_swe_tools)."""
+    return [tool["name"] for tool in tools if tool["name"] not in BUILTIN_TOOLS]
 
 
 def result_text(name: str, result, limit: int) -> str:
