@@ -7,6 +7,8 @@ Layout of an export directory:
     task_template/<slug>.instances.jsonl  the newest version's task instances, one JSON object per line
     task_template/<slug>.instances/<digest>.jsonl
                                           older instance sets that differ from the newest one
+    dataset/<slug>.rows/<sha256>.jsonl    the rows each version of a dataset pins (datasets.py), by their hash
+    dataset/<slug>.uploads/<sha256>.jsonl the uploaded files its sources name
 
 `history` carries every version (number, message, content hash, spec) so an empty registry rebuilds the same
 numbers, and bundles that pin `@N` still resolve. Authors and times stay in the registry: the files are the
@@ -16,6 +18,7 @@ Import is all-or-nothing: every file is parsed and checked, every error is colle
 and only when there are none is anything published, in one transaction.
 """
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from apps.accounts.services import audit_record, project_create
 from workers.definitions.canonical import MAX_DEPTH, data_problem
 from workers.definitions.specs import KINDS, PUBLISH_ORDER, SLUG_RE, validate_spec
 
+from .datasets import jsonl_read, jsonl_store, rows_key, upload_key
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
 from .models import Alias, Definition, Version
 from .refs import parse_ref
@@ -184,12 +188,52 @@ def _export_definition(definition: Definition, folder: Path) -> list[Path]:
                     written.append(path)
         entry["spec"] = version.spec
         history.append(entry)
+    if definition.kind == "dataset":
+        written += _export_dataset_rows(definition.slug, [version.spec for version in versions], folder)
     doc["aliases"] = {a.name: a.version.number for a in Alias.objects.filter(definition=definition)
                       .select_related("version").order_by("name")}
     doc["history"] = history
     path = folder / f"{definition.slug}.yaml"
     path.write_text(FILE_HEADER + dump_yaml(doc))
     return [path] + written
+
+
+def _dataset_blobs(slug: str, spec: dict) -> list[tuple[str, str, object]]:
+    """(file name next to the definition, sha256, its blob key function) of each stored JSONL a dataset spec pins:
+    its rows and the uploads its sources name."""
+    blobs = [(f"{slug}.rows/{spec.get('content_sha256')}.jsonl", spec.get("content_sha256"), rows_key)]
+    blobs += [(f"{slug}.uploads/{source['sha256']}.jsonl", source["sha256"], upload_key)
+              for source in spec.get("sources", []) if isinstance(source, dict) and source.get("type") == "upload"]
+    return blobs
+
+
+def _export_dataset_rows(slug: str, specs: list[dict], folder: Path) -> list[Path]:
+    written = []
+    for spec in specs:
+        for name, sha256, key_of in _dataset_blobs(slug, spec):
+            path = folder / name
+            if not path.exists():
+                path.parent.mkdir(exist_ok=True)
+                path.write_bytes(jsonl_read(sha256, key_of=key_of))
+                written.append(path)
+    return written
+
+
+def _import_dataset_rows(item) -> None:
+    """Store the rows and uploads the dataset's files carry, each checked against the hash it is named by, before
+    its versions are published (a publish checks that they are stored)."""
+    for spec in [entry["spec"] for entry in item.history] + [item.spec]:
+        if not isinstance(spec, dict):
+            continue
+        for name, sha256, key_of in _dataset_blobs(item.slug, spec):
+            path = item.path.parent / name
+            if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256) or not path.is_file():
+                continue  # publishing says what is missing, unless this studio stores it already
+            content = path.read_bytes()
+            if hashlib.sha256(content).hexdigest() != sha256:
+                raise SpecError([FieldError("content_sha256", f"{name} does not hash to the {sha256[:12]}… it is "
+                                                              "named by: it was changed")])
+            jsonl_store(content, key_of=key_of)
 
 
 # --- import -----------------------------------------------------------------------------------------------
@@ -289,6 +333,8 @@ def _spec_field(name: str) -> str:
 
 
 def _import_one(item: DefinitionFile, *, project, actor, message, report: ImportReport) -> None:
+    if item.kind == "dataset":
+        _import_dataset_rows(item)
     definition = Definition.objects.filter(project=project, kind=item.kind, slug=item.slug).first()
     existing = {v.number: v for v in Version.objects.filter(definition=definition)} if definition else {}
     for entry in item.history:

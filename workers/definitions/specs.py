@@ -19,8 +19,8 @@ MAX_SPEC_BYTES = 1_000_000  # task data belongs in task instances, not in a spec
 
 KINDS = ("domain", "task_template", "sandbox_image", "verifier", "bundle", "model", "rubric", "dataset")
 # The order to publish kinds in: a spec names only definitions of kinds before its own (bundles also name
-# bundles, published in the order they include each other).
-PUBLISH_ORDER = ("model", "rubric", "sandbox_image", "verifier", "task_template", "domain", "bundle", "dataset")
+# bundles, published in the order they include each other, so they come last; a dataset names none).
+PUBLISH_ORDER = ("model", "rubric", "dataset", "sandbox_image", "verifier", "task_template", "domain", "bundle")
 SLUG_RE = r"[a-z0-9][a-z0-9-]{0,62}"
 ALIAS_RE = r"[a-z][a-z0-9-]{0,62}"
 # slug, slug@3, slug@prod: a reference to a definition of a known kind, floating or pinned.

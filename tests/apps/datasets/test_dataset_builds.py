@@ -156,3 +156,20 @@ def test_only_stored_rows_can_be_pinned(project, owner, settings):
         dataset_materialise(project=project, text="dataset/tiny@1")
     with pytest.raises(LookupError, match="names a bundle, not a dataset"):
         dataset_materialise(project=project, text="bundle/arith-bundle@1")
+
+
+def test_a_registry_export_carries_the_rows_each_version_pins(project, owner, settings, tmp_path):
+    from apps.registry.files import export_project, import_directory
+
+    upload = dataset_upload(project=project, name="x.jsonl", fmt="sft", actor=owner, content=_jsonl(
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}))
+    version = dataset_build(project=project, slug="tiny", fmt="sft", sources=[upload.source()], actor=owner).version
+    export_project(project=project, directory=tmp_path / "export")
+    rows = tmp_path / "export" / "dataset" / "tiny.rows" / f"{version.spec['content_sha256']}.jsonl"
+    assert rows.read_bytes() == dataset_materialise(project=project, text="dataset/tiny@1").path.read_bytes()
+    # Another studio: an empty blob storage. The import stores what the files carry before it publishes.
+    settings.DATA_DIR = tmp_path / "elsewhere"
+    report = import_directory(directory=tmp_path / "export", project_slug="elsewhere", actor=owner)
+    assert report.published == ["dataset/tiny@1"], report
+    assert dataset_materialise(project=version.definition.project.__class__.objects.get(slug="elsewhere"),
+                               text="dataset/tiny@1").sha256 == version.spec["content_sha256"]
