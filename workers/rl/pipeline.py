@@ -21,10 +21,11 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
-from workers.storage import Storage, StorageUnavailable
+from workers.storage import Storage
 
 from .config import RunConfig
-from .protocols import AttemptAbandoned, ChatFormat, Engine, LeaseLost, Policy, ToolRunner, Tracker, Verifier
+from .models.allocator import give_back_free_heap_pages
+from .protocols import ChatFormat, Engine, Policy, ToolRunner, Tracker, Verifier
 from .rollout.agent import rollout_groups
 from .rollout.collectors import Batch, Draws, Group, collector_for, too_stale
 from .rollout.evaluation import evaluate
@@ -33,14 +34,11 @@ from .rollout.idle import PhaseBoard
 from .rollout.metrics import Prices, RunCounters, run_summary, step_events, step_points, trajectory_cost
 from .tasks.scheduler import ScheduledTask, Scheduler
 from .tasks.taskset import TaskSet
-from .training.checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
+from .training.attempt import check_attempt, write_checkpoint
+from .training.checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint
 from .training.tracking import Heartbeat
 from .training.trainer import GRPOTrainer, assign_advantages
 from .types import Task, Trajectory, TrajectoryStatus
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be written; the newest complete one is still there to resume from."""
 
 
 class Pipeline:
@@ -116,12 +114,7 @@ class Pipeline:
 
     def _check(self) -> None:
         """Whether this attempt may go on: raises LeaseLost or AttemptAbandoned when it may not."""
-        if self.heartbeat.lease_lost:
-            raise LeaseLost(f"run {self.run_id} was taken over by another worker")
-        if self.stop is not None and self.stop.is_set():
-            raise AttemptAbandoned(f"the process is stopping at step {self.trainer.step}")
-        if self.heartbeat.stalled:
-            raise AttemptAbandoned(f"no progress for {self.heartbeat.stuck_after:g} s at step {self.trainer.step}")
+        check_attempt(run_id=self.run_id, heartbeat=self.heartbeat, stop=self.stop, step=self.trainer.step)
 
     # --- the stages the collectors call --------------------------------------------------------------------
 
@@ -203,6 +196,7 @@ class Pipeline:
         if step % self.config.checkpoint_every == 0 or step == self.total_steps:
             self._save_checkpoint()
         self.heartbeat.beat()  # asked at every step's end as well as by the heartbeat thread: a pause lands here
+        give_back_free_heap_pages()  # what the step freed, back to the OS: malloc's heaps fragment (allocator.py)
         self._bookkeeping_seconds = time.monotonic() - now
         if self.progress:
             self.progress(step, self.total_steps, points)
@@ -234,20 +228,10 @@ class Pipeline:
                 "counters": self.counters.state(), "eval_start": self.eval_start}
 
     def _save_checkpoint(self) -> None:
-        try:
-            checkpoint, removed = save_checkpoint(
-                self.checkpoint_dir, step=self.trainer.step, policy=self.policy, trainer_state=self.trainer.state(),
-                pipeline_state=self.pipeline_state(), keep=self.config.keep_checkpoints, attempt=self.tracker.attempt)
-        except (LeaseLost, StorageUnavailable):
-            # Not the run's fault (a newer attempt resumed it; the object store stayed away): this attempt stops,
-            # and the run goes on from its newest checkpoint (apps/runs/attempts/).
-            raise
-        except Exception as exc:  # a full disk, a lost mount: the run cannot go on safely, and says where
-            raise CheckpointError(f"could not write the checkpoint of step {self.trainer.step} to "
-                                  f"{self.checkpoint_dir}: {exc} (the checkpoints before it are intact)") from exc
+        write_checkpoint(self.checkpoint_dir, step=self.trainer.step, policy=self.policy,
+                         trainer_state=self.trainer.state(), pipeline_state=self.pipeline_state(),
+                         keep=self.config.keep_checkpoints, tracker=self.tracker, heartbeat=self.heartbeat)
         self._last_saved = self.trainer.step
-        self.heartbeat.progressed()
-        self.tracker.checkpoint(step=checkpoint.step, path=str(checkpoint.path), size=checkpoint.size, removed=removed)
 
     def _restore(self) -> int | None:
         """Continue from the newest checkpoint, if there is one; returns its step. What earlier attempts archived

@@ -167,10 +167,36 @@ class Pages:
 
 
 def _memory(pid: int) -> dict:
-    """Resident memory (all of it, and the anonymous part) and threads of a process, from /proc."""
+    """Resident memory (all of it, and the anonymous part) and threads of a process, from /proc, with the anonymous
+    part by where it lives (anonymous_by_mapping)."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     return {"rss_mb": round(int(fields["VmRSS"].split()[0]) / 1024, 1),
-            "anon_mb": round(int(fields["RssAnon"].split()[0]) / 1024, 1), "threads": int(fields["Threads"])}
+            "anon_mb": round(int(fields["RssAnon"].split()[0]) / 1024, 1), "threads": int(fields["Threads"]),
+            "anon_by_mapping_mb": anonymous_by_mapping(Path(f"/proc/{pid}/smaps").read_text())}
+
+
+# glibc gives each thread arena heaps of HEAP_MAX_SIZE (64 MiB on 64-bit), aligned to that size: how its arenas are
+# told apart from other anonymous mappings in /proc/PID/smaps.
+ARENA_ALIGNMENT = 64 << 20
+
+
+def anonymous_by_mapping(smaps: str) -> dict:
+    """A process's anonymous resident memory (MB) by mapping: `main_heap` (glibc's main arena, [heap]),
+    `thread_arenas` (the other threads' malloc arenas), `large_mmaps` (other anonymous mappings: allocations over
+    malloc's mmap threshold, such as tensors and arrays, and thread stacks) and `other` (stacks of the main thread,
+    file-backed mappings' private copies)."""
+    totals = {"main_heap": 0, "thread_arenas": 0, "large_mmaps": 0, "other": 0}
+    kind = "other"
+    for line in smaps.splitlines():
+        head = line.split(maxsplit=5)
+        if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:  # a mapping's header: range perms offset dev inode
+            start = int(head[0].split("-")[0], 16)
+            path = head[5].strip() if len(head) == 6 else ""
+            kind = ("main_heap" if path == "[heap]" else "other" if path else
+                    "thread_arenas" if start % ARENA_ALIGNMENT == 0 else "large_mmaps")
+        elif line.startswith("Anonymous:"):
+            totals[kind] += int(line.split()[1])
+    return {name: round(kb / 1024, 1) for name, kb in totals.items()}
 
 
 def growth(samples: list[dict], *, warmup_steps: int) -> dict:

@@ -11,12 +11,19 @@ back), and grew 9.7% per 100 steps; with the threshold fixed at 1 MiB it held 0.
 
 A fixed threshold (mallopt M_MMAP_THRESHOLD, as the MALLOC_MMAP_THRESHOLD_ variable would set it) also stops the
 raising. Elsewhere than glibc (musl, macOS) nothing is changed.
+
+Blocks under the threshold still fragment the arenas' heaps: with the threshold fixed, `bench memory`'s web process
+read its threads' arenas growing by about 32 MB per 100 steps (/proc/PID/smaps, 64 MiB-aligned heaps) while the
+main heap and the large mappings stayed flat. glibc hands a heap's free pages back only from its top, or when
+malloc_trim walks every arena (`give_back_free_heap_pages`, at each training step's end: about 1 ms when little was
+freed since the last, 28 ms after 80k allocations by four threads on a loaded 2-core machine).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import threading
 
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
@@ -35,6 +42,14 @@ def return_freed_tensors_to_the_os() -> bool:
     return True
 
 
+def give_back_free_heap_pages() -> None:
+    """Return the free pages inside every malloc arena's heaps to the operating system (glibc's malloc_trim)."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
 def _glibc():
     name = ctypes.util.find_library("c")
     if not name:

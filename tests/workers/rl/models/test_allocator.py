@@ -53,3 +53,32 @@ def test_tensors_freed_after_a_model_is_built_leave_the_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", CHECK, str(tmp_path)], cwd=root, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+HEAP_PAGES = textwrap.dedent("""
+    import threading
+    import torch
+    from workers.rl.models.allocator import give_back_free_heap_pages, return_freed_tensors_to_the_os
+
+    def anonymous_mb():
+        line = next(l for l in open("/proc/self/status") if l.startswith("RssAnon:"))
+        return int(line.split()[1]) / 1024
+
+    assert return_freed_tensors_to_the_os()
+    kept = []
+    def fragment():  # 128 MiB of 64 KiB tensors in a thread's arena; one in eight kept, so no heap frees from its top
+        blocks = [torch.ones(16 << 10) for _ in range(2048)]
+        kept.extend(blocks[::8])
+    thread = threading.Thread(target=fragment)
+    thread.start()
+    thread.join()
+    before = anonymous_mb()
+    give_back_free_heap_pages()
+    assert before - anonymous_mb() > 64, f"{before:.0f} MB before, {anonymous_mb():.0f} MB after"
+""")
+
+
+def test_the_free_pages_inside_threads_heaps_go_back_to_the_os(tmp_path):
+    root = Path(__file__).resolve().parents[4]
+    done = subprocess.run([sys.executable, "-c", HEAP_PAGES], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
