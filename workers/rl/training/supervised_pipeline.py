@@ -16,18 +16,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.storage import Storage, StorageUnavailable
+from workers.storage import Storage
 
 from ..config import RunConfig
-from ..protocols import AttemptAbandoned, LeaseLost, Policy, Tracker, TrainingChat
-from .checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
+from ..protocols import Policy, Tracker, TrainingChat
+from .attempt import check_attempt, write_checkpoint
+from .checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint
 from .datasets import SFT, ConversationRow, PreferenceRow, step_rows
 from .supervised import DPOTrainer, PairRow, SFTTrainer, SupervisedStats, TokenRow, truncated
 from .tracking import Heartbeat
-
-
-class SupervisedCheckpointError(RuntimeError):
-    """A checkpoint could not be written; the newest complete one is still there to resume from."""
 
 
 def tokenize_row(chat: TrainingChat, row: ConversationRow | PreferenceRow) -> TokenRow | PairRow:
@@ -106,12 +103,7 @@ class SupervisedPipeline:
         return "completed"
 
     def _check(self) -> None:
-        if self.heartbeat.lease_lost:
-            raise LeaseLost(f"run {self.run_id} was taken over by another worker")
-        if self.stop is not None and self.stop.is_set():
-            raise AttemptAbandoned(f"the process is stopping at step {self.trainer.step}")
-        if self.heartbeat.stalled:
-            raise AttemptAbandoned(f"no progress for {self.heartbeat.stuck_after:g} s at step {self.trainer.step}")
+        check_attempt(run_id=self.run_id, heartbeat=self.heartbeat, stop=self.stop, step=self.trainer.step)
 
     def _batch(self, step: int) -> list:
         return [self._row(index) for index in
@@ -151,20 +143,11 @@ class SupervisedPipeline:
     # --- checkpoints -----------------------------------------------------------------------------------------
 
     def _save_checkpoint(self) -> None:
-        try:
-            checkpoint, removed = save_checkpoint(
-                self.checkpoint_dir, step=self.trainer.step, policy=self.policy, trainer_state=self.trainer.state(),
-                pipeline_state={"step": self.trainer.step, "counters": self.counters},
-                keep=self.config.keep_checkpoints, attempt=self.tracker.attempt)
-        except (LeaseLost, StorageUnavailable):
-            raise
-        except Exception as exc:  # a full disk, a lost mount: the run cannot go on safely, and says where
-            raise SupervisedCheckpointError(f"could not write the checkpoint of step {self.trainer.step} to "
-                                            f"{self.checkpoint_dir}: {exc} (the checkpoints before it are "
-                                            "intact)") from exc
+        write_checkpoint(self.checkpoint_dir, step=self.trainer.step, policy=self.policy,
+                         trainer_state=self.trainer.state(),
+                         pipeline_state={"step": self.trainer.step, "counters": self.counters},
+                         keep=self.config.keep_checkpoints, tracker=self.tracker, heartbeat=self.heartbeat)
         self._last_saved = self.trainer.step
-        self.heartbeat.progressed()
-        self.tracker.checkpoint(step=checkpoint.step, path=str(checkpoint.path), size=checkpoint.size, removed=removed)
 
     def _restore(self) -> int | None:
         """Continue from the newest checkpoint, if any; returns its step. A DPO run first computes the reference's
