@@ -73,11 +73,11 @@ class NoSandbox:
         raise AssertionError("a tool ran")
 
 
-def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None):
+def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None, session=None):
     template = TaskTemplate(key="task_template/agent@1", domain="agents", system_prompt="", prompt_template="{q}",
                             tools=(RUN_PYTHON_TOOL,),
                             limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds},
-                            image=IMAGE, verifier_key="verifier/none@1", verifier_spec={})
+                            image=IMAGE, verifier_key="verifier/none@1", verifier_spec={}, session=session)
     task = Task(seq=0, template=template, item=Item(key=prompt, inputs={"q": prompt}, hidden={}))
     with ThreadPoolExecutor(4) as tools:
         engine = TorchEngine(model)
@@ -108,6 +108,19 @@ def test_a_tool_call_runs_in_the_sandbox_and_its_output_enters_the_context(memor
         assert CharChat().tokenizer.decode(result.token_ids).startswith("<tool_response>exit code 0")
     # Finished rollouts wait for verification; nothing is left in the sandbox phases.
     assert board.in_flight() == 2
+
+
+@pytest.mark.sandbox
+def test_a_templates_session_runs_the_rollouts_calls_and_is_given_back(memorising_model, pool):
+    """The agent loop's session path: opened at the first call, the call run in it, closed at the end (that calls
+    share its workspace: tests/workers/rl/rollout/test_sessions.py)."""
+    session = {"idle_timeout": 60, "lifetime": 60, "max_calls": 10, "disk_mb": 16, "memory_mb": 128,
+               "call_seconds": 3, "keep_background": False, "prepare": []}
+    for trajectory in _rollout(memorising_model, SandboxToolRunner(pool), "calc", session=session):
+        assert [t.result["stdout"] for t in trajectory.turns if t.role == "tool"] == ["42\n"]
+        assert trajectory.response == "42" and trajectory.status == TrajectoryStatus.OK
+        assert trajectory.restarts == 0 and trajectory.timings["environment_assembly"] > 0
+    assert all(state["busy"] == 0 for state in pool.status())  # both samples' sessions were given back
 
 
 @pytest.mark.sandbox
