@@ -3,6 +3,7 @@ workspace (each call sees what the ones before it wrote), the trajectory is grad
 back; and the context policy rewrites older tool outputs without re-tokenising what the policy sampled."""
 
 import json
+import time
 
 import pytest
 
@@ -128,3 +129,50 @@ def test_turns_per_trajectory_and_the_share_that_hit_each_limit_are_charted_on_t
     later = trajectory_shape_points([trajectory(3, "")], RunCounters.from_state(counters.state()))
     assert later["limits/tool_calls"] == later["limits/turns"] == 0.0  # still charted once the run has hit them
     assert [panel.key for panel, _ in panels_for(list(first))] == ["turns", "limits"]
+
+
+def _sample_calling(template: TaskTemplate, calls: int, runner) -> _Sample:
+    """A sample whose last assistant turn asks for `calls` tool calls."""
+    from workers.rl.types import ToolCall
+
+    chat, item = CharChat(), Item(key="k", inputs={"q": "count"}, hidden={})
+    messages = template.messages(item)
+    trajectory = Trajectory(id="t", run_id="r", seq=0, sample=0, domain="d", template="t", task_key="k",
+                            task_hash="", image="i", verifier="v", policy_version=0,
+                            turns=[Turn(role="user", content="count")])
+    text = "".join(_call(APPEND) for _ in range(calls))
+    trajectory.turns.append(Turn(role="assistant", content=text, tool_calls=[
+        ToolCall(id=f"c{n}", name="run_python", arguments={"code": APPEND}) for n in range(calls)]))
+    return _Sample(Task(seq=0, template=template, item=item), trajectory, messages + [
+        {"role": "assistant", "content": text}], chat.prompt(messages, [RUN_PYTHON_TOOL]), 0.0,
+        TrajectoryTools(runner, template, item))
+
+
+@pytest.mark.sandbox
+def test_a_turns_call_limit_cuts_that_turn_and_the_trajectorys_ends_it(pool):
+    from workers.rl.rollout.agent import _run_sample_tools
+    from workers.rl.rollout.idle import PhaseBoard
+
+    runner = SandboxToolRunner(pool)
+    per_turn = TaskTemplate(**{**TEMPLATE.__dict__, "limits": {**TEMPLATE.limits, "max_turn_calls": 2}})
+    sample = _sample_calling(per_turn, 3, runner)
+    sample.started = time.monotonic()
+    try:
+        _run_sample_tools(sample, CharChat(), PhaseBoard(), None)
+    finally:
+        sample.tools.close()
+    tools = [t for t in sample.trajectory.turns if t.role == "tool"]
+    assert [t.result["status"] for t in tools] == ["ok", "ok", "not_run"]
+    assert "at most 2 tool calls" in tools[2].content and not sample.done
+    assert sample.trajectory.limit_hit == "turn_calls"
+
+    whole = TaskTemplate(**{**TEMPLATE.__dict__, "limits": {**TEMPLATE.limits, "max_tool_calls": 2}})
+    sample = _sample_calling(whole, 3, runner)
+    sample.started = time.monotonic()
+    try:
+        _run_sample_tools(sample, CharChat(), PhaseBoard(), None)
+    finally:
+        sample.tools.close()
+    assert [t.result["status"] for t in sample.trajectory.turns if t.role == "tool"] == ["ok", "ok", "not_run"]
+    assert sample.done and sample.trajectory.limit_hit == "tool_calls"
+    assert sample.trajectory.status == TrajectoryStatus.OK
