@@ -40,6 +40,7 @@ from schemathesis import GenerationMode
 from schemathesis.core import NotSet
 
 from apps.accounts.models import AuditEvent, Project
+from apps.datasets.services import dataset_build, dataset_upload
 from apps.evals.services import endpoint_create, evaluation_launch
 from apps.registry.models import Alias, Version
 from apps.registry.services import alias_move, version_publish
@@ -64,7 +65,7 @@ PASSES = [
     ("outsider", GenerationMode.NEGATIVE, "real", 5),
 ]
 DEFINITIONS = [("sandbox_image", "py-basic"), ("verifier", "numeric"), ("task_template", "add-two"),
-               ("domain", "arithmetic"), ("bundle", "arith-bundle")]
+               ("domain", "arithmetic"), ("bundle", "arith-bundle"), ("dataset", "uploaded")]
 CONFIG_FIELDS = sorted(RunConfig.__dataclass_fields__)
 SPECIMENS = {"sandbox_image": IMAGE_SPEC, "verifier": VERIFIER_SPEC, "task_template": TEMPLATE_SPEC,
              "domain": DOMAIN_SPEC, "bundle": {"members": ["domain/arithmetic@latest"]}}
@@ -281,6 +282,12 @@ def world(project, registry, owner, studio_run, editor, settings, monkeypatch, e
     suite = version_publish(project=project, kind="bundle", slug="arith-suite", author=owner, spec={
         "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 4}}).version
     evaluation = evaluation_launch(project=project, suite=suite, actor=owner, model=model)
+    # A dataset built from an upload: its spec pins its rows' hash, known once they are stored, so it joins the
+    # specimens here (the same bytes every time: the same spec).
+    upload = dataset_upload(project=project, name="rows.jsonl", fmt="sft", actor=owner, content=json.dumps(
+        {"messages": [{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "2"}]}).encode())
+    SPECIMENS["dataset"] = dataset_build(project=project, slug="uploaded", fmt="sft", sources=[upload.source()],
+                                         actor=owner).version.spec
     # An endpoint on the loopback (allowed, as the demo allows it), a credential the operator declared, and a key
     # for the project's stored secrets.
     monkeypatch.setenv("STUDIO_ENDPOINT_KEY_LOCAL", "local-key")
