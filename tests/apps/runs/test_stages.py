@@ -19,8 +19,9 @@ from apps.runs.stages import lineage
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.training.checkpoint import save_checkpoint
 
-SMALL = {"engine": "transformers", "mode": "sync", "groups_per_step": 2, "group_size": 2, "eval_tasks_per_domain": 0,
-         "learning_rate": 0.05}
+# One group of two rollouts a step, no search for groups with signal: the step is what is tested, not learning.
+SMALL = {"engine": "transformers", "mode": "sync", "groups_per_step": 1, "group_size": 2, "dynamic_sampling": False,
+         "eval_tasks_per_domain": 0, "learning_rate": 0.05}
 
 
 def _logits(model, ids):
