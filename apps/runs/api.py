@@ -33,6 +33,8 @@ class RunIn(Schema):
 
     bundle: str = Field(pattern=BUNDLE_PATTERN, description="the bundle to pin: slug, slug@N or slug@alias")
     steps: int = Field(ge=1, le=1_000_000, description="trainer steps")
+    kind: Literal["grpo", "sft", "dpo"] = Field("grpo", description="grpo samples and verifies its own data; sft "
+                                                "and dpo train on config.dataset, a dataset version dataset/SLUG@N")
     name: str = Field("", max_length=200, description="default: the bundle's slug and the time")
     config: dict[str, Any] = Field(default_factory=dict,
                                    description="RunConfig fields to override (workers/rl/config.py)")
@@ -41,6 +43,7 @@ class RunIn(Schema):
 class RunOut(Schema):
     id: UUID
     name: str
+    kind: str
     status: str
     requested: str
     step: int
@@ -95,7 +98,7 @@ def start_run(request, project: str, payload: RunIn):
     """Queue a run on a bundle version (editors). 400 names what is wrong with the bundle, steps or config."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     bundle = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.bundle)))
-    run = run_create(project=scope, bundle=bundle, steps=payload.steps, overrides=payload.config,
+    run = run_create(project=scope, bundle=bundle, steps=payload.steps, overrides=payload.config, kind=payload.kind,
                      name=payload.name, actor=request.auth, via="api", enqueue=True)
     return Status(201, run)
 

@@ -9,18 +9,13 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.datasets.services import dataset_build
-from apps.registry.services import version_publish
 from apps.runs.datasets import dataset_here
 from apps.runs.models import Run
 from apps.runs.services import RunError, run_create
-from tests.support.review import labelled_queue
-from tests.support.specimens import RUBRIC
 
 
-def test_a_dpo_run_on_review_pairs(project, registry, owner, member, settings, tmp_path):
-    rubric = version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
-    queue, _ = labelled_queue(project=project, bundle=registry["bundle"], rubric=rubric, owner=owner,
-                              reviewers=(member("reviewer"), member("editor")))
+def test_a_dpo_run_on_review_pairs(labelled, project, registry, owner, settings, tmp_path):
+    queue, _ = labelled
     pairs = dataset_build(project=project, slug="pairs", fmt="preference", actor=owner,
                           sources=[{"type": "review_pairs", "queue": queue.slug}]).version
     settings_given = ["--set", "batch_size=2"]
@@ -46,3 +41,19 @@ def test_a_dpo_run_on_review_pairs(project, registry, owner, member, settings, t
     here = dataset_here(project=project, config=run.run_config)
     assert here.dataset_file.startswith(str(tmp_path / "other-host")) and here.dataset_file != run.config[
         "dataset_file"]
+
+
+def test_the_api_starts_a_dpo_run_on_a_dataset_version_never_on_a_path(labelled, project, registry, owner, api_as,
+                                                                       tmp_path):
+    queue, _ = labelled
+    dataset_build(project=project, slug="pairs", fmt="preference", actor=owner,
+                  sources=[{"type": "review_pairs", "queue": queue.slug}])
+    api = api_as(queue.reviewers.get(username="editor-user"), project=project, scope="write")  # an editor
+    started = api.post("/projects/acme-rl/runs", {"bundle": "arith-bundle", "steps": 1, "kind": "dpo",
+                                                  "config": {"dataset": "dataset/pairs"}})
+    assert started.status_code == 201, started.content
+    assert started.json()["kind"] == "dpo" and started.json()["config"]["dataset"] == "dataset/pairs@1"
+    (tmp_path / "rows.jsonl").write_text("{}\n")
+    refused = api.post("/projects/acme-rl/runs", {"bundle": "arith-bundle", "steps": 1, "kind": "dpo",
+                                                  "config": {"dataset": str(tmp_path / "rows.jsonl")}})
+    assert refused.status_code == 400 and "command line only" in refused.content.decode()
