@@ -105,6 +105,9 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine: E
             if not active:
                 break
             _generate_turn(active, engine, chat, seed, temperature, board)
+            for sample in active:
+                if sample.done:
+                    sample.tools.close()  # answered: its sandbox goes back before the others' tool calls run
             calling = [s for s in active if not s.done and s.trajectory.turns[-1].tool_calls]
             for sample in [s for s in calling if s.turn == s.limits["max_turns"] - 1]:
                 _end(sample, TrajectoryStatus.OK, f"turn limit of {sample.limits['max_turns']} reached with a tool "

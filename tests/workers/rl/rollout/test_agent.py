@@ -26,6 +26,8 @@ from workers.verifiers import Item
 
 IMAGE = SandboxImage(key="sandbox_image/agent-test@1", layers=({"type": "base", "image": "python-3.11"},),
                      limits=Limits(wall_seconds=3, cpu_seconds=3, memory_mb=128), warm_pool_size=2)
+IMAGE_UNWARMED = SandboxImage(key="sandbox_image/agent-test@2", layers=IMAGE.layers, limits=IMAGE.limits,
+                              warm_pool_size=0)
 
 
 def _call(code: str) -> str:
@@ -73,11 +75,12 @@ class NoSandbox:
         raise AssertionError("a tool ran")
 
 
-def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None, session=None):
+def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None, session=None,
+             image=IMAGE):
     template = TaskTemplate(key="task_template/agent@1", domain="agents", system_prompt="", prompt_template="{q}",
                             tools=(RUN_PYTHON_TOOL,),
                             limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds},
-                            image=IMAGE, verifier_key="verifier/none@1", verifier_spec={}, session=session)
+                            image=image, verifier_key="verifier/none@1", verifier_spec={}, session=session)
     task = Task(seq=0, template=template, item=Item(key=prompt, inputs={"q": prompt}, hidden={}))
     with ThreadPoolExecutor(4) as tools:
         engine = TorchEngine(model)
@@ -121,6 +124,21 @@ def test_a_templates_session_runs_the_rollouts_calls_and_is_given_back(memorisin
         assert trajectory.response == "42" and trajectory.status == TrajectoryStatus.OK
         assert trajectory.restarts == 0 and trajectory.timings["environment_assembly"] > 0
     assert all(state["busy"] == 0 for state in pool.status())  # both samples' sessions were given back
+
+
+@pytest.mark.sandbox
+def test_a_sample_whose_session_could_not_be_had_starts_over_and_is_never_scored_for_it(memorising_model):
+    """Room for one session at a time: the group's second sample cannot open one while the first holds it (an
+    infrastructure error, not the policy's), so it starts over once the first is done, and ends like the first."""
+    session = {"idle_timeout": 60, "lifetime": 60, "max_calls": 10, "disk_mb": 16, "memory_mb": 128,
+               "call_seconds": 3, "keep_background": False, "prepare": []}
+    with process_pool(session_ceiling=1) as single:
+        runner = SandboxToolRunner(single, session_open_timeout=3)
+        group = _rollout(memorising_model, runner, "calc", session=session, image=IMAGE_UNWARMED)
+    assert sorted(t.restarts for t in group) == [0, 1]
+    for trajectory in group:
+        assert trajectory.status == TrajectoryStatus.OK and trajectory.response == "42"
+        assert [t.result["stdout"] for t in trajectory.turns if t.role == "tool"] == ["42\n"]
 
 
 @pytest.mark.sandbox
