@@ -69,8 +69,9 @@ class Policy(Protocol):
     def train(self) -> None: ...
 
     def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
-                 first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids (B, T) right-padded -> logprobs and entropy of ids[:, first + 1:], with gradients."""
+                 first: int = 0, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids (B, T) right-padded -> logprobs and entropy of ids[:, first + 1:], with gradients (the entropy
+        zeros, not computed, `with_entropy` False)."""
 
     def frozen_copy(self):
         """The KL reference: an object whose `logprobs(ids, attention_mask, temperature, first)` returns the

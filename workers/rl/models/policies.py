@@ -43,17 +43,18 @@ class _ChosenLogprobs(torch.autograd.Function):
     cross-entropy) returns a loss, not per-token logprobs with their entropy, and needs Triton."""
 
     @staticmethod
-    def forward(ctx, logits, targets, temperature: float, rows_per_chunk: int):
+    def forward(ctx, logits, targets, temperature: float, rows_per_chunk: int, with_entropy: bool = True):
         vocabulary = logits.shape[-1]
         flat, chosen_ids = logits.reshape(-1, vocabulary), targets.reshape(-1, 1)
         positions = flat.shape[0]
         chosen = torch.empty(positions, dtype=torch.float32, device=logits.device)
-        entropy = torch.empty_like(chosen)
+        entropy = torch.empty_like(chosen) if with_entropy else torch.zeros_like(chosen)
         for start in range(0, positions, rows_per_chunk):
             end = min(start + rows_per_chunk, positions)
             logp = torch.log_softmax(_scaled(flat[start:end], temperature), dim=-1)  # (rows, V) fp32, this chunk
             chosen[start:end] = logp.gather(1, chosen_ids[start:end]).squeeze(1)
-            entropy[start:end] = -(logp.exp() * logp).sum(-1)
+            if with_entropy:  # SFT and DPO read none: an exp and a product over the vocabulary saved
+                entropy[start:end] = -(logp.exp() * logp).sum(-1)
         ctx.save_for_backward(logits, targets)
         ctx.temperature, ctx.rows_per_chunk = temperature, rows_per_chunk
         chosen, entropy = chosen.view(targets.shape), entropy.view(targets.shape)
@@ -73,7 +74,7 @@ class _ChosenLogprobs(torch.autograd.Function):
             part = torch.softmax(_scaled(flat[start:end], ctx.temperature), dim=-1)
             part.mul_(-upstream[start:end]).scatter_add_(1, chosen_ids[start:end], upstream[start:end])
             grad[start:end] = part if ctx.temperature == 1.0 else part.div_(ctx.temperature)
-        return grad.view_as(logits), None, None, None
+        return grad.view_as(logits), None, None, None, None
 
 
 def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -83,13 +84,13 @@ def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, *,
-                   chunk_elements: int | None = None):
+                   chunk_elements: int | None = None, with_entropy: bool = True):
     """(B, T, V) logits and (B, T) targets -> fp32 logprobs of the targets (differentiable) and the entropy at
     each position (not), computed `chunk_elements` logits at a time (_ChosenLogprobs)."""
     if chunk_elements is None:
         chunk_elements = LOGPROB_CHUNK_ELEMENTS_GPU if logits.is_cuda else LOGPROB_CHUNK_ELEMENTS
     rows_per_chunk = max(1, chunk_elements // max(logits.shape[-1], 1))
-    return _ChosenLogprobs.apply(logits, targets, float(temperature), rows_per_chunk)
+    return _ChosenLogprobs.apply(logits, targets, float(temperature), rows_per_chunk, with_entropy)
 
 
 class TinyLMPolicy:
@@ -122,11 +123,13 @@ class TinyLMPolicy:
     def train(self) -> None:
         self.model.train()
 
-    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0):
+    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0,
+                 with_entropy: bool = True):
         """ids (B, T) right-padded -> logprobs and entropy of ids[:, first + 1:] (B, T-1-first): the trainer asks
-        only from the first position any row trains on (the prompts before it need no vocabulary softmax)."""
+        only from the first position any row trains on (the prompts before it need no vocabulary softmax).
+        `with_entropy` False: the entropy is zeros, not computed."""
         logits, _ = self.model(ids[:, :-1])
-        return token_logprobs(logits[:, first:], ids[:, first + 1:], temperature)
+        return token_logprobs(logits[:, first:], ids[:, first + 1:], temperature, with_entropy=with_entropy)
 
     def frozen_copy(self):
         reference = copy.deepcopy(self.model).eval()
@@ -191,9 +194,10 @@ class HFPolicy:
     def train(self) -> None:
         self.model.train()
 
-    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0):
+    def logprobs(self, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, first: int = 0,
+                 with_entropy: bool = True):
         return token_logprobs(_hf_logits(self.model, ids, attention_mask, first, share=self.shares_prompts),
-                              ids[:, first + 1:], temperature)
+                              ids[:, first + 1:], temperature, with_entropy=with_entropy)
 
     @property
     def packs_sequences(self) -> bool:
@@ -208,7 +212,7 @@ class HFPolicy:
         each row's attention within itself (masking_utils; only without a cache and an attention mask, hence
         use_cache=False); a row's first token is predicted from the row before it, which the caller masks."""
         logits = self.model(input_ids=ids[:, :-1], position_ids=position_ids[:, :-1], use_cache=False).logits
-        return token_logprobs(logits, ids[:, 1:], temperature)
+        return token_logprobs(logits, ids[:, 1:], temperature, with_entropy=False)
 
     def frozen_copy(self):
         if self.lora:

@@ -93,7 +93,7 @@ class SequenceLogprobs:
             # From the first trained token of any row on: the prompts before it need no vocabulary softmax, and
             # rows starting alike (a pair's two answers) compute that start once (policies._hf_logits).
             first = max(0, int(mask[:, 1:].argmax(dim=1).min()))
-            values, _ = policy.logprobs(ids.to(device), attention.long().to(device), 1.0, first)
+            values, _ = policy.logprobs(ids.to(device), attention.long().to(device), 1.0, first, with_entropy=False)
             self.values = values.reshape(-1)
             self.mask = mask[:, 1 + first:].reshape(-1).to(device)
             self.row = torch.arange(len(rows)).unsqueeze(1).expand(-1, width - 1 - first).reshape(-1).to(device)
