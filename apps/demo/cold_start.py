@@ -15,6 +15,7 @@ from io import StringIO
 from django.core.management import call_command
 
 from apps.accounts.models import Project
+from apps.datasets.errors import DatasetError
 from apps.datasets.services import dataset_build
 from apps.runs.models import Run, RunKind, RunStatus
 
@@ -30,10 +31,16 @@ def run_name(bundle: str) -> str:
 
 def cold_start(*, project: Project, bundle: str, steps: int = STEPS, stdout=None) -> Run:
     """The completed SFT run the GRPO run starts from, trained here if it is not there yet."""
-    dataset = dataset_build(project=project, slug=f"{bundle}-cold-start", fmt="sft", actor=None, via="cli",
-                            description=f"The tool-calling trajectories of {bundle}'s reference check that passed: "
-                                        "the SFT cold start before GRPO",
-                            sources=[{"type": "reference_check", "bundle": bundle, "tool_calls_only": True}]).version
+    try:
+        dataset = dataset_build(
+            project=project, slug=f"{bundle}-cold-start", fmt="sft", actor=None, via="cli",
+            description=f"The tool-calling trajectories of {bundle}'s reference check that passed: the SFT cold start "
+                        "before GRPO",
+            sources=[{"type": "reference_check", "bundle": bundle, "tool_calls_only": True}]).version
+    except DatasetError as exc:
+        raise DatasetError(f"no cold start for {bundle}: {exc}. The reference check's run page says why its "
+                           "references did not pass (ungraded: a sandbox that did not start, a judge not "
+                           "configured); run manage.py reference_check again once they can") from None
     done = Run.objects.filter(project=project, kind=RunKind.SFT, name=run_name(bundle), status=RunStatus.COMPLETED,
                               config__dataset=dataset.ref).order_by("-created_at").first()
     if done is not None:

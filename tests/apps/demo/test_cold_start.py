@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from apps.datasets.errors import DatasetError
 from apps.demo.cold_start import cold_start
 from apps.registry.services import version_publish
 from apps.runs.models import Run, RunKind, RunStatus
@@ -49,6 +50,8 @@ def test_the_cold_start_trains_once_and_the_rl_run_starts_from_it(project, regis
     tools = version_publish(project=project, kind="bundle", slug="tools", author=owner, spec={
         "members": ["domain/arithmetic@latest"],
         "run_config": {"model": str(base), "engine": "transformers", "lora_rank": 2}}).version
+    with pytest.raises(DatasetError, match="no cold start for tools: bundle tools has no completed reference check"):
+        cold_start(project=project, bundle="tools", steps=2)
     check = run_create(project=project, bundle=tools, steps=1, kind=RunKind.REFERENCE, actor=owner,
                        overrides={"model": "builtin:reference"})
     trajectories_record(run=check, attempt=1, trajectories=[_answered(check, seq, tool=seq % 2 == 0)
