@@ -6,7 +6,6 @@ uninterrupted runs train here. The run's own process and database around it are 
 in tests/e2e/test_worker_killed.py."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -76,30 +75,32 @@ def _train(kind, config, checkpoint_dir, models, attempt=1):
     return summary, {s["step"]: s["points"][f"loss/{kind}"] for s in tracker.steps}, weights
 
 
-@pytest.mark.parametrize(("kind", "rows", "overrides"), [
-    ("sft", addition_conversations, {"lora_rank": 4}),
-    ("dpo", addition_preferences, {"dpo_beta": 0.5}),
-])
-def test_a_run_killed_mid_run_resumes_exactly(tmp_path, tiny_model, one_thread, kind, rows, overrides):
-    data = write_jsonl(tmp_path / "data.jsonl", rows(6))  # 4 rows a step: the steps cross passes over the data
-    config = _config(kind, tiny_model, data, **overrides)
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_RUN, kind, json.dumps(config.to_dict()), str(tmp_path / "killed"),
-         str(tmp_path / "models"), str(torch.get_num_threads()), str(KILLED_AT), str(STEPS)],
-        capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[4],
-        env={**os.environ, "PYTHONHASHSEED": "0"})
-    assert killed.returncode == -9, killed.stderr[-3000:]  # SIGKILL, at the step it was told
-    before_kill = dict(json.loads(line) for line in killed.stdout.splitlines() if line.startswith("["))
-    assert sorted(before_kill) == [1, 2, 3]
-    assert [c.step for c in checkpoints(tmp_path / "killed")] == [2]
+RUNS = {"sft": (addition_conversations, {"lora_rank": 4}), "dpo": (addition_preferences, {"dpo_beta": 0.5})}
 
-    resumed, resumed_losses, resumed_weights = _train(kind, config, tmp_path / "killed", tmp_path / "models",
-                                                      attempt=2)
-    whole, losses, weights = _train(kind, config, tmp_path / "whole", tmp_path / "models")
-    assert resumed["outcome"] == "completed" and resumed["resumed_from_step"] == 2 and resumed["steps"] == STEPS
-    assert {step: before_kill[step] for step in (1, 2)} == {step: losses[step] for step in (1, 2)}
-    assert resumed_losses == {step: losses[step] for step in range(3, STEPS + 1)}
-    assert resumed_weights.keys() == weights.keys()
-    for name, value in weights.items():
-        assert torch.equal(resumed_weights[name], value), f"{name} differs after the resume"
-    assert losses[STEPS] < losses[1]  # and the run learned: the check above compares two runs that train
+
+def test_a_run_of_each_kind_killed_mid_run_resumes_exactly(tmp_path, tiny_model, one_thread):
+    configs, killed = {}, {}
+    for kind, (rows, overrides) in RUNS.items():  # both killed processes at once: their imports overlap
+        data = write_jsonl(tmp_path / f"{kind}.jsonl", rows(6))  # 4 rows a step: the steps cross passes over it
+        configs[kind] = _config(kind, tiny_model, data, **overrides)
+        killed[kind] = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, kind, json.dumps(configs[kind].to_dict()), str(tmp_path / kind),
+             str(tmp_path / "models"), str(torch.get_num_threads()), str(KILLED_AT), str(STEPS)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[4])
+    for kind, config in configs.items():
+        stdout, stderr = killed[kind].communicate(timeout=240)
+        assert killed[kind].returncode == -9, stderr[-3000:]  # SIGKILL, at the step it was told
+        before_kill = dict(json.loads(line) for line in stdout.splitlines() if line.startswith("["))
+        assert sorted(before_kill) == [1, 2, 3]
+        assert [c.step for c in checkpoints(tmp_path / kind)] == [2]
+
+        resumed, resumed_losses, resumed_weights = _train(kind, config, tmp_path / kind, tmp_path / "models",
+                                                          attempt=2)
+        whole, losses, weights = _train(kind, config, tmp_path / f"{kind}-whole", tmp_path / "models")
+        assert (resumed["outcome"], resumed["resumed_from_step"], resumed["steps"]) == ("completed", 2, STEPS)
+        assert {step: before_kill[step] for step in (1, 2)} == {step: losses[step] for step in (1, 2)}, kind
+        assert resumed_losses == {step: losses[step] for step in range(3, STEPS + 1)}, kind
+        assert resumed_weights.keys() == weights.keys()
+        for name, value in weights.items():
+            assert torch.equal(resumed_weights[name], value), f"{kind}: {name} differs after the resume"
+        assert losses[STEPS] < losses[1], kind  # the run learned: the checks above compare two runs that train
