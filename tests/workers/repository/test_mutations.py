@@ -92,8 +92,8 @@ def test_from_repo_keeps_what_the_tests_catch_and_writes_swe_bench(tmp_path, cap
         (tmp_path / "shapes-1.0" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "shapes-1.0" / name).write_bytes(content)
     out = tmp_path / "out"
-    call_command("tasks", "from-repo", str(tmp_path / "shapes-1.0"), "--out", str(out), "--count", "3",
-                 "--licence", "MIT", "--timeout", "30")
+    call_command("tasks", "from-repo", str(tmp_path / "shapes-1.0"), "--out", str(out), "--count", "1",
+                 "--max-tries", "4", "--licence", "MIT", "--timeout", "30")
     rows = [json.loads(line) for line in (out / "instances.jsonl").read_text().splitlines()]
     record = json.loads((out / "mutations.json").read_text())
     assert len(rows) == len(record["mutations"]) >= 1 and record["package"] == "shapes" and record["licence"] == "MIT"

@@ -14,11 +14,14 @@ from tests.support.repository import (
     diff_of,
     repository_instance,
 )
-from tests.support.sandbox import process_pool
+from tests.support.resources import require
 from workers.definitions.specs import RepositoryTests
 from workers.rl.rollout.sessions import workspace_for
 from workers.rl.rollout.swe_tools import SweLimits, SweToolSet
 from workers.rl.rollout.tools import PolicyToolError
+from workers.sandbox import SandboxPool
+from workers.sandbox.layers import DEFAULT_ROOT, LayerCache
+from workers.sandbox.process import ProcessBackend
 from workers.sandbox.session import SessionSpec
 from workers.verifiers import Context, Item, Sample
 from workers.verifiers.repository import (
@@ -38,8 +41,13 @@ FIX = FIXED
 
 @pytest.fixture(scope="module")
 def pool():
-    with process_pool(REPOSITORY_IMAGE) as pool:
-        yield pool
+    """Over the machine's own layer cache (as the studio's pools are): the image's pytest layer is built once per
+    machine, not once per test module."""
+    require("sandbox")
+    pool = SandboxPool(ProcessBackend(layers=LayerCache(DEFAULT_ROOT)))
+    pool.warm(REPOSITORY_IMAGE)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="module")
