@@ -39,8 +39,9 @@ REQUIRED = {
     ("authoring:verifier_playground", None), ("authoring:template_playground", None),
     ("audit_log", None), ("api_tokens", None), ("explorer:index", None),
 }
-# Answers that are files, not pages (a dataset export, an artifact): fetched and checked, not opened.
-FILES = {"trajectories:artifact"}
+# Answers that are files, not pages (a dataset's rows, an evaluation's results, an artifact): fetched and checked,
+# not opened.
+FILES = {"trajectories:artifact", "evals:results_jsonl", "evals:results_lm_eval", "datasets:download"}
 MOST_PAGES = 200  # a guard against a walk that never ends (links that make new links)
 
 
