@@ -162,13 +162,62 @@ def is_steering_path(path: str) -> bool:
     return name in STEERING_FILES or name.endswith(".pth")
 
 
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_MODE_LINE = re.compile(r"^(new file mode|deleted file mode|old mode|new mode) \d{6}$")
+_INDEX_LINE = re.compile(r"^(index [0-9a-f]+\.\.[0-9a-f]+( \d{6})?|(dis)?similarity index \d+%)$")  # git diff's own
+
+
+def well_formed(paths: set[str], text: str) -> bool:
+    """Whether a section is one file's plain diff: after its header only mode, index and rename lines, its own
+    ---/+++ names (or a binary note), then hunks whose line counts add up. The workspace's diff writes paths as
+    they are, so a path holding newlines could smuggle a second patch (--- a/conftest.py ...) into a section the
+    header regex reads as another file's; git apply would apply it. Anything else is not a diff we wrote."""
+    names = {"/dev/null", *(f"{side}/{path}" for path in paths for side in "ab")}
+    moved = {f"{kind} {end} {path}" for path in paths for kind in ("rename", "copy") for end in ("from", "to")}
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        return False  # a header alone changes nothing; the workspace's diff never writes one
+    index = 1
+    while index < len(lines) and not lines[index].startswith("@@"):
+        line = lines[index]
+        name = line[4:] if line[:4] in ("--- ", "+++ ") else None
+        binary = line.startswith("Binary files ") and line.endswith(" differ") and all(
+            part in names for part in line[len("Binary files "):-len(" differ")].split(" and "))
+        if not (_MODE_LINE.match(line) or _INDEX_LINE.match(line) or name in names or binary or line in moved):
+            return False
+        index += 1
+    while index < len(lines):
+        hunk = _HUNK.match(lines[index])
+        if hunk is None:
+            return False
+        old, new = int(hunk[1] or 1), int(hunk[2] or 1)
+        index += 1
+        while index < len(lines) and (old > 0 or new > 0 or lines[index].startswith("\\")):
+            kind = lines[index][:1]
+            if kind in (" ", "") and old > 0 and new > 0:  # "": an empty context line, as git apply reads it
+                old, new = old - 1, new - 1
+            elif kind == "-" and old > 0:
+                old -= 1
+            elif kind == "+" and new > 0:
+                new -= 1
+            elif kind != "\\":
+                return False
+            index += 1
+        if old or new:
+            return False
+    return True
+
+
 def verified_diff(diff: str, protected: set[str]) -> tuple[str, list[str]]:
     """The part of the model's diff that verification applies, and the paths it left out: a section touching a
     test file, a file of `protected` (the hidden test patch's) or a file that steers pytest is dropped whole, so
-    those files stay as the base has them."""
+    those files stay as the base has them; so is a section that is not one file's plain diff (well_formed)."""
     kept, dropped = [], []
     for paths, text in diff_sections(diff):
-        if any(p in protected or is_test_path(p) or is_steering_path(p) for p in paths):
+        if not well_formed(paths, text) or any(p in protected or is_test_path(p) or is_steering_path(p)
+                                               for p in paths):
             dropped.extend(sorted(paths))
         else:
             kept.append(text)

@@ -23,6 +23,7 @@ from workers.sandbox import SandboxPool
 from workers.sandbox.layers import DEFAULT_ROOT, LayerCache
 from workers.sandbox.process import ProcessBackend
 from workers.sandbox.session import SessionSpec
+from workers.sandbox.zygote import file_diff
 from workers.verifiers import Context, Item, Sample
 from workers.verifiers.repository import (
     DIFF_FILE,
@@ -108,6 +109,18 @@ def test_test_files_and_pytest_steering_files_never_reach_verification():
     kept, dropped = verified_diff(diff, {"tests/test_hidden.py"})
     assert dropped == ["calc/test_extra.py", "conftest.py", "hidden.pth", "pyproject.toml", "tests/test_ranges.py"]
     assert "calc/ranges.py" in kept and "conftest" not in kept
+
+
+def test_a_path_holding_newlines_cannot_smuggle_a_patch_of_a_steering_file_past_the_check():
+    # The workspace's diff writes a path as it is: folders named with newlines put a complete second patch (a
+    # calc/ranges.py section the header regex reads, then a conftest.py patch) into the diff's text.
+    smuggled = ("q b/q\ndiff --git a/calc/ranges.py b/calc/ranges.py\n--- a/calc/ranges.py\n+++ b/calc/ranges.py\n"
+                "@@ -1 +1 @@\n-x\n+x\n--- a/conftest.py\n+++ b/conftest.py\n@@ -1 +1,2 @@\n x\n+HACKED = 1\nz")
+    regular = type("Stat", (), {"st_mode": 0o100644})
+    diff = diff_of({"calc/ranges.py": FIX}) + file_diff(smuggled, None, regular, b"", b"hi\n")
+    kept, dropped = verified_diff(diff, {"tests/test_hidden.py"})
+    assert "HACKED" not in kept and "calc/ranges.py" in dropped
+    assert kept == diff_of({"calc/ranges.py": FIX})  # the honest section stays, whole
 
 
 # --- reward hacks: each scores 0 -------------------------------------------------------------------------------
