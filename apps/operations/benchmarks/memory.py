@@ -205,12 +205,15 @@ def growth(samples: list[dict], *, warmup_steps: int, window_steps: int = 10) ->
     lowest sample), what the process keeps from one window to the next. A sample taken while the engine generates
     or a page is drawn also holds that moment's working set (up to 300 MB more in large mappings, read in
     anon_by_mapping_mb), which the peak reports and which is freed again; `growth_all_samples_per_100_steps_percent`
-    is the slope through every sample, transients included. None with fewer than two windows."""
+    is the slope through every sample, transients included. Only windows the run went past count: the last one
+    may hold a single sample (the run's end, where its evaluation generates). None with fewer than two windows."""
     after = [s for s in samples if s["step"] >= warmup_steps]
+    last_window = max((s["step"] for s in after), default=0) // window_steps
     floors: dict[int, float] = {}
     for sample in after:
         window = sample["step"] // window_steps
-        floors[window] = min(floors.get(window, sample["rss_mb"]), sample["rss_mb"])
+        if window < last_window:
+            floors[window] = min(floors.get(window, sample["rss_mb"]), sample["rss_mb"])
     first = after[0]["rss_mb"] if after else None
     if len(floors) < 2:
         return {"rss_mb_after_warmup": first, "growth_per_100_steps_percent": None,

@@ -22,6 +22,9 @@ def test_growth_follows_the_floor_and_not_the_transient_working_set_of_a_sample(
     figures = growth(flat + spikes, warmup_steps=50)
     assert figures["growth_per_100_steps_percent"] == pytest.approx(0.0)
     assert figures["growth_all_samples_per_100_steps_percent"] > 5
+    # The run's last window holds one sample, at its end, taken while the end-of-run evaluation generates.
+    ended = growth(flat + [{"step": 201, "rss_mb": 1100.0}], warmup_steps=50)
+    assert ended["growth_per_100_steps_percent"] == pytest.approx(0.0)
     leaking = [{"step": step, "rss_mb": 800.0 + 0.8 * (step - 50)} for step in range(50, 201, 2)]
     assert growth(leaking + spikes, warmup_steps=50)["growth_per_100_steps_percent"] == pytest.approx(10.0)
 

@@ -7,6 +7,7 @@ lm-evaluation-harness picks from the server's prompt logprobs equal to the one t
 Marked `runners` (`pytest -m runners` picks them out)."""
 
 import asyncio
+import concurrent.futures
 import copy
 import json
 
@@ -199,8 +200,12 @@ def test_inspect_ai_calls_the_tool_through_serve_and_answers_what_the_studio_ans
     with serving(build_app(engine=served_engine, chat=CharChat(), model_name="scripted")) as url:
         task = InspectTask(dataset=[Sample(input=QUESTION, target="5")], solver=[use_tools(run_python()), generate()],
                            scorer=match())
-        [log] = inspect_eval(task, model=get_model("openai-api/studio/scripted", base_url=url, api_key="unused"),
-                             log_dir=str(tmp_path / "inspect"), display="none", max_retries=0)
+        # Inspect runs its own event loop (asyncio.run), which refuses to start in a thread whose loop is running:
+        # the suite's browser tests leave Playwright's running in the main thread. A thread of its own, as a script.
+        with concurrent.futures.ThreadPoolExecutor(1) as inspect_thread:
+            [log] = inspect_thread.submit(
+                inspect_eval, task, model=get_model("openai-api/studio/scripted", base_url=url, api_key="unused"),
+                log_dir=str(tmp_path / "inspect"), display="none", max_retries=0).result()
     served_engine.close()
     assert log.status == "success", log.error
     [sample] = log.samples
