@@ -20,7 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from apps.common import wiring
-from workers.verifiers.repository import Validation, swe_bench_instance, validate_instance
+from workers.verifiers.repository import (
+    SnapshotError,
+    Validation,
+    bounded_members,
+    swe_bench_instance,
+    validate_instance,
+)
 
 from .errors import FieldError, SpecError
 from .task_files import TaskFile
@@ -97,8 +103,9 @@ def read_swe_bench_upload(archive: Path, folder: Path, *, image, timeout: float,
     found = TaskFile(file_type="swe-bench archive")
     try:
         with tarfile.open(archive, "r:*") as tar:
-            tar.extractall(folder, filter="data")  # no absolute paths, links out or devices
-    except (OSError, tarfile.TarError) as exc:
+            # no absolute paths, links out or devices; sizes bounded before anything is written
+            tar.extractall(folder, members=bounded_members(tar), filter="data")
+    except (OSError, tarfile.TarError, SnapshotError) as exc:
         found.read_whole = False
         found.fail(archive.name, f"is not a .tar.gz of instances.jsonl and repos/: {exc}")
         return found

@@ -42,6 +42,10 @@ SKIPPED_NAMES = {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_c
                  ".venv", "node_modules"}
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 MAX_SNAPSHOT_BYTES = 20 * 1024 * 1024  # compressed; larger repositories belong in a sandbox image's layer
+# An uploaded archive unpacked: its members' declared sizes and their count, read from the headers before any
+# file is written or read (a .tar.gz of zeros grows a thousandfold).
+MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
+MAX_UNPACKED_MEMBERS = 200_000
 # Files whose changes never reach verification, wherever they are: they decide which tests run and how, or run
 # code before any test does.
 STEERING_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
@@ -99,15 +103,30 @@ def directory_files(root: Path) -> dict[str, bytes]:
     return files
 
 
+def bounded_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The archive's members, or SnapshotError once their sizes add up past MAX_UNPACKED_BYTES or they number
+    more than MAX_UNPACKED_MEMBERS (headers only: nothing is unpacked yet)."""
+    members, total = [], 0
+    for member in tar:
+        members.append(member)
+        total += member.size
+        if total > MAX_UNPACKED_BYTES or len(members) > MAX_UNPACKED_MEMBERS:
+            raise SnapshotError(f"unpacked it holds more than {MAX_UNPACKED_BYTES / 1e6:.0f} MB or "
+                                f"{MAX_UNPACKED_MEMBERS} files; the limit is that")
+    return members
+
+
 def archive_files(archive: Path) -> dict[str, bytes]:
     """The regular files of a .tar.gz repository; a single top-level folder (as `git archive --prefix` and sdists
     make) is taken off."""
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = [m for m in tar.getmembers() if m.isfile()]
+            members = [m for m in bounded_members(tar) if m.isfile()]
             files = {m.name.lstrip("./"): tar.extractfile(m).read() for m in members}
     except (OSError, tarfile.TarError) as exc:
         raise SnapshotError(f"{archive.name} is not a readable tar archive: {exc}") from None
+    except SnapshotError as exc:
+        raise SnapshotError(f"{archive.name}: {exc}") from None
     tops = {name.split("/")[0] for name in files}
     if len(tops) == 1 and all("/" in name for name in files):
         files = {name.split("/", 1)[1]: content for name, content in files.items()}

@@ -115,3 +115,21 @@ def test_the_upload_page_takes_an_archive_validates_it_and_publishes_the_good_in
     head = Version.objects.get(definition__slug="repo-fix", number=2)
     (member,) = InstanceSetMember.objects.filter(instance_set_id=head.instance_set_id)
     assert member.key == "calc__calc-1" and head.message == "calc tasks (1 bad row left out: calc__calc-2)"
+
+
+def test_an_upload_that_unpacks_past_the_limit_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    # A .tar.gz of zeros grows a thousandfold: the members' declared sizes are added up from the headers first.
+    from apps.registry.repository_import import read_swe_bench_upload
+    from workers.verifiers import repository
+
+    monkeypatch.setattr(repository, "MAX_UNPACKED_BYTES", 1024 * 1024)
+    archive = tmp_path / "bomb.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, size in (("instances.jsonl", 10), ("repos/zeros.bin", 2 * 1024 * 1024)):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes(size)))
+    assert archive.stat().st_size < 10_000
+    found = read_swe_bench_upload(archive, tmp_path / "unpacked", image=None, timeout=1)
+    assert [e.field for e in found.errors] == ["bomb.tar.gz"] and "1 MB" in found.errors[0].problem
+    assert not (tmp_path / "unpacked" / "repos" / "zeros.bin").exists()
