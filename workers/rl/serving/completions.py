@@ -22,6 +22,9 @@ from .weight_sync import BadRequest, error_response
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this route
 MAX_LOGPROBS = 20  # alternatives per token (vLLM's default --max-logprobs)
+# choices one request may ask for (prompts × n): the engine holds them all at once, with their logprobs.
+# vLLM sets no such bound; lm-evaluation-harness sends its batch_size prompts with n 1.
+MAX_CHOICES = 1024
 
 
 def prompts_of(served: ServedModel, prompt) -> list[list[int]]:
@@ -61,6 +64,9 @@ def completions(served: ServedModel):
             refuse_unhonoured(body, chat=False)
             prompts = prompts_of(served, body.get("prompt"))
             settings = served.sampling(body, DEFAULT_MAX_TOKENS, least_tokens=0)
+            if len(prompts) * settings["n"] > MAX_CHOICES:
+                raise BadRequest(f"{len(prompts)} prompts × n {settings['n']} ask for more than {MAX_CHOICES} "
+                                 "choices; send fewer at a time", param="prompt")
             echo = bool(body.get("echo"))
             top = read_number(body, "logprobs", None, 0, MAX_LOGPROBS, int)
             scored = read_number(body, "prompt_logprobs", None, 0, MAX_LOGPROBS, int)

@@ -154,8 +154,9 @@ def test_completions_logprobs_k_gives_k_alternatives_and_offsets(client):
 
 def test_bad_prompts_are_refused_in_the_apis_error_shape(served):
     for prompt, message in ((["1+1=", 3], "prompt must be text"), ([[1, 2], []], "prompt 1 is empty"),
-                            ([10_000], "outside the vocabulary"), ("", "prompt 0 is empty")):
-        reply = httpx.post(f"{served}/completions", json={"model": "tiny-adder", "prompt": prompt})
+                            ([10_000], "outside the vocabulary"), ("", "prompt 0 is empty"),
+                            (["1+"] * 17, "more than 1024 choices")):
+        reply = httpx.post(f"{served}/completions", json={"model": "tiny-adder", "prompt": prompt, "n": 64})
         assert reply.status_code == 400
         error = reply.json()["error"]
         assert message in error["message"] and error["type"] == "invalid_request_error"
