@@ -5,6 +5,7 @@ body, read the sampling settings, and send the request to the engine's batching 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 from starlette.requests import Request
@@ -139,7 +140,9 @@ def read_number(body: dict, name: str, default, low, high, kind=float):
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
+    # NaN and Infinity too: Python's JSON reads them, and int() of either raises (a 500, not the caller's 400)
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or (isinstance(value, float) and not math.isfinite(value)) or (kind is int and value != int(value)):
         raise BadRequest(f"{name} must be a number", param=name)
     if not low <= value <= high:
         raise BadRequest(f"{name} must be from {low:g} to {high:g}", param=name)

@@ -162,6 +162,16 @@ def test_bad_prompts_are_refused_in_the_apis_error_shape(served):
         assert message in error["message"] and error["type"] == "invalid_request_error"
 
 
+def test_nan_and_infinity_are_refused_as_numbers(served):
+    # Python's JSON reads NaN and Infinity; int() of either raised, a 500 instead of the caller's 400
+    for route, name in (("completions", "n"), ("completions", "max_tokens"), ("chat/completions", "seed")):
+        for value in ("NaN", "Infinity"):
+            body = ('{"model": "tiny-adder", "prompt": "1+", "messages": [{"role": "user", "content": "1+1"}], '
+                    f'"{name}": {value}}}')
+            reply = httpx.post(f"{served}/{route}", content=body, headers={"content-type": "application/json"})
+            assert reply.status_code == 400 and reply.json()["error"]["param"] == name
+
+
 def test_a_stop_string_across_tokens_ends_the_answer_before_it(client):
     """"12" is two tokens of the character model: the engine stops on the second, the text ends before the first."""
     plain = client.completions.create(model="tiny-adder", prompt="+", max_tokens=8, temperature=0)
