@@ -116,13 +116,20 @@ def bounded_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     return members
 
 
+def _member_path(name: str) -> str:
+    """A member's path without its leading "./" and "/" (a dotfile keeps its dot: .coveragerc, .pytest.ini)."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/")
+
+
 def archive_files(archive: Path) -> dict[str, bytes]:
     """The regular files of a .tar.gz repository; a single top-level folder (as `git archive --prefix` and sdists
     make) is taken off."""
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = [m for m in bounded_members(tar) if m.isfile()]
-            files = {m.name.lstrip("./"): tar.extractfile(m).read() for m in members}
+            files = {_member_path(m.name): tar.extractfile(m).read() for m in members}
     except (OSError, tarfile.TarError) as exc:
         raise SnapshotError(f"{archive.name} is not a readable tar archive: {exc}") from None
     except SnapshotError as exc:

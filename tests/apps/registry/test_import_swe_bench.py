@@ -133,3 +133,15 @@ def test_an_upload_that_unpacks_past_the_limit_is_refused_before_anything_is_wri
     found = read_swe_bench_upload(archive, tmp_path / "unpacked", image=None, timeout=1)
     assert [e.field for e in found.errors] == ["bomb.tar.gz"] and "1 MB" in found.errors[0].problem
     assert not (tmp_path / "unpacked" / "repos" / "zeros.bin").exists()
+
+
+def test_a_repository_archive_keeps_its_dotfiles_names(tmp_path):
+    from workers.verifiers.repository import archive_files
+
+    archive = tmp_path / "repo.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in ("./.pytest.ini", "./pkg/__init__.py", "./.github/ci.yml"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    assert sorted(archive_files(archive)) == [".github/ci.yml", ".pytest.ini", "pkg/__init__.py"]
