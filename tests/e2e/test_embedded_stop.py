@@ -56,7 +56,7 @@ from workers.rl.training.trainer import GRPOTrainer
 pipeline.rollout_groups = held("rollout", pipeline.rollout_groups)
 pipeline.grade_trajectory = held("verification", pipeline.grade_trajectory)
 GRPOTrainer.train = held("update", GRPOTrainer.train)
-pipeline.save_checkpoint = held("checkpoint", pipeline.save_checkpoint)
+pipeline.write_checkpoint = held("checkpoint", pipeline.write_checkpoint)
 evaluation.evaluate_batch = held("evaluation", evaluation.evaluate_batch)  # before apps/runs/attempts imports it
 from django.core.management import execute_from_command_line
 execute_from_command_line(["manage.py", "runserver", "--noreload", address])
