@@ -18,12 +18,14 @@ mutation only if some tests fail with it and all pass without it; the reverse di
 from __future__ import annotations
 
 import ast
-import difflib
+import os
 import random
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from workers.sandbox import zygote
 from workers.verifiers.repository import is_test_path, run_tests, snapshot_bytes, snapshot_files
 
 OPERATORS = ("flip_comparison", "off_by_one", "swap_arguments", "remove_branch", "swap_boolean")
@@ -153,13 +155,13 @@ def mutated_files(files: dict[str, bytes], mutation: Mutation) -> dict[str, byte
     return {**files, mutation.path: changed.encode("utf-8")}
 
 
+# A regular file's mode, as a source file of the package has: the diff changes its text only.
+_SOURCE_FILE = os.stat_result((stat.S_IFREG | 0o644, *(0,) * 9))
+
+
 def file_diff(path: str, before: str, after: str) -> str:
-    """A git-style diff of one file that `git apply` takes (difflib's hunks under git's headers)."""
-    if not before.endswith("\n") or not after.endswith("\n"):
-        raise ValueError(f"{path} does not end with a newline")
-    body = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                f"a/{path}", f"b/{path}", n=3)
-    return f"diff --git a/{path} b/{path}\n" + "".join(body)
+    """A git-style diff of one file's text that `git apply` takes, written as a session's workspace diff is."""
+    return zygote.file_diff(path, _SOURCE_FILE, _SOURCE_FILE, before.encode("utf-8"), after.encode("utf-8"))
 
 
 # --- the search ------------------------------------------------------------------------------------------------
