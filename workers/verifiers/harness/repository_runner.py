@@ -10,8 +10,10 @@ Order: base snapshot, then the model's diff (test files were taken out of it on 
 patch, then pytest on the test files, with PYTEST_DISABLE_PLUGIN_AUTOLOAD and our own report plugin. The code
 under test runs in pytest's process, as in SWE-bench's harness; the report says only what pytest itself said,
 test by test, and a test that never reported (a syntax error, an exit during collection) is simply absent. Code
-that rewrites pytest's own objects inside that process could still forge outcomes (as in SWE-bench): these
-defences hold against what a diff does from outside pytest's process.
+that rewrites pytest's own objects inside that process could still forge outcomes (as in SWE-bench), and so could
+a process it starts that outlives pytest and rewrites the results file (STUDIO_REPORT, in pytest's environment)
+before this harness reads it: these defences hold against the diff's files (tests, conftest.py, plugins, .pth),
+not against code under test that sets out to forge pytest's report.
 """
 
 import ctypes
