@@ -1,13 +1,16 @@
 """The real-model demo's SFT cold start, on a tiny model: an expression task's reference calls run_python first;
-`cold_start` builds a dataset of a bundle's reference check's tool-calling trajectories, trains an SFT run on it, is
+`cold_start` builds a dataset of a bundle's reference check's passing trajectories (those that called the tool and
+those that answered at once), trains an SFT run on it, is
 a no-op the second time, and a GRPO run created with `model: checkpoint <bundle>-sft@latest` starts from it."""
 
+import json
 import random
 
 import pytest
 
 from apps.datasets.errors import DatasetError
 from apps.demo.cold_start import cold_start
+from apps.registry.datasets import dataset_materialise
 from apps.registry.services import version_publish
 from apps.runs.models import Run, RunKind, RunStatus
 from apps.runs.services import run_create
@@ -61,8 +64,10 @@ def test_the_cold_start_trains_once_and_the_rl_run_starts_from_it(project, regis
     sft = cold_start(project=project, bundle="tools", steps=2)
     assert (sft.kind, sft.status, sft.config["dataset"]) == ("sft", "completed", "dataset/tools-cold-start@1")
     assert sft.config["lora_rank"] == 2 and sft.checkpoints.filter(step=2).exists()
-    dataset = sft.bundle.definition.project.definitions.get(kind="dataset", slug="tools-cold-start")
-    assert dataset.versions.get().spec["rows"] == 3  # the three that called the tool
+    rows = [json.loads(line) for line in
+            dataset_materialise(project=project, text="dataset/tools-cold-start@1").path.read_text().splitlines()]
+    assert len(rows) == 6  # all six that passed: three called the tool, three answered at once
+    assert sorted(any(m["role"] == "tool" for m in row["messages"]) for row in rows) == [False] * 3 + [True] * 3
     assert cold_start(project=project, bundle="tools", steps=2) == sft  # trained once
 
     rl = run_create(project=project, bundle=tools, steps=1, actor=owner, name="tools-grpo",
