@@ -9,7 +9,7 @@ DEMO_STEPS ?= 500
 MODEL ?= tiny
 DEMO_BUNDLE := $(if $(filter smollm,$(MODEL)),demo-smollm,demo)
 # MODEL=smollm: the reference check checks more answers of each template, and the GRPO run starts from an SFT cold
-# start on the tool-calling ones (manage.py cold_start, apps/demo/cold_start.py). The tiny demo does neither.
+# start on its passing references (manage.py cold_start, apps/demo/cold_start.py). The tiny demo does neither.
 REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),24,3)
 DEMO_START := $(if $(filter smollm,$(MODEL)),--set "model=checkpoint demo-smollm-sft@latest")
 DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
