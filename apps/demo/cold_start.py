@@ -22,8 +22,8 @@ from apps.datasets.services import dataset_build
 from apps.runs.models import Run, RunKind, RunStatus
 
 # SFT on a few dozen short conversations: a LoRA of the bundle's shape (its run_config), a learning rate above
-# GRPO's (each row is a right answer, not a noisy advantage), a batch that covers them in a few steps. 18 steps of 8
-# are two passes over the demo's 72 (24 a template): more taught the references' own answers, not the formats.
+# GRPO's (each row is a right answer, not a noisy advantage), a batch that covers them in a few steps: 18 steps of 8
+# are two passes over the demo's 72 rows (24 a template).
 SFT_SETTINGS = {"learning_rate": 5e-4, "batch_size": 8, "eval_tasks_per_domain": 0}
 STEPS = 18
 

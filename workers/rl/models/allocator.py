@@ -15,10 +15,10 @@ raising. Elsewhere than glibc (musl, macOS) nothing is changed.
 Blocks under the threshold still fragment the arenas' heaps: with the threshold fixed, `bench memory`'s web process
 read its threads' arenas growing by about 32 MB per 100 steps (/proc/PID/smaps, 64 MiB-aligned heaps) while the
 main heap and the large mappings stayed flat. glibc hands a heap's free pages back only from its top, or when
-malloc_trim walks every arena (`give_back_free_heap_pages`, at each training step's end: about 1 ms when little was
-freed since the last, 28 ms after 80k allocations by four threads on a loaded 2-core machine). At most once every
-TRIM_INTERVAL_SECONDS: walking the arenas at every step made the tiny Llama's GRPO step (`bench trainer --workloads
-tiny`) 0.23 s instead of 0.19 s; a fragment the trim waits a few seconds for is not growth.
+malloc_trim walks every arena (`give_back_free_heap_pages`, asked at each training step's end: about 1 ms when little
+was freed since the last, 28 ms after 80k allocations by four threads on a loaded 2-core machine). It trims at most
+once every TRIM_INTERVAL_SECONDS: trimming at every step made the tiny Llama's GRPO step (`bench trainer --workloads
+tiny`) 0.22 s instead of 0.19 s; a fragment the trim waits a few seconds for is not growth.
 """
 
 from __future__ import annotations
