@@ -25,11 +25,14 @@ so the same samples, in every run with the same seed: that is what makes a sync 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ class BatchingEngine:
         self._wakeup = threading.Condition()
         self._next_weights: tuple[dict, int] | None = None
         self._closed = False
-        threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop, name=f"{self.name}-engine", daemon=True)
+        self._thread.start()
 
     # --- what callers use ---------------------------------------------------------------------------------
 
@@ -129,10 +133,18 @@ class BatchingEngine:
         with self._wakeup:
             self._next_weights = (state, version)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Fails what is queued or sampling and frees the model; returns once the loop has done so (a step ends
+        first). Waiting matters at exit: a loop still freeing its batch's tensors while the interpreter shuts down
+        is killed inside a C++ destructor, and the process aborts ("terminate called without an active
+        exception") after its work is done."""
         with self._wakeup:
             self._closed = True
             self._wakeup.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("the %s engine's loop did not stop within %.0f s of its close", self.name, timeout)
 
     # --- the loop -------------------------------------------------------------------------------------------
 

@@ -21,6 +21,8 @@ from torch.nn import functional as F
 
 from .slot_cache import SlotCache
 
+KEPT_CACHE_BYTES = 256 << 20  # the largest slot cache a drained ContinuousBatch keeps for its next rows
+
 
 @dataclass
 class SamplingRequest:
@@ -184,13 +186,17 @@ class ContinuousBatch:
     def __init__(self, prefill: Callable, decode: Callable, *, context: int, device, score: Callable | None = None):
         self.prefill_step, self.decode_step, self.context, self.device = prefill, decode, context, device
         self.score_step = score
+        # Made at the first admission and kept when the batch drains if it holds at most KEPT_CACHE_BYTES: a sync
+        # GRPO step's batch drains at every step, and making it anew (then growing it to the step's rows by copies)
+        # cost the tiny workload's step 9%. A bigger one (a long-context batch on a GPU) is freed for the trainer's
+        # own tensors, which share the device between two steps.
+        self.cache: SlotCache | None = None
         self._reset()
 
     def _reset(self) -> None:
         self.rows: list[dict] = []  # live rows in admission order: entry, sample, slot, budget, stops, length
         self.entries: list[dict] = []  # request, handle, rows' tokens/logprobs/compute, rows left
-        self.occupant: list[dict | None] = []  # slot -> its row
-        self.cache: SlotCache | None = None
+        self.occupant: list[dict | None] = []  # slot -> its row; a drained batch's cache holds no row
         self.last = self.temperatures = None  # (slots in use, vocab) logits to sample from; (slots in use, 1)
 
     def __len__(self) -> int:
@@ -326,6 +332,8 @@ class ContinuousBatch:
             self.entries = [entry for entry in self.entries if entry["left"] > 0]
             self.cache.free(torch.tensor([row["slot"] for row in stopped], device=self.device))
         if not self.rows:
+            if self.cache.bytes > KEPT_CACHE_BYTES:
+                self.cache = None
             self._reset()
         else:
             tokens = self._pack(tokens)

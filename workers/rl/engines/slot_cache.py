@@ -44,6 +44,11 @@ class SlotCache:
     def columns(self) -> int:
         return self.keys[0].shape[2]
 
+    @property
+    def bytes(self) -> int:
+        """What the keys and values buffers hold, in bytes."""
+        return sum(buffer.nbytes for buffers in (self.keys, self.values) for buffer in buffers)
+
     def reserve(self, slots: int, columns: int) -> None:
         """Room for `slots` slots of `columns` columns: the buffers double until they fit (contents kept)."""
         new_slots, new_columns = _doubled(self.slots, slots), _doubled(self.columns, columns)

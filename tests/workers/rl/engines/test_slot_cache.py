@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from workers.rl.engines import GenerationRequest, sampling
 from workers.rl.engines.hf import TransformersEngine
 from workers.rl.engines.sampling import SamplingRequest
 from workers.rl.models.chat_formats import CharChat, HFChat
@@ -100,9 +101,15 @@ def test_the_slot_cache_decodes_greedily_what_the_hf_model_computes_without_a_ca
 
 
 def test_the_slot_cache_decodes_greedily_what_the_tiny_lm_computes_without_a_cache(addition_base_model):
+    """Twice on one batch: the second time in the cache the drained batch kept, its buffers still holding the
+    first run's keys (a GRPO step's batch drains at every step)."""
     model, chat = copy.deepcopy(addition_base_model).eval(), CharChat()
     prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=", "9+9=?")]
-    done = _churn(model.continuous_batch(context=model.config.block_size, device="cpu"), prompts)
+    batch = model.continuous_batch(context=model.config.block_size, device="cpu")
+    first = _churn(batch, prompts)
+    kept = batch.cache
+    again = _churn(batch, [prompts[1], prompts[2], prompts[0]])
+    assert batch.cache is kept
 
     def logits_of(ids):
         with torch.no_grad():
@@ -111,4 +118,27 @@ def test_the_slot_cache_decodes_greedily_what_the_tiny_lm_computes_without_a_cac
     budgets = {"many-short": (0, 3), "long": (1, 9), "joins": (2, 5), "again": (0, 2)}
     for handle, (prompt, steps) in budgets.items():
         expected = _greedy_without_cache(logits_of, prompts[prompt], steps)
-        assert all(tokens == expected for tokens in done[handle]), handle
+        assert all(tokens == expected for tokens in first[handle]), handle
+        expected = _greedy_without_cache(logits_of, prompts[(prompt + 1) % 3], steps)
+        assert all(tokens == expected for tokens in again[handle]), handle
+
+
+def test_closing_an_engine_returns_once_its_loop_has_freed_the_batch(tiny_hf):
+    """A loop still freeing its batch's cache while the interpreter shut down aborted the process at exit."""
+    engine = TransformersEngine(str(tiny_hf))
+    chat = HFChat(_tokenizer(tiny_hf))
+    prompt = chat.prompt([{"role": "user", "content": "1+1="}], [])
+    engine.generate([GenerationRequest(prompt, 4, 3, (), seed=0)])
+    engine.close()
+    assert not engine._thread.is_alive()
+
+
+def test_a_drained_batch_frees_a_cache_above_the_bound_it_keeps(addition_base_model, monkeypatch):
+    model, chat = copy.deepcopy(addition_base_model).eval(), CharChat()
+    prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=", "9+9=?")]
+    batch = model.continuous_batch(context=model.config.block_size, device="cpu")
+    _churn(batch, prompts)
+    assert 0 < batch.cache.bytes <= sampling.KEPT_CACHE_BYTES
+    monkeypatch.setattr(sampling, "KEPT_CACHE_BYTES", batch.cache.bytes - 1)
+    _churn(batch, prompts)
+    assert batch.cache is None
