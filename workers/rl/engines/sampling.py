@@ -248,7 +248,7 @@ class ContinuousBatch:
         self.cache.reserve(max(slots) + 1, width + 1)
         slot_tensor = torch.tensor(slots, device=self.device)
         owner_tensor = torch.tensor(owners, device=self.device) if len(owners) > len(accepted) else None
-        self.cache.write(slot_tensor, layers, pads,
+        self.cache.write(slot_tensor, layers, pads if padded else None,
                          torch.tensor([len(prompts[o]) for o in owners], device=self.device), owner_tensor)
         temperatures = torch.tensor([[float(accepted[o][0]["request"].temperature)] for o in owners],
                                     device=self.device)

@@ -64,23 +64,30 @@ class SlotCache:
         self._columns = torch.arange(new_columns, device=self.device)
         self._shape = None
 
-    def write(self, slots: torch.Tensor, layers: list, pads: torch.Tensor, lengths: torch.Tensor,
+    def write(self, slots: torch.Tensor, layers: list, pads: torch.Tensor | None, lengths: torch.Tensor,
               owners: torch.Tensor | None = None) -> None:
         """A prefill's keys and values into `slots`: `layers` [(keys, values)], each (prompts, heads, W, dim) and
-        left-padded by `pads` (prompts,); slot i takes prompt owners[i] (a prompt shared by n samples is computed
-        once and written n times), `lengths` (slots,) its prompt's length. Columns past a row's length receive
-        another column's values: masked, and overwritten as the row grows."""
+        left-padded by `pads` (prompts,), or None when no prompt is padded; slot i takes prompt owners[i] (a prompt
+        shared by n samples is computed once and written n times), `lengths` (slots,) its prompt's length. Columns
+        past a row's length receive another column's values: masked, and overwritten as the row grows.
+
+        Each prompt is aligned once, then copied into its samples' slots: an admission is one copy per buffer when
+        nothing is padded (one prompt at a time, as a sync step's groups arrive), which matters on a CPU, where
+        each small operation costs tens of microseconds whatever its size."""
         width = layers[0][0].shape[2]  # the caller reserved room for it
-        source = (self._columns[None, :width] + pads[:, None]).clamp(max=width - 1)  # (prompts, W)
-        if owners is not None:
-            source = source.index_select(0, owners)
-        for layer, (keys, values) in enumerate(layers):
-            if owners is not None:
-                keys, values = keys.index_select(0, owners), values.index_select(0, owners)
+        index = None
+        if pads is not None:
+            source = (self._columns[None, :width] + pads[:, None]).clamp(max=width - 1)  # (prompts, W)
+            keys = layers[0][0]
             index = source[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
-            self.keys[layer][:, :, :width].index_copy_(0, slots, keys.gather(2, index).to(self.keys[layer].dtype))
-            self.values[layer][:, :, :width].index_copy_(0, slots,
-                                                         values.gather(2, index).to(self.values[layer].dtype))
+        for layer, pair in enumerate(layers):
+            for buffer, written in zip((self.keys[layer], self.values[layer]), pair, strict=True):
+                if index is not None:
+                    written = written.gather(2, index)
+                if owners is not None:
+                    written = (written.expand(len(owners), -1, -1, -1) if written.shape[0] == 1
+                               else written.index_select(0, owners))
+                buffer[:, :, :width].index_copy_(0, slots, written.to(buffer.dtype))
         self.lengths.index_copy_(0, slots, lengths)
         self.live.index_fill_(0, slots, 1)
 

@@ -76,8 +76,8 @@ def _churn(batch, prompts):
         for _ in range(4):  # the twelve rows stop and free slots 0-11: the long rows move down
             collect(batch.advance())
         assert [row["slot"] for row in batch.rows] == [0, 1]
-        batch.admit([(SamplingRequest(prompts[2], 1, 5, (), 0.0), "joins"),
-                     (SamplingRequest(prompts[0], 1, 2, (), 0.0), "again")])  # free slots taken again
+        batch.admit([(SamplingRequest(prompts[2], 2, 5, (), 0.0), "joins"),  # padded, two samples each
+                     (SamplingRequest(prompts[0], 2, 2, (), 0.0), "again")])  # free slots taken again
         while len(batch):
             collect(batch.advance())
     return done
