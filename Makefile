@@ -9,9 +9,13 @@ DEMO_STEPS ?= 500
 MODEL ?= tiny
 DEMO_BUNDLE := $(if $(filter smollm,$(MODEL)),demo-smollm,demo)
 # MODEL=smollm: the reference check checks more answers of each template, and the GRPO run starts from an SFT cold
-# start on its passing references (manage.py cold_start, apps/demo/cold_start.py). The tiny demo does neither.
+# start on the passing references of two templates (manage.py cold_start, apps/demo/cold_start.py). The tiny demo
+# does neither.
 REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),24,3)
 DEMO_START := $(if $(filter smollm,$(MODEL)),--set "model=checkpoint demo-smollm-sft@latest")
+# The templates whose references show how the answer is reached (a tool call, a function): on the sums' bare numbers
+# SmolLM2 learned to answer with a number copied from the question (apps/demo/cold_start.py says what was measured).
+COLD_START_TEMPLATES := --template smol-run-python --template smol-functions
 DATA_DIR := $(or $(STUDIO_DATA_DIR),var)
 SMOLLM2_VERSION := 0.1.2
 REPOSITORY_PACKAGES := inflection==0.5.1 roman==5.2
@@ -62,7 +66,7 @@ demo: setup secret-key
 		--follow 0.005 --reviewers demo,reviewer --adjudicators demo --if-absent \
 		--description "The reference answers, then 1 in 200 of the demo run's trajectories: label, compare, adjudicate"
 	$(BIN)/python manage.py evaluate --suite demo-suite --model model/demo-tiny --if-absent
-	$(if $(filter smollm,$(MODEL)),$(BIN)/python manage.py cold_start --bundle demo-smollm)
+	$(if $(filter smollm,$(MODEL)),$(BIN)/python manage.py cold_start --bundle demo-smollm $(COLD_START_TEMPLATES))
 	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare \
 		$(DEMO_START)
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)

@@ -1,7 +1,7 @@
 """The real-model demo's SFT cold start, on a tiny model: an expression task's reference calls run_python first;
 `cold_start` builds a dataset of a bundle's reference check's passing trajectories (those that called the tool and
-those that answered at once), trains an SFT run on it, is
-a no-op the second time, and a GRPO run created with `model: checkpoint <bundle>-sft@latest` starts from it."""
+those that answered at once; of the templates named, or of every template), trains an SFT run on it, is a no-op the
+second time, and a GRPO run created with `model: checkpoint <bundle>-sft@latest` starts from it."""
 
 import json
 import random
@@ -31,7 +31,7 @@ def test_an_expression_tasks_reference_calls_the_tool_first():
                            rng=random.Random(0), tool_call_fraction=1.0) == [{"role": "assistant", "content": "2"}]
 
 
-def _answered(run, seq: int, *, tool: bool) -> Trajectory:
+def _answered(run, seq: int, *, tool: bool, template: str = "task_template/add-two@1") -> Trajectory:
     call = [ToolCall(id="c1", name="run_python", arguments={"code": f"print({seq} + 1)"})] if tool else []
     turns = [Turn(role="user", content=f"What is {seq} + 1? Use the run_python tool."),
              Turn(role="assistant", content=f'<tool_call>{{"name": "run_python", "arguments": {{"code": '
@@ -39,7 +39,7 @@ def _answered(run, seq: int, *, tool: bool) -> Trajectory:
              Turn(role="tool", content=str(seq + 1), tool_call_id="c1", name="run_python"),
              Turn(role="assistant", content=str(seq + 1))]
     return Trajectory(id=trajectory_id(str(run.pk), seq, 0), run_id=str(run.pk), seq=seq, sample=0,
-                      domain="arithmetic", template="task_template/add-two@1", task_key=f"add-{seq:05d}",
+                      domain="arithmetic", template=template, task_key=f"add-{seq:05d}",
                       task_hash="0" * 64, image="sandbox_image/py-basic@1", verifier="verifier/numeric@1",
                       policy_version=0, step=1, prompt_ids=[1], turns=turns if tool else turns[:1] + turns[3:],
                       status=TrajectoryStatus.OK, reward=1.0, verdict={"status": "pass"},
@@ -58,7 +58,8 @@ def test_the_cold_start_trains_once_and_the_rl_run_starts_from_it(project, regis
     check = run_create(project=project, bundle=tools, steps=1, kind=RunKind.REFERENCE, actor=owner,
                        overrides={"model": "builtin:reference"})
     trajectories_record(run=check, attempt=1, trajectories=[_answered(check, seq, tool=seq % 2 == 0)
-                                                            for seq in range(6)])
+                                                            for seq in range(6)]
+                        + [_answered(check, seq, tool=False, template="task_template/bare@1") for seq in (6, 7)])
     Run.objects.filter(pk=check.pk).update(status=RunStatus.COMPLETED)
 
     sft = cold_start(project=project, bundle="tools", steps=2)
@@ -66,9 +67,15 @@ def test_the_cold_start_trains_once_and_the_rl_run_starts_from_it(project, regis
     assert sft.config["lora_rank"] == 2 and sft.checkpoints.filter(step=2).exists()
     rows = [json.loads(line) for line in
             dataset_materialise(project=project, text="dataset/tools-cold-start@1").path.read_text().splitlines()]
-    assert len(rows) == 6  # all six that passed: three called the tool, three answered at once
-    assert sorted(any(m["role"] == "tool" for m in row["messages"]) for row in rows) == [False] * 3 + [True] * 3
+    assert len(rows) == 8  # all that passed: three called the tool, three answered at once, two of another template
+    assert sorted(any(m["role"] == "tool" for m in row["messages"]) for row in rows) == [False] * 5 + [True] * 3
     assert cold_start(project=project, bundle="tools", steps=2) == sft  # trained once
+
+    narrowed = cold_start(project=project, bundle="tools", templates=("add-two",), steps=2)
+    assert narrowed != sft and narrowed.config["dataset"] == "dataset/tools-cold-start@2"
+    rows = [json.loads(line) for line in
+            dataset_materialise(project=project, text="dataset/tools-cold-start@2").path.read_text().splitlines()]
+    assert sorted(row["provenance"]["task_key"] for row in rows) == [f"add-{seq:05d}" for seq in range(6)]
 
     rl = run_create(project=project, bundle=tools, steps=1, actor=owner, name="tools-grpo",
                     overrides={"model": "checkpoint tools-sft@latest"})
