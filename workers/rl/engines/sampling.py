@@ -188,8 +188,8 @@ class ContinuousBatch:
         self.score_step = score
         # Made at the first admission and kept when the batch drains if it holds at most KEPT_CACHE_BYTES: a sync
         # GRPO step's batch drains at every step, and making it anew (then growing it to the step's rows by copies)
-        # cost the tiny workload's step 9%. A bigger one (a long-context batch on a GPU) is freed for the trainer's
-        # own tensors, which share the device between two steps.
+        # cost the tiny workload's step about 6% on 2 cores (0.207 against 0.195 s). A bigger one (a long-context
+        # batch on a GPU) is freed for the trainer's own tensors, which share the device between two steps.
         self.cache: SlotCache | None = None
         self._reset()
 
