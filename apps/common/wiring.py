@@ -200,8 +200,9 @@ def weights_storage(run_id) -> Storage:
     return blob_storage().child(f"weights/{run_id}")
 
 
-def run_model(config: RunConfig, tasks: TaskSet, *, progress=None, run_id=None, sampling: bool = True) -> Model:
-    """The run's model (policy, engine, chat format) on the device its config asks for. A training run (`run_id`)
+def run_model(config: RunConfig, tasks: TaskSet | None, *, progress=None, run_id=None, sampling: bool = True) -> Model:
+    """The run's model (policy, engine, chat format) on the device its config asks for; `tasks` are what the
+    built-in demo model is pretrained on (None: an SFT or DPO run's dataset, alone). A training run (`run_id`)
     with inference_servers in its config generates on those servers; anything else samples in this process, unless
     it samples nothing (`sampling` False: SFT and DPO, no engine)."""
     from workers.rl.models import build  # torch: only where a model is built, not in rollout and verify workers
@@ -217,5 +218,6 @@ def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:
     """The built-in demo base model for these tasks, pretrained now if it is not cached yet."""
     from workers.rl.models import build
 
-    return build.demo_base_model(tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
-                                 progress=progress, shared=shared_models())
+    return build.demo_base_model(build.demo_corpus(tasks), models_dir=models_dir(),
+                                 pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS, progress=progress,
+                                 shared=shared_models())

@@ -164,8 +164,9 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         except CheckpointNotFound as exc:
             raise EvalError(str(exc), field="checkpoint") from None
         pinned.update({name: source.config[name] for name in MODEL_SETTINGS if name in source.config})
+        # A run on a dataset alone has no bundle; its weights replace the base model's whole, whichever it is.
         plan.update({"checkpoint": checkpoint.path, "checkpoint_step": checkpoint.step,
-                     "pretrained_on": source.bundle.ref})
+                     "pretrained_on": source.bundle.ref if source.bundle is not None else ""})
         kind, label = TargetKind.CHECKPOINT, f"{source.name}@{checkpoint.step}"
     else:
         if endpoint.project_id != project.pk:
@@ -188,7 +189,7 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
     if not tasks:
         raise EvalError(f"{suite.ref} has no task instances to evaluate", field="suite")
     found = {}
-    if checkpoint is not None:  # what it trained on is known: the suite's tasks found there
+    if checkpoint is not None and checkpoint.run.bundle is not None:  # the suite's tasks found among its run's
         source = checkpoint.run
         found = {"training": source.bundle.ref,
                  **overlap(tasks, bundle_tasks(bundle=source.bundle, config=source.run_config))}

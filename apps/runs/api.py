@@ -31,7 +31,9 @@ BUNDLE_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}(@([1-9][0-9]{0,8}|[a-z][a-z0-9-]{0,6
 class RunIn(Schema):
     model_config = ConfigDict(extra="forbid")
 
-    bundle: str = Field(pattern=BUNDLE_PATTERN, description="the bundle to pin: slug, slug@N or slug@alias")
+    bundle: str = Field("", pattern=f"^$|{BUNDLE_PATTERN}",
+                        description="the bundle to pin: slug, slug@N or slug@alias (sft and dpo: optional, to train "
+                                    "on config.dataset alone with the default settings and config's)")
     steps: int = Field(ge=1, le=1_000_000, description="trainer steps")
     kind: Literal["grpo", "sft", "dpo"] = Field("grpo", description="grpo samples and verifies its own data; sft "
                                                 "and dpo train on config.dataset, a dataset version dataset/SLUG@N")
@@ -49,7 +51,8 @@ class RunOut(Schema):
     step: int
     steps_total: int
     attempt: int
-    bundle: str = Field(description="the pinned bundle version, kind/slug@N")
+    bundle: str | None = Field(description="the pinned bundle version, kind/slug@N (null: a run on its dataset "
+                                           "alone, config.dataset)")
     config_hash: str
     created_at: datetime
     started_at: datetime | None
@@ -57,8 +60,8 @@ class RunOut(Schema):
     error: str
 
     @staticmethod
-    def resolve_bundle(run) -> str:
-        return run.bundle.ref
+    def resolve_bundle(run) -> str | None:
+        return run.bundle.ref if run.bundle is not None else None
 
 
 class RunDetailOut(RunOut):
@@ -97,7 +100,8 @@ def list_runs(request, project: str, status: RunStatus | None = None, limit: int
 def start_run(request, project: str, payload: RunIn):
     """Queue a run on a bundle version (editors). 400 names what is wrong with the bundle, steps or config."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
-    bundle = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.bundle)))
+    bundle = (version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.bundle))) if payload.bundle
+              else None)
     run = run_create(project=scope, bundle=bundle, steps=payload.steps, overrides=payload.config, kind=payload.kind,
                      name=payload.name, actor=request.auth, via="api", enqueue=True)
     return Status(201, run)

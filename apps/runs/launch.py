@@ -20,7 +20,7 @@ from django import forms
 from apps.common.errors import StudioError
 from apps.common.forms import MultilineField
 from apps.registry.models import Version
-from apps.runs.models import TRAINING_KINDS, RunKind
+from apps.runs.models import DATASET_KINDS, TRAINING_KINDS, RunKind
 from workers.definitions.specs import Limits
 from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
 from workers.rl.models.packaged import DEMO_MODEL
@@ -127,7 +127,8 @@ class RunForm(forms.Form):
     the default: on a fresh form exactly the ones the user changed, from an earlier run its settings and the
     user's changes."""
 
-    bundle = forms.ModelChoiceField(queryset=Version.objects.none(), empty_label=None)
+    bundle = forms.ModelChoiceField(queryset=Version.objects.none(), required=False,
+                                    empty_label="none: SFT or DPO on the dataset alone")
     kind = forms.ChoiceField(choices=[(kind, RunKind(kind).label) for kind in TRAINING_KINDS], initial=RunKind.GRPO,
                              help_text="GRPO samples and verifies its own data; SFT and DPO train on the dataset "
                                        "named under SFT and DPO (dataset/SLUG@N).")
@@ -148,11 +149,21 @@ class RunForm(forms.Form):
             self.fields[name] = config_field(name, hints[name])
             self.fields[name].label = name
             self.initial.setdefault(name, start[name])
-        if earlier is not None:
+        if earlier is None:
+            first = bundles.queryset.first()  # a GRPO run, the form's default kind, needs one
+            self.initial.setdefault("bundle", first.pk if first else None)
+        else:
             self.initial.setdefault("bundle", earlier.bundle_id)
             self.initial.setdefault("kind", earlier.kind)
             self.initial.setdefault("steps", earlier.steps_total)
             self.initial.setdefault("from_run", earlier.pk)
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("bundle") and cleaned.get("kind") not in DATASET_KINDS:
+            self.add_error("bundle", "a GRPO run samples its bundle's tasks: pick one (only SFT and DPO runs may "
+                                     "train on their dataset alone)")
+        return cleaned
 
     def run_fields(self) -> list[forms.BoundField]:
         return [self["bundle"], self["kind"], self["steps"], self["name"]]
@@ -254,17 +265,17 @@ def first_step_estimate(*, bundle: Version, config: dict) -> StepEstimate:
                         eval_samples=eval_samples, eval_tokens=eval_samples * max_tokens)
 
 
-def origin(name: str, value, *, overrides: dict, bundle: Version) -> str:
+def origin(name: str, value, *, overrides: dict, bundle: Version | None) -> str:
     """Where a resolved value came from, for the review: the form, the bundle's run_config, the studio (a model
     definition's pins) or the default."""
     if name in overrides:
         return "changed"
-    if name in ((bundle.spec or {}).get("run_config") or {}):
+    if bundle is not None and name in ((bundle.spec or {}).get("run_config") or {}):
         return "bundle"
     return "default" if value == DEFAULTS.get(name) else "studio"
 
 
-def default_model_note(*, config: dict, overrides: dict, bundle: Version) -> str:
+def default_model_note(*, config: dict, overrides: dict, bundle: Version | None) -> str:
     """The review's warning when neither the bundle's run_config nor the form names a model: the run then trains
     RunConfig's default, which is easy to miss among fifty settings marked "default"."""
     if origin("model", config["model"], overrides=overrides, bundle=bundle) != "default":

@@ -1,9 +1,10 @@
 """Training runs: what a run pins, where it stands, its checkpoints, metric points and events.
 
 A Run pins a bundle version (which pins every definition version it needs) and its resolved config, hashed
-together. Workers claim a run for an *attempt* (a fencing token): every write from a worker names its
-attempt, and a write from an attempt that is no longer current (a worker presumed dead that comes back) is
-refused. So a run resumed elsewhere never gets a second writer.
+together; an SFT or DPO run may pin a dataset alone (its config pins the dataset's hash). Workers claim a run for
+an *attempt* (a fencing token): every write from a worker names its attempt, and a write from an attempt that is
+no longer current (a worker presumed dead that comes back) is refused. So a run resumed elsewhere never gets a
+second writer.
 """
 
 import uuid
@@ -57,9 +58,11 @@ class Run(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.GRPO)
-    bundle = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="runs")
+    # None only for an SFT or DPO run on a dataset alone (train --kind sft --dataset ... without --bundle): the
+    # dataset's pinned hash and the config then say everything it trained on.
+    bundle = models.ForeignKey(Version, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     config = models.JSONField()  # the resolved RunConfig (workers/rl/config.py), every field present
-    config_hash = models.CharField(max_length=64)  # sha256 of the bundle's content hash and the config
+    config_hash = models.CharField(max_length=64)  # sha256 of the bundle's content hash (if any) and the config
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     requested = models.CharField(max_length=16, choices=RunRequest.choices, default=RunRequest.NONE, blank=True)
     step = models.PositiveIntegerField(default=0)  # trainer steps completed
@@ -86,6 +89,11 @@ class Run(models.Model):
     def is_reference_check(self) -> bool:
         """Its answers are the tasks' own references, not a model's."""
         return self.kind == RunKind.REFERENCE
+
+    @property
+    def trained_on(self) -> str:
+        """What the run is on, in a word for pages and events: its bundle version's ref, or its dataset's."""
+        return self.bundle.ref if self.bundle is not None else self.config.get("dataset", "")
 
     @property
     def run_config(self) -> RunConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 from datetime import timedelta
+from pathlib import Path
 
 from django.db import transaction
 from django.utils import timezone
@@ -63,16 +64,20 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict | None = None, name: str = "",
+def run_create(*, project: Project, bundle: Version | None, steps: int, overrides: dict | None = None, name: str = "",
                kind: str = RunKind.GRPO, actor=None, via: str = "web", pinned: dict | None = None,
                enqueue: bool = False) -> Run:
-    """A queued run of `kind` pinned to `bundle` (an exact bundle version) and the resolved config. `pinned` holds
+    """A queued run of `kind` pinned to `bundle` (an exact bundle version; None for an SFT or DPO run on its dataset
+    alone, whose settings are then the defaults and `overrides`) and the resolved config. `pinned` holds
     settings only the studio sets (an evaluation's plan, the model of the checkpoint it evaluates): callers pass
     them from what they resolved themselves, never from a request. With `enqueue`, it is handed to whatever
     runs queued runs once the transaction commits (dispatch.run_enqueue); without, the caller runs it itself
     (`train --headless`) or leaves it queued."""
     if not isinstance(steps, int) or steps < 1:
         raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
+    if bundle is None and kind not in DATASET_KINDS:
+        raise RunError(f"a {kind} run needs a bundle (its tasks); only SFT and DPO runs train on a dataset alone",
+                       errors=[FieldError("bundle", "required")])
     config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides, pinned=pinned)
     if (config["model"] == REFERENCE_MODEL) != (kind == RunKind.REFERENCE):
         problem = (f"{REFERENCE_MODEL} is the model of a reference check (manage.py reference_check), and a "
@@ -96,30 +101,34 @@ def run_create(*, project: Project, bundle: Version, steps: int, overrides: dict
     start_keep(config)  # out of its own run's retention before this run can ask for it
     with transaction.atomic():
         run = Run.objects.create(
-            project=project, name=name or f"{bundle.definition.slug}-{timezone.now():%Y%m%d-%H%M%S}", kind=kind,
-            bundle=bundle, config=config, config_hash=hashed,
+            project=project, name=name or f"{_default_name(bundle, config, kind)}-{timezone.now():%Y%m%d-%H%M%S}",
+            kind=kind, bundle=bundle, config=config, config_hash=hashed,
             steps_total=steps, created_by=actor if getattr(actor, "is_authenticated", False) else None)
-        _event(run, EventKind.CREATED, f"created: {steps} steps on {bundle.ref}", details={"config": overrides or {}})
+        _event(run, EventKind.CREATED, f"created: {steps} steps on {run.trained_on}",
+               details={"config": overrides or {}})
         audit_record(project=project, actor=actor, action="run.create", target=f"run/{run.id}",
-                     details={"bundle": bundle.ref, "steps": steps, "config_hash": run.config_hash}, via=via)
+                     details={"bundle": bundle.ref if bundle else None, "dataset": config["dataset"] or None,
+                              "steps": steps, "config_hash": run.config_hash}, via=via)
         if enqueue:
             run_enqueue(run)
     return run
 
 
-def run_config_resolve(*, project: Project, bundle: Version, overrides: dict | None = None,
+def run_config_resolve(*, project: Project, bundle: Version | None, overrides: dict | None = None,
                        pinned: dict | None = None) -> tuple[dict, str]:
-    """The config a run on `bundle` with `overrides` stores, and its config hash, or RunError: what run_create
-    stores, so a page can show both before anything is queued (the run form's review step)."""
-    if bundle.definition.kind != "bundle" or bundle.definition.project_id != project.pk:
+    """The config a run on `bundle` (or none: a dataset run's defaults) with `overrides` stores, and its config hash,
+    or RunError: what run_create stores, so a page can show both before anything is queued (the run form's review
+    step)."""
+    if bundle is not None and (bundle.definition.kind != "bundle" or bundle.definition.project_id != project.pk):
         raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
     studio_set = sorted(set(overrides or {}) & set(SET_BY_THE_STUDIO))
     if studio_set:
         raise RunError(f"config: {', '.join(studio_set)}: set by the studio from the model definition; "
                        "name the model (model/SLUG) instead")
     try:  # the bundle's recommended settings, then the run's own, with the model definition's pins
-        config = RunConfig.resolve({**_model_pinned(start_pinned({**bundle.spec.get("run_config", {}),
-                                                                 **(overrides or {})}, project=project),
+        recommended = bundle.spec.get("run_config", {}) if bundle is not None else {}
+        config = RunConfig.resolve({**_model_pinned(start_pinned({**recommended, **(overrides or {})},
+                                                                 project=project),
                                                     project=project, bundle=bundle), **(pinned or {})})
     except ConfigError as exc:
         raise _config_refused(exc.errors) from None
@@ -130,7 +139,18 @@ def run_config_resolve(*, project: Project, bundle: Version, overrides: dict | N
     if problem:
         raise _config_refused([FieldError("inference_servers", problem)])
     stored = config.to_dict()
-    return stored, config_hash(bundle_hash=bundle.content_hash, config=stored)
+    return stored, config_hash(bundle_hash=bundle.content_hash if bundle is not None else "", config=stored)
+
+
+def _default_name(bundle: Version | None, config: dict, kind: str) -> str:
+    """A new run's name before its time stamp: its bundle's slug, or for a dataset run alone its kind and the
+    dataset's name (dataset/SLUG@N or the file's stem)."""
+    if bundle is not None:
+        return bundle.definition.slug
+    dataset = config["dataset"]
+    stem = dataset.removeprefix("dataset/").partition("@")[0] if dataset.startswith("dataset/") else \
+        Path(dataset).stem
+    return f"{kind}-{stem}"
 
 
 def _config_refused(errors: list[FieldError]) -> RunError:
@@ -138,15 +158,17 @@ def _config_refused(errors: list[FieldError]) -> RunError:
     return RunError("config: " + "; ".join(map(str, errors)), errors=errors)
 
 
-def _model_pinned(settings: dict, *, project: Project, bundle: Version) -> dict:
+def _model_pinned(settings: dict, *, project: Project, bundle: Version | None) -> dict:
     """Run settings whose `model` names a model definition, with the definition's source as the model and its
     exact version and weights' hash pinned (its chat template and context length fill settings the run left
-    unset). The bundle's lock wins for a floating reference, as it does for every other definition."""
+    unset). The bundle's lock (if the run has a bundle) wins for a floating reference, as it does for every other
+    definition."""
     model = settings.get("model")
     if not isinstance(model, str) or not model.startswith("model/"):
         return settings
     try:
-        version = version_resolve(project=project, ref=bundle.lock.pin(parse_ref(model)))
+        ref = parse_ref(model)
+        version = version_resolve(project=project, ref=bundle.lock.pin(ref) if bundle is not None else ref)
     except VersionNotFound as exc:
         raise ConfigError([FieldError("model", str(exc))]) from None
     spec = version.spec

@@ -19,7 +19,7 @@ from apps.common import figures
 from apps.registry.diff import spec_diff
 
 from . import launch, selectors
-from .models import ACTIVE_STATUSES, TRAINING_KINDS
+from .models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS
 from .services import RunError, run_config_resolve, run_create, run_request
 
 COMPARE_LIMIT = 8
@@ -93,7 +93,9 @@ def run_new(request, project):
                                        launch.origin(name, config[name], overrides=overrides, bundle=bundle))
                                       for name in names])
                              for title, names in launch.grouped(config)],
-                   estimate=launch.first_step_estimate(bundle=bundle, config=config),
+                   # SFT and DPO sample nothing: their cost is the dataset's rows, not rollouts
+                   estimate=(launch.first_step_estimate(bundle=bundle, config=config)
+                             if form.cleaned_data["kind"] not in DATASET_KINDS else None),
                    model=config["model"],
                    model_note=launch.default_model_note(config=config, overrides=overrides, bundle=bundle),
                    stale=action == "queue")  # asked to queue what no review showed (or no longer resolves so)
@@ -170,6 +172,9 @@ def run_compare(request, project):
 
 
 def _bundle_lock(run) -> dict:
-    """What a run pinned: its bundle version and the version it resolved for every member."""
+    """What a run pinned: its bundle version and the version it resolved for every member (nothing for a run on a
+    dataset alone, whose dataset and its hash are in the config)."""
+    if run.bundle is None:
+        return {}
     pinned = {p.name: f"@{p.ref.number} {p.content_hash[:12]}" for p in run.bundle.lock.pinned}
     return {"bundle": run.bundle.ref, "pinned": pinned}

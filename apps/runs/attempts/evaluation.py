@@ -18,6 +18,7 @@ from workers.rl.config import EvaluationPlan, RunConfig
 from workers.rl.rollout.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
 from workers.rl.tasks.taskset import TaskSet
 
+from ..datasets import dataset_here
 from ..models import Run
 from .base import Attempt
 
@@ -101,7 +102,10 @@ def evaluation_engine(config: RunConfig, tasks: TaskSet, *, opened, project):
 def checkpoint_model(checkpoint):
     """The model of a run at one of its checkpoints (what `serve --checkpoint` serves); the caller closes it."""
     config = dataclasses.replace(checkpoint.run.run_config, mode="sync")  # no weight copy: nothing trains
-    model = wiring.run_model(config, bundle_tasks(bundle=checkpoint.run.bundle, config=config))
+    source = checkpoint.run
+    if source.bundle is None:  # an SFT or DPO run on a dataset alone: its base model was pretrained on the dataset
+        config = dataset_here(project=source.project, config=config)
+    model = wiring.run_model(config, bundle_tasks(bundle=source.bundle, config=config) if source.bundle else None)
     try:
         checkpoint_weights(model, checkpoint.path, checkpoint.step)
     except Exception:

@@ -1,7 +1,7 @@
 """An SFT or DPO run's attempt: the run's model without an engine (nothing is sampled) trained on the dataset
 its config pins (workers/rl/training/supervised_pipeline.py), with checkpoints, heartbeats and resume as a GRPO
-run has them. The bundle gives the model's settings and, for the built-in demo model, the tasks its base model
-is pretrained on."""
+run has them. The bundle, if the run has one, gives the model's settings and, for the built-in demo model, the tasks
+its base model is pretrained on; a run on its dataset alone pretrains that model on the dataset's conversations."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class SupervisedAttempt(Attempt):
         if config.data_parallel > 1:
             raise ValueError("SFT and DPO runs train in one process: set data_parallel to 1")
         config = dataset_here(project=run.project, config=config)  # a dataset version's file on this host
-        tasks = bundle_tasks(bundle=run.bundle, config=config)
+        tasks = bundle_tasks(bundle=run.bundle, config=config) if run.bundle is not None else None
         model = self.closing(wiring.run_model(config, tasks, progress=self.pretrain_progress, sampling=False))
         start_weights(model, run)  # another run's checkpoint (SFT, then DPO), before the reference is computed
         pipeline = build_supervised_pipeline(run_id=str(run.pk), kind=run.kind, config=config,

@@ -2,7 +2,9 @@
 (its path made absolute and its sha256), writes checkpoints and its metric points, and its page draws them in
 panels of their own (loss, learning rate, gradient norm; DPO's implicit rewards and accuracy). A file that breaks
 the row contract is refused naming its line before anything is queued, a GRPO run takes no dataset, and a file
-path is taken from the command line only. Dataset versions (dataset/SLUG@N): tests/apps/datasets."""
+path is taken from the command line only. Without --bundle a run is on its dataset alone: the model named by
+--set (the built-in demo model then pretrained on the dataset's conversations). Dataset versions (dataset/SLUG@N):
+tests/apps/datasets."""
 
 import json
 from io import StringIO
@@ -57,6 +59,32 @@ def test_a_run_trains_on_a_jsonl_file_and_its_page_draws_its_curves(project, reg
         assert title in page.content.decode()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("kind", "rows", "model"), [("sft", addition_conversations, "tiny"),
+                                                     ("dpo", addition_preferences, "default")])
+def test_a_run_without_a_bundle_trains_on_its_dataset_alone(project, owner, login, tiny_model, tmp_path, settings,
+                                                            kind, rows, model):
+    settings.DEMO_PRETRAIN_SECONDS = 1  # the demo model, pretrained on the dataset's chosen answers
+    data = write_jsonl(tmp_path / "sums.jsonl", rows(4))
+    out = StringIO()
+    given = _settings(tiny_model) if model == "tiny" else ["--set", "batch_size=2"]  # default: builtin:demo-tiny
+    call_command("train", "--kind", kind, "--dataset", str(data), "--steps", "2", "--headless", "--json", *given,
+                 stdout=out)
+    summary = json.loads(out.getvalue())
+    run = Run.objects.get(kind=kind)
+    assert (summary["outcome"], summary["steps"], run.status, run.bundle) == ("completed", 2, "completed", None)
+    assert run.name.startswith(f"{kind}-sums-") and run.trained_on == str(data)
+    assert MetricPoint.objects.filter(run=run, name=f"loss/{kind}").count() == 2
+    client = login(owner)
+    page = client.get(reverse("runs:run_detail", kwargs={"project": project.slug, "run_id": run.pk})).content.decode()
+    assert "Training loss" in page and str(data) in page
+    assert str(data) in client.get(reverse("runs:run_list", kwargs={"project": project.slug})).content.decode()
+    listed = client.get(f"/api/v1/projects/{project.slug}/runs").json()
+    assert [(r["kind"], r["bundle"]) for r in listed] == [(kind, None)]
+    again = client.get(reverse("runs:run_new", kwargs={"project": project.slug}) + f"?from_run={run.pk}")
+    assert again.status_code == 200 and 'value="" selected' in again.content.decode()  # no bundle picked for it
+
+
 @pytest.mark.django_db
 def test_a_dataset_is_refused_where_it_cannot_be_trained_on(project, registry, owner, tiny_model, tmp_path):
     broken = tmp_path / "broken.jsonl"
@@ -67,6 +95,8 @@ def test_a_dataset_is_refused_where_it_cannot_be_trained_on(project, registry, o
     good = write_jsonl(tmp_path / "good.jsonl", addition_conversations(2))
     with pytest.raises(CommandError, match="a grpo run trains on no dataset"):
         call_command("train", "--bundle", "arith-bundle", "--dataset", str(good), "--steps", "1")
+    with pytest.raises(RunError, match="a grpo run needs a bundle"):
+        run_create(project=project, bundle=None, steps=1, overrides={"model": str(tiny_model)})
     with pytest.raises(CommandError, match="a dpo run trains on preference rows|a preference row is"):
         call_command("train", "--bundle", "arith-bundle", "--kind", "dpo", "--dataset", str(good), "--steps", "1",
                      *_settings(tiny_model))

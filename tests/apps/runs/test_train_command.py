@@ -9,8 +9,10 @@ from workers.rl.training import distributed
 
 
 def test_a_new_run_needs_a_bundle_and_steps():
-    with pytest.raises(CommandError, match="needs --bundle and --steps"):
+    with pytest.raises(CommandError, match="needs --steps and --bundle"):
         call_command("train", "--headless")
+    with pytest.raises(CommandError, match="needs --steps and --bundle"):  # only sft and dpo may go without one
+        call_command("train", "--steps", "1", "--dataset", "rows.jsonl")
 
 
 @pytest.mark.django_db

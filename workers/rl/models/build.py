@@ -1,8 +1,9 @@
 """The model a run trains and samples with (policy, engine, chat format), built from the run's config.
 
 `builtin:demo-tiny` is the project's own base model: pretrained here from the run's tasks (their instances
-rendered with their references, half of them wrong) on first use and cached in `models_dir` by the hash of its
-corpus, so every later run on the same tasks starts from the same weights. `builtin:smollm2-135m-instruct` and
+rendered with their references, half of them wrong) — or, for an SFT or DPO run on a dataset alone, from the
+dataset's own conversations — on first use and cached in `models_dir` by the hash of its corpus, so every later
+run on the same tasks starts from the same weights. `builtin:smollm2-135m-instruct` and
 the other packaged models (packaged.py) are real LLMs shipped in a Python package, converted on first use and
 cached in `models_dir` by the file's hash. Anything else is the local path of a Hugging Face causal LM.
 """
@@ -23,6 +24,7 @@ from workers.storage import Storage
 from ..config import REFERENCE_MODEL, RunConfig
 from ..protocols import Model
 from ..tasks.taskset import TaskSet
+from ..training.datasets import DPO, SFT, PreferenceRow, read_dataset
 from .allocator import return_freed_tensors_to_the_os
 from .base_model import pretrain, reference_turns
 from .chat_formats import CharChat, CharTokenizer, HFChat
@@ -41,7 +43,11 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def demo_corpus(tasks: TaskSet) -> list[tuple[str, list[dict]]]:
+Corpus = list[tuple[str, list[dict]]]  # (prompt, the assistant's side of the conversation): what pretrain() takes
+
+
+def demo_corpus(tasks: TaskSet) -> Corpus:
+    """The demo model's corpus for a run on `tasks`: every instance with a reference answer."""
     rng = random.Random(PRETRAIN_SEED)
     corpus = []
     for key, template in sorted(tasks.templates.items()):
@@ -52,12 +58,28 @@ def demo_corpus(tasks: TaskSet) -> list[tuple[str, list[dict]]]:
     return corpus
 
 
-def demo_base_model(tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float, progress=None,
+def dataset_corpus(path: str) -> Corpus:
+    """The demo model's corpus for an SFT or DPO run on a dataset alone (no bundle, so no tasks): each row's
+    conversation up to its first answer as the prompt, and that answer (the chosen one of a preference pair) as
+    what the assistant writes."""
+    with open(path, "rb") as handle:  # the first row says which format the file is in; read_dataset checks all
+        first = json.loads(next(line for line in handle if line.strip()))
+    corpus = []
+    for row in read_dataset(path, DPO if isinstance(first, dict) and "chosen" in first else SFT):
+        if isinstance(row, PreferenceRow):
+            prompt, answer = row.prompt, row.chosen
+        else:
+            first_answer = next(n for n, message in enumerate(row.messages) if message["role"] == "assistant")
+            prompt, answer = row.messages[:first_answer], row.messages[first_answer:]
+        corpus.append(("\n".join(message["content"] for message in prompt), [dict(turn) for turn in answer]))
+    return corpus
+
+
+def demo_base_model(corpus: Corpus, *, models_dir: Path, pretrain_seconds: float, progress=None,
                     shared: Storage | None = None) -> Path:
-    """The directory of the demo base model for these tasks, pretraining it if it is not cached. With `shared`
-    (the blob storage's models on an object store), a model another host pretrained is fetched from there, and
-    one pretrained here is published there."""
-    corpus = demo_corpus(tasks)
+    """The directory of the demo base model pretrained on `corpus`, pretraining it if it is not cached. With
+    `shared` (the blob storage's models on an object store), a model another host pretrained is fetched from
+    there, and one pretrained here is published there."""
     digest = hashlib.sha256(json.dumps([corpus, pretrain_seconds, PRETRAIN_SEED, CharTokenizer().signature],
                                        sort_keys=True).encode()).hexdigest()[:16]
     directory = Path(models_dir) / f"demo-tiny-{digest}"
@@ -93,10 +115,12 @@ def server_engine(config: RunConfig, *, weights: Storage, token: str, max_contex
                         egress=egress)
 
 
-def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain_seconds: float,
+def build_model(config: RunConfig, tasks: TaskSet | None, *, models_dir: Path, pretrain_seconds: float,
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
                 server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True) -> Model:
-    """The run's model on the device the config asks for. `models_dir` caches built-in base models (and `shared`,
+    """The run's model on the device the config asks for. The built-in demo model is pretrained on `tasks`, or
+    without them on the dataset the config names (an SFT or DPO run with no bundle); no other model reads them.
+    `models_dir` caches built-in base models (and `shared`,
     if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
     `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
     servers' (engines/server.py, `server_token` the bearer token of their weight endpoint); without `weights`
@@ -117,7 +141,13 @@ def build_model(config: RunConfig, tasks: TaskSet, *, models_dir: Path, pretrain
                              f"{', '.join(TRAINABLE_BUILTINS)}")
         from ..engines.torch_engine import TorchEngine
 
-        policy = TinyLMPolicy.load(demo_base_model(tasks, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
+        if tasks is not None:
+            corpus = demo_corpus(tasks)
+        elif config.dataset_file:
+            corpus = dataset_corpus(config.dataset_file)
+        else:
+            raise ValueError(f"{DEMO_MODEL} is pretrained on the run's tasks or dataset, and this one has neither")
+        policy = TinyLMPolicy.load(demo_base_model(corpus, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
                                                    progress=progress, shared=shared), device=device)
         if not sampling:
             return Model(policy=policy, engine=None, chat=CharChat())

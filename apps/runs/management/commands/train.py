@@ -1,7 +1,9 @@
 """`manage.py train --bundle SLUG[@N] --steps N [--headless] [--json] [--set KEY=VALUE ...] [--if-idle] [--prepare]`:
 start a run. `manage.py train --resume ID --headless`: train an existing run here, from its newest checkpoint.
-`--kind sft|dpo --dataset FILE.jsonl`: supervised fine-tuning or DPO on a dataset (workers/rl/training/datasets.py)
-instead of GRPO; the bundle still gives the model and its settings.
+`--kind sft|dpo --dataset FILE.jsonl|dataset/SLUG@N`: supervised fine-tuning or DPO on a dataset
+(workers/rl/training/datasets.py) instead of GRPO. With --bundle, the bundle gives the model and its settings;
+without, the run is on its dataset alone: the model is `--set model=...` (default builtin:demo-tiny, then
+pretrained on the dataset's own conversations) and the settings are the defaults and --set.
 
 Headless, the run trains in this process with a progress bar on stderr and ends with its summary (JSON with
 --json): per-domain reward at the start and the end, trajectories and effective trajectories per hour,
@@ -30,8 +32,9 @@ from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.attempts import run_attempt
+from apps.runs.datasets import dataset_here
 from apps.runs.dispatch import run_enqueue
-from apps.runs.models import ACTIVE_STATUSES, TRAINING_KINDS, Run, RunKind, RunStatus
+from apps.runs.models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS, Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create, run_request
 from workers.rl.models.packaged import PACKAGED_MODELS
 from workers.rl.training import distributed
@@ -51,13 +54,15 @@ class Command(BaseCommand):
     help = "Start a training run on a bundle (headless: train here and print the summary)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--bundle", help="bundle SLUG, SLUG@N or SLUG@alias (a new run; or --resume)")
+        parser.add_argument("--bundle", help="bundle SLUG, SLUG@N or SLUG@alias (a new run; optional for sft and dpo, "
+                                             "which may train on --dataset alone)")
         parser.add_argument("--steps", type=int, help="trainer steps (a new run)")
         parser.add_argument("--kind", choices=[str(k) for k in TRAINING_KINDS], default=RunKind.GRPO,
                             help="grpo (default): sample, verify, train; sft or dpo: train on --dataset")
         parser.add_argument("--dataset", default="",
                             help="sft, dpo: a JSONL file of {messages} rows (sft) or {prompt, chosen, rejected} rows "
-                                 "(dpo), TRL's conversational formats; the run pins its sha256")
+                                 "(dpo), TRL's conversational formats, or a dataset version (dataset/SLUG@N); the "
+                                 "run pins its sha256")
         # Not --run: torchrun's own parser would take it for an abbreviation of its --run-path.
         parser.add_argument("--resume", dest="run_id", metavar="ID",
                             help="train this existing run here (with --headless) from its newest checkpoint: a "
@@ -98,11 +103,12 @@ class Command(BaseCommand):
             if not headless:
                 raise CommandError("--resume trains the run here: add --headless")
             return self.resume(run_id, console, as_json)
-        if not bundle or steps is None:
-            raise CommandError("a new run needs --bundle and --steps (or --resume ID for an existing one)")
+        if steps is None or not (bundle or kind in DATASET_KINDS):
+            raise CommandError("a new run needs --steps and --bundle (sft and dpo: --bundle or --dataset alone), or "
+                               "--resume ID for an existing one")
         try:
             scope = project_for_command(slug=project)
-            version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle)))
+            version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle))) if bundle else None
             # Training runs only: an evaluation queued meanwhile (a run that trains nothing) does not count.
             active = Run.objects.filter(project=scope, status__in=ACTIVE_STATUSES, kind__in=TRAINING_KINDS).first()
             if if_idle and active is not None:
@@ -120,7 +126,7 @@ class Command(BaseCommand):
         if not headless:
             if prepare:  # queued once its base model is ready, so the worker starts training at once
                 run_enqueue(run)
-            console.print(f"queued run [bold]{run.name}[/] ({run.id}) on {version.ref}; "
+            console.print(f"queued run [bold]{run.name}[/] ({run.id}) on {run.trained_on}; "
                           f"its page: /p/{scope.slug}/runs/{run.id}/")
             return
         self.train_and_report(run, run_claim(run_id=run.pk, stale_after=0), console, as_json)
@@ -152,6 +158,11 @@ class Command(BaseCommand):
             console.print(f"base model ready: {path}")
             return
         if not config.model.startswith("builtin:"):
+            return
+        if run.bundle is None:  # pretrained on the run's dataset: build the model as the worker will
+            config = dataset_here(project=run.project, config=config)
+            with console.status("pretraining the demo base model on the dataset"):
+                wiring.run_model(config, None, sampling=False).close()
             return
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[status]}"), console=console) as progress:
