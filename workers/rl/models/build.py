@@ -24,7 +24,6 @@ from workers.storage import Storage
 from ..config import REFERENCE_MODEL, RunConfig
 from ..protocols import Model
 from ..tasks.taskset import TaskSet
-from ..training.datasets import DPO, SFT, PreferenceRow, read_dataset
 from .allocator import return_freed_tensors_to_the_os
 from .base_model import pretrain, reference_turns
 from .chat_formats import CharChat, CharTokenizer, HFChat
@@ -55,23 +54,6 @@ def demo_corpus(tasks: TaskSet) -> Corpus:
             turns = reference_turns(tools=list(template.tools), inputs=item.inputs, hidden=item.hidden, rng=rng)
             if turns is not None:
                 corpus.append((template.prompt_template.format(**item.inputs), turns))
-    return corpus
-
-
-def dataset_corpus(path: str) -> Corpus:
-    """The demo model's corpus for an SFT or DPO run on a dataset alone (no bundle, so no tasks): each row's
-    conversation up to its first answer as the prompt, and that answer (the chosen one of a preference pair) as
-    what the assistant writes."""
-    with open(path, "rb") as handle:  # the first row says which format the file is in; read_dataset checks all
-        first = json.loads(next(line for line in handle if line.strip()))
-    corpus = []
-    for row in read_dataset(path, DPO if isinstance(first, dict) and "chosen" in first else SFT):
-        if isinstance(row, PreferenceRow):
-            prompt, answer = row.prompt, row.chosen
-        else:
-            first_answer = next(n for n, message in enumerate(row.messages) if message["role"] == "assistant")
-            prompt, answer = row.messages[:first_answer], row.messages[first_answer:]
-        corpus.append(("\n".join(message["content"] for message in prompt), [dict(turn) for turn in answer]))
     return corpus
 
 
@@ -117,9 +99,11 @@ def server_engine(config: RunConfig, *, weights: Storage, token: str, max_contex
 
 def build_model(config: RunConfig, tasks: TaskSet | None, *, models_dir: Path, pretrain_seconds: float,
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
-                server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True) -> Model:
+                server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True,
+                dataset_corpus: Corpus | None = None) -> Model:
     """The run's model on the device the config asks for. The built-in demo model is pretrained on `tasks`, or
-    without them on the dataset the config names (an SFT or DPO run with no bundle); no other model reads them.
+    without them on `dataset_corpus` (an SFT or DPO run with no bundle: training/datasets.py's dataset_corpus of
+    its dataset); no other model reads them.
     `models_dir` caches built-in base models (and `shared`,
     if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
     `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
@@ -141,11 +125,8 @@ def build_model(config: RunConfig, tasks: TaskSet | None, *, models_dir: Path, p
                              f"{', '.join(TRAINABLE_BUILTINS)}")
         from ..engines.torch_engine import TorchEngine
 
-        if tasks is not None:
-            corpus = demo_corpus(tasks)
-        elif config.dataset_file:
-            corpus = dataset_corpus(config.dataset_file)
-        else:
+        corpus = demo_corpus(tasks) if tasks is not None else dataset_corpus
+        if not corpus:
             raise ValueError(f"{DEMO_MODEL} is pretrained on the run's tasks or dataset, and this one has neither")
         policy = TinyLMPolicy.load(demo_base_model(corpus, models_dir=models_dir, pretrain_seconds=pretrain_seconds,
                                                    progress=progress, shared=shared), device=device)

@@ -195,3 +195,20 @@ def _pass_order(count: int, seed: int, epoch: int) -> tuple[int, ...]:
     order = list(range(count))
     random.Random(f"{seed}:{epoch}").shuffle(order)
     return tuple(order)
+
+
+def dataset_corpus(path: str) -> list[tuple[str, list[dict]]]:
+    """The built-in demo model's pretraining corpus (models/build.py) for an SFT or DPO run on a dataset alone (no
+    bundle, so no tasks): each row's conversation up to its first answer as the prompt, and that answer (the chosen
+    one of a preference pair) as what the assistant writes."""
+    with open(path, "rb") as handle:  # the first row says which format the file is in; read_dataset checks all
+        first = json.loads(next(line for line in handle if line.strip()))
+    corpus = []
+    for row in read_dataset(path, DPO if isinstance(first, dict) and "chosen" in first else SFT):
+        if isinstance(row, PreferenceRow):
+            prompt, answer = row.prompt, row.chosen
+        else:
+            first_answer = next(n for n, message in enumerate(row.messages) if message["role"] == "assistant")
+            prompt, answer = row.messages[:first_answer], row.messages[first_answer:]
+        corpus.append(("\n".join(message["content"] for message in prompt), [dict(turn) for turn in answer]))
+    return corpus
