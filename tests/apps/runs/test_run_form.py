@@ -240,3 +240,23 @@ def test_a_refusal_puts_each_problem_at_the_field_it_names_read_from_the_error_n
     form = valid_form()
     form.add_config_error(RunError("steps must be a whole number of at least 1, not 0"))
     assert form.non_field_errors() == ["steps must be a whole number of at least 1, not 0"]
+
+
+def test_without_a_bundle_only_sft_and_dpo_are_reviewed_and_they_sample_nothing(login, owner, registry, url,
+                                                                                enqueued):
+    client = login(owner)
+    form = client.get(url).context["form"]
+    assert form.initial["bundle"] == registry["bundle"].pk  # a new form starts on a bundle: GRPO needs one
+    base = filled(form, bundle="", action="review")
+    page = client.post(url, base)
+    assert page.status_code == 400 and "a GRPO run samples its bundle's tasks" in page.context["form"].errors[
+        "bundle"][0]
+    review = client.post(url, {**base, "kind": "sft", "dataset": "dataset/missing@1"})
+    html = review.content.decode()
+    assert review.status_code == 200 and review.context["estimate"] is None
+    assert "none: the dataset alone" in html and "A sft run samples nothing" in html and "upper bound" not in html
+    confirm = submitted(review, "data-queue-form")
+    refused = client.post(url, {**confirm, "action": "queue"})  # the dataset is pinned, and checked, when queued
+    assert refused.status_code == 400
+    assert refused.context["form"].errors["dataset"] == ["No dataset named 'missing' in project 'acme-rl'."]
+    assert not Run.objects.exists() and enqueued == []
