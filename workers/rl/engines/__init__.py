@@ -213,6 +213,7 @@ class BatchingEngine:
                 if pending is not None:
                     self._load(pending[0])
                     self.policy_version = pending[1]
+                    batch.weights_changed()
                 if taken:
                     refused, scored = batch.admit([(self._sampling_request(request),
                                                     (request, future, self.policy_version))

@@ -50,6 +50,20 @@ class TransformersEngine(BatchingEngine):
                          logits_to_keep=1)
         return out.logits[:, -1], [(layer.keys, layer.values) for layer in out.cache.layers]
 
+    def _prefill_after(self, past, idx, positions, key_mask):
+        """A prefill continuing a kept prompt's keys and values (`past`, per layer, each (1, kv heads, P, dim)),
+        shared by every row: the rows' own tokens attend it and themselves. Returns the cache's layers, the kept
+        columns first."""
+        from transformers import DynamicCache
+
+        rows, kept = idx.shape[0], past[0][0].shape[2]
+        cache = DynamicCache(ddp_cache_data=[(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
+                                             for keys, values in past], config=self.model.config)
+        attention = None if key_mask is None else torch.cat([key_mask.new_ones(rows, kept), key_mask], dim=1).long()
+        out = self.model(input_ids=idx, position_ids=positions, attention_mask=attention, cache=cache,
+                         use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1], [(layer.keys, layer.values) for layer in out.cache.layers]
+
     def _decode(self, idx, positions, cache, mask):
         out = self.model(input_ids=idx, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True,
                          logits_to_keep=1)
@@ -60,7 +74,7 @@ class TransformersEngine(BatchingEngine):
 
     def _open_batch(self) -> ContinuousBatch:
         return ContinuousBatch(self._prefill, self._decode, context=self.max_context or 1 << 31, device=self.device,
-                               score=self._score)
+                               score=self._score, prefill_after=self._prefill_after)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)

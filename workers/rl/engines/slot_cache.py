@@ -65,9 +65,10 @@ class SlotCache:
         self._shape = None
 
     def write(self, slots: torch.Tensor, layers: list, pads: torch.Tensor | None, lengths: torch.Tensor,
-              owners: torch.Tensor | None = None) -> None:
+              owners: torch.Tensor | None = None, *, start: int = 0) -> None:
         """A prefill's keys and values into `slots`: `layers` [(keys, values)], each (prompts, heads, W, dim) and
-        left-padded by `pads` (prompts,), or None when no prompt is padded; slot i takes prompt owners[i] (a prompt
+        padded by `pads` (prompts,) at column `start` (0: left-padded; a prompt continuing a kept prefix of `start`
+        tokens is padded after it), or None when no prompt is padded; slot i takes prompt owners[i] (a prompt
         shared by n samples is computed once and written n times), `lengths` (slots,) its prompt's length. Columns
         past a row's length receive another column's values: masked, and overwritten as the row grows.
 
@@ -77,7 +78,9 @@ class SlotCache:
         width = layers[0][0].shape[2]  # the caller reserved room for it
         index = None
         if pads is not None:
-            source = (self._columns[None, :width] + pads[:, None]).clamp(max=width - 1)  # (prompts, W)
+            columns = self._columns[None, :width]
+            shift = pads[:, None] if start == 0 else pads[:, None] * (columns >= start)
+            source = (columns + shift).clamp(max=width - 1)  # (prompts, W)
             keys = layers[0][0]
             index = source[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
         for layer, pair in enumerate(layers):
