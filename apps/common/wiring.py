@@ -206,15 +206,25 @@ def run_model(config: RunConfig, tasks: TaskSet | None, *, progress=None, run_id
     with inference_servers in its config generates on those servers; anything else samples in this process, unless
     it samples nothing (`sampling` False: SFT and DPO, no engine)."""
     from workers.rl.models import build  # torch: only where a model is built, not in rollout and verify workers
-    from workers.rl.training.datasets import dataset_corpus
 
     weights = weights_storage(run_id) if run_id is not None and config.inference_servers else None
-    pretrained_on_dataset = tasks is None and config.model == build.DEMO_MODEL and config.dataset_file
-    return build.build_model(config, tasks, models_dir=models_dir(), pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS,
-                             progress=progress, shared=shared_models(), weights=weights,
-                             server_token=settings.INFERENCE_SERVER_TOKEN, egress=egress_policy(),
-                             sampling=sampling,
-                             dataset_corpus=dataset_corpus(config.dataset_file) if pretrained_on_dataset else None)
+    return build.build_model(config, _demo_corpus(config, tasks), models_dir=models_dir(),
+                             pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS, progress=progress,
+                             shared=shared_models(), weights=weights, server_token=settings.INFERENCE_SERVER_TOKEN,
+                             egress=egress_policy(), sampling=sampling)
+
+
+def _demo_corpus(config: RunConfig, tasks: TaskSet | None):
+    """What the built-in demo model is pretrained on: the tasks' reference answers, or, for an SFT or DPO run
+    without tasks, its dataset's conversations. None for any other model, which reads neither."""
+    from workers.rl.models import build
+    from workers.rl.training.datasets import dataset_corpus
+
+    if config.model != build.DEMO_MODEL:
+        return None
+    if tasks is not None:
+        return build.demo_corpus(tasks)
+    return dataset_corpus(config.dataset_file) if config.dataset_file else None
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:

@@ -97,14 +97,12 @@ def server_engine(config: RunConfig, *, weights: Storage, token: str, max_contex
                         egress=egress)
 
 
-def build_model(config: RunConfig, tasks: TaskSet | None, *, models_dir: Path, pretrain_seconds: float,
+def build_model(config: RunConfig, corpus: Corpus | None, *, models_dir: Path, pretrain_seconds: float,
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
-                server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True,
-                dataset_corpus: Corpus | None = None) -> Model:
-    """The run's model on the device the config asks for. The built-in demo model is pretrained on `tasks`, or
-    without them on `dataset_corpus` (an SFT or DPO run with no bundle: training/datasets.py's dataset_corpus of
-    its dataset); no other model reads them.
-    `models_dir` caches built-in base models (and `shared`,
+                server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True) -> Model:
+    """The run's model on the device the config asks for. The built-in demo model is pretrained on `corpus` (a
+    bundle's tasks' `demo_corpus`, or an SFT or DPO run's dataset's: training/datasets.py); no other model reads
+    it. `models_dir` caches built-in base models (and `shared`,
     if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
     `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
     servers' (engines/server.py, `server_token` the bearer token of their weight endpoint); without `weights`
@@ -125,7 +123,6 @@ def build_model(config: RunConfig, tasks: TaskSet | None, *, models_dir: Path, p
                              f"{', '.join(TRAINABLE_BUILTINS)}")
         from ..engines.torch_engine import TorchEngine
 
-        corpus = demo_corpus(tasks) if tasks is not None else dataset_corpus
         if not corpus:
             raise ValueError(f"{DEMO_MODEL} is pretrained on the run's tasks or dataset, and this one has neither")
         policy = TinyLMPolicy.load(demo_base_model(corpus, models_dir=models_dir, pretrain_seconds=pretrain_seconds,

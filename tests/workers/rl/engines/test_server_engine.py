@@ -265,11 +265,11 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
     monkeypatch.setattr(build, "demo_base_model", lambda *args, **kwargs: tmp_path / "base")
     config = RunConfig.resolve({"inference_servers": "http://a:1/v1 http://b:1/v1",
                                                     "max_staleness": 2, "device": "cpu"})
-    tasks = TaskSet.single_template(addition_template(), ITEMS)
+    corpus = build.demo_corpus(TaskSet.single_template(addition_template(), ITEMS))
     with pytest.raises(EgressRefused, match="inference server http://a:1/v1"):  # not listed by the operator
-        build.build_model(config, tasks, models_dir=tmp_path, pretrain_seconds=0,
+        build.build_model(config, corpus, models_dir=tmp_path, pretrain_seconds=0,
                           weights=Storage(tmp_path / "weights"), server_token="t")
-    model = build.build_model(config, tasks, models_dir=tmp_path, pretrain_seconds=0,
+    model = build.build_model(config, corpus, models_dir=tmp_path, pretrain_seconds=0,
                               weights=Storage(tmp_path / "weights"), server_token="t",
                               egress=EgressPolicy.parse("a b"))
     try:
@@ -278,7 +278,7 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
         assert model.engine.max_context == addition_base_model.config.block_size
     finally:
         model.close()
-    evaluation = build.build_model(config, tasks, models_dir=tmp_path, pretrain_seconds=0)  # no weights storage
+    evaluation = build.build_model(config, corpus, models_dir=tmp_path, pretrain_seconds=0)  # no weights storage
     try:
         assert isinstance(evaluation.engine, TorchEngine)
     finally:
