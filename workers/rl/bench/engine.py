@@ -18,6 +18,9 @@ that many rows — the CPU-side cost of a step, and on a GPU close to its kernel
 pass of the model over one token per row, the floor a step cannot go below. A step's count must not grow with
 the rows.
 
+`second_turn`: a tool call's second turn (a group's rows each asking again with its call and the tool's result
+appended), timed on an engine that kept the first turn's prompt and on one that did not (engines/prefix_cache.py).
+
 `measure_engine` imports no Django: deploy/gpu's check calls it on a machine without the studio.
 """
 
@@ -174,6 +177,45 @@ def _step_counts(engine, model, prompts, *, stop_ids) -> dict:
     return counts
 
 
+def _second_turn(directory: Path, model, tokenizer, *, device: str, rows: int = 8, new_tokens: int = 4) -> dict:
+    """A tool call's second turn, as demo-smollm's tool template asks it: a group of `rows` samples answers one
+    prompt (with the tool instructions), then each row asks again with its own call and the tool's result
+    appended. Timed: the second turn, on an engine that kept the first prompt (prefix_cache.py) and on one that
+    did not."""
+    from ..engines import GenerationRequest
+    from ..engines.hf import TransformersEngine
+    from ..models.chat_formats import HFChat
+    from ..rollout.tools import RUN_PYTHON_TOOL
+
+    chat = HFChat(tokenizer)
+    messages = [{"role": "user", "content": "What is 48 * 96 + 289? Use the run_python tool."}]
+    first = chat.prompt(messages, [RUN_PYTHON_TOOL])
+    seconds = []
+    for row in range(rows):  # each row's call as it sampled it, ended by its stop token, then the tool's answer
+        call = (f'<tool_call>\n{{"name": "run_python", "arguments": {{"code": "print(48 * 96 + {289 + row})"}}}}'
+                "\n</tool_call>")
+        seconds.append(first + tokenizer.encode(call, add_special_tokens=False) + [chat.stop_ids[0]]
+                       + chat.continuation(messages + [{"role": "assistant", "content": call}],
+                                           [{"role": "tool", "content": str(48 * 96 + 289 + row)}], [RUN_PYTHON_TOOL]))
+    timings = {}
+    for keep in (True, False):
+        engine = TransformersEngine(str(directory), device=device, shared_model=model, keep_prompts=keep)
+        try:
+            engine.generate([GenerationRequest(first, rows, new_tokens, chat.stop_ids, seed=0)])
+            _synchronize(device)
+            started = time.perf_counter()
+            engine.generate([GenerationRequest(prompt, 1, new_tokens, chat.stop_ids, seed=1 + row)
+                             for row, prompt in enumerate(seconds)])
+            _synchronize(device)
+            timings[keep] = time.perf_counter() - started
+        finally:
+            engine.close()
+    return {"rows": rows, "first_prompt_tokens": len(first),
+            "added_tokens_mean": round(sum(len(p) - len(first) for p in seconds) / rows, 1),
+            "seconds_prompt_kept": round(timings[True], 3), "seconds_prompt_not_kept": round(timings[False], 3),
+            "speedup_prompt_kept": round(timings[False] / timings[True], 2)}
+
+
 def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_tokens: int, random_weights: bool,
                    model_dir: str | None, compare: list[str], temperature: float = 1.0) -> dict:
     """Ours beside `compare` (generate, generate_batch) at each concurrency, with each one's operator counts.
@@ -216,6 +258,8 @@ def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_token
 
 def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",
         dtype: str = "fp32", random_weights: bool = False, compare: list[str] | None = None, **_) -> dict:
+    from transformers import AutoTokenizer
+
     from ..models.packaged import SMOLLM2_135M, converted
 
     if compare is None:  # transformers' generate_batch is made for GPUs: on the CPU it mostly waits
@@ -224,4 +268,8 @@ def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens:
                             random_weights=random_weights, model_dir=str(converted(SMOLLM2_135M, models_dir)),
                             compare=list(compare))
     result["model"] = SMOLLM2_135M.name
+    directory = converted(SMOLLM2_135M, models_dir)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = load_model(directory, device=device, dtype=dtype, random_weights=random_weights)
+    result["second_turn"] = _second_turn(directory, model, tokenizer, device=device)
     return result

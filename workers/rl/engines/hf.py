@@ -28,10 +28,11 @@ class TransformersEngine(BatchingEngine):
     name = "transformers"
 
     def __init__(self, path: str, *, device: str = "cpu", policy_version: int = 0, dtype=torch.float32,
-                 max_batch_rows: int = 512, shared_model=None):
+                 max_batch_rows: int = 512, shared_model=None, keep_prompts: bool = True):
         """`shared_model`: the trainer's own model, sampled from as it is (a PeftModel too, its adapters
         unmerged) — only where sampling and training never overlap (a sync run). Otherwise the engine loads a
-        copy of its own from `path`, which the trainer's updates reach through load_weights."""
+        copy of its own from `path`, which the trainer's updates reach through load_weights. `keep_prompts`:
+        reuse earlier prompts' keys and values (prefix_cache.py); off only to measure what that saves."""
         from transformers import AutoModelForCausalLM
 
         if shared_model is not None:
@@ -40,7 +41,7 @@ class TransformersEngine(BatchingEngine):
             raise FileNotFoundError(f"no Hugging Face model directory at {path} (models load by local path)")
         else:
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-        self.device = device
+        self.device, self.keep_prompts = device, keep_prompts
         self.max_context = getattr(self.model.config, "max_position_embeddings", None)
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
@@ -74,7 +75,8 @@ class TransformersEngine(BatchingEngine):
 
     def _open_batch(self) -> ContinuousBatch:
         return ContinuousBatch(self._prefill, self._decode, context=self.max_context or 1 << 31, device=self.device,
-                               score=self._score, prefill_after=self._prefill_after)
+                               score=self._score,
+                               prefill_after=self._prefill_after if self.keep_prompts else None)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)

@@ -73,6 +73,15 @@ def test_a_second_turn_prefills_only_what_follows_its_first_turns_prompt(tiny_hf
         _sample(batch, [GenerationRequest(third, n=1, max_new_tokens=2, stop_ids=(), seed=9)])
         assert batch.reused_tokens - before == len(seconds[0])
 
+        unkept = TransformersEngine(str(tiny_hf), keep_prompts=False)  # what bench engine compares against
+        try:
+            other = unkept._open_batch()
+            _sample(other, [GenerationRequest(first, n=1, max_new_tokens=1, stop_ids=(), seed=1)])
+            _sample(other, requests)
+            assert other.reused_tokens == 0
+        finally:
+            unkept.close()
+
         batch.weights_changed()  # kept keys and values belong to the old weights
         before = batch.reused_tokens
         _sample(batch, [GenerationRequest(third, n=1, max_new_tokens=2, stop_ids=(), seed=9)])
