@@ -1,5 +1,6 @@
 """The demo seed: what it publishes, that a second run publishes nothing, and that its generated tasks are sound."""
 
+import json
 import random
 import re
 import subprocess
@@ -305,3 +306,13 @@ def test_the_real_model_demo_reads_the_number_and_evaluates_nothing(seeded):
     assert reward("number-only", "19 + 14 = 32") == 0.0
     for template in ("smol-sum", "smol-run-python"):
         assert latest(project, "task_template", template).spec["verifier"] == "number-only"
+
+
+def test_the_real_model_demos_grpo_stage_weights_the_bundles_own_domains():
+    """`make demo MODEL=smollm` draws the domains in its own mix after the cold start (Makefile, AFTER_COLD_START):
+    a renamed domain would make the run refuse its settings."""
+    makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
+    weights = json.loads(re.search(r"domain_weights=(\{[^}]*\})", makefile).group(1))
+    domains = {draft.slug for draft in smollm.drafts() if draft.kind == "domain"}
+    assert set(weights) == domains and all(weight > 0 for weight in weights.values())
+    assert RunConfig.resolve({**smollm.RUN_CONFIG, "domain_weights": weights}).domain_weights == weights
