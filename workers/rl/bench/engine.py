@@ -217,8 +217,10 @@ def _second_turn(directory: Path, model, tokenizer, *, device: str, rows: int = 
 
 
 def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_tokens: int, random_weights: bool,
-                   model_dir: str | None, compare: list[str], temperature: float = 1.0) -> dict:
-    """Ours beside `compare` (generate, generate_batch) at each concurrency, with each one's operator counts.
+                   model_dir: str | None, compare: list[str], temperature: float = 1.0,
+                   second_turn: bool = False) -> dict:
+    """Ours beside `compare` (generate, generate_batch) at each concurrency, with each one's operator counts, and
+    with `second_turn` a tool call's second turn with its first prompt kept and not (`_second_turn`).
     `model_dir`: a Hugging Face model directory (config and tokenizer; weights too unless `random_weights`)."""
     from transformers import AutoTokenizer
 
@@ -253,23 +255,19 @@ def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_token
             except Exception as error:  # noqa: BLE001 — a peer that cannot run here is reported, not fatal
                 figures[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
         result["by_concurrency"][str(count)] = figures
+    if second_turn:
+        result["second_turn"] = _second_turn(directory, model, tokenizer, device=device)
     return result
 
 
 def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",
         dtype: str = "fp32", random_weights: bool = False, compare: list[str] | None = None, **_) -> dict:
-    from transformers import AutoTokenizer
-
     from ..models.packaged import SMOLLM2_135M, converted
 
     if compare is None:  # transformers' generate_batch is made for GPUs: on the CPU it mostly waits
         compare = ["generate", "generate_batch"] if device == "cuda" else ["generate"]
     result = measure_engine(device=device, dtype=dtype, concurrency=list(concurrency), new_tokens=new_tokens,
                             random_weights=random_weights, model_dir=str(converted(SMOLLM2_135M, models_dir)),
-                            compare=list(compare))
+                            compare=list(compare), second_turn=True)
     result["model"] = SMOLLM2_135M.name
-    directory = converted(SMOLLM2_135M, models_dir)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    model = load_model(directory, device=device, dtype=dtype, random_weights=random_weights)
-    result["second_turn"] = _second_turn(directory, model, tokenizer, device=device)
     return result

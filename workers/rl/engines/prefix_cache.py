@@ -66,10 +66,15 @@ class PrefixCache:
         self.entries.move_to_end(best_key)
         return best, layers
 
+    @staticmethod
+    def worth_keeping(prompt: list[int]) -> bool:
+        """Whether `add` would keep `prompt` (asked before its keys and values are copied out of a batch)."""
+        return len(prompt) >= MIN_SHARED_TOKENS
+
     def add(self, prompt: list[int], layers: Layers) -> None:
         """Keep `layers`, the keys and values of every token of `prompt` (owned tensors, not views of a batch)."""
         size = layers_bytes(layers)
-        if size > self.budget_bytes or len(prompt) < MIN_SHARED_TOKENS:
+        if size > self.budget_bytes or not self.worth_keeping(prompt):
             return
         key = tuple(prompt)
         for kept in [kept for kept in self.entries if len(kept) <= len(key) and key[:len(kept)] == kept]:

@@ -289,6 +289,8 @@ class ContinuousBatch:
                          start=shared)
         if self.prefixes is not None:
             for row, prompt in enumerate(prompts):  # its own columns, unpadded, copied out of the batch's tensors
+                if not self.prefixes.worth_keeping(prompt):
+                    continue
                 pad = shared + width - len(prompt)
                 own = [tuple(torch.cat([t[row:row + 1, :, :shared], t[row:row + 1, :, shared + pad:]], dim=2)
                              for t in pair) for pair in layers]
