@@ -13,10 +13,12 @@ DEMO_BUNDLE := $(if $(filter smollm,$(MODEL)),demo-smollm,demo)
 # does neither.
 REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),24,3)
 # After the cold start the tool and function templates are mostly solved and the sums are not (the cold start leaves
-# them out, below): the GRPO stage draws the sums 6 : functions 1 : tools 0.25 instead of the bundle's 4 : 1 : 1, so
-# its steps go where the rewards still vary, and the two-turn tool rollouts no longer hold up most steps.
+# them out, below): the GRPO stage draws the sums 6 : functions 0.25 : tools 0.25 instead of the bundle's 4 : 1 : 1,
+# so its rounds go where the rewards still vary, not to groups that all pass and hold up a step with their longer
+# rollouts; and it learns at twice the bundle's rate, since the sums are all it has left to learn
+# (apps/demo/cold_start.py has the measurements).
 AFTER_COLD_START := --set "model=checkpoint demo-smollm-sft@latest" \
-	--set 'domain_weights={"smol-sums": 6, "smol-python": 1, "smol-tools": 0.25}'
+	--set 'domain_weights={"smol-sums": 6, "smol-python": 0.25, "smol-tools": 0.25}' --set learning_rate=4e-4
 DEMO_START := $(if $(filter smollm,$(MODEL)),$(AFTER_COLD_START))
 # The templates whose references show how the answer is reached (a tool call, a function): on the sums' bare numbers
 # SmolLM2 learned to answer with a number copied from the question (apps/demo/cold_start.py says what was measured).

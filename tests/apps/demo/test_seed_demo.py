@@ -1,8 +1,8 @@
 """The demo seed: what it publishes, that a second run publishes nothing, and that its generated tasks are sound."""
 
-import json
 import random
 import re
+import shlex
 import subprocess
 import sys
 from collections import defaultdict
@@ -20,6 +20,7 @@ from apps.registry.models import Definition, InstanceSet, InstanceSetMember, Tas
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
+from apps.runs.management.commands.train import parse_setting
 from workers.definitions.specs import prompt_placeholders
 from workers.rl.config import RunConfig
 from workers.rl.models.packaged import SMOLLM2_135M, file_sha256, gguf_file
@@ -308,11 +309,18 @@ def test_the_real_model_demo_reads_the_number_and_evaluates_nothing(seeded):
         assert latest(project, "task_template", template).spec["verifier"] == "number-only"
 
 
-def test_the_real_model_demos_grpo_stage_weights_the_bundles_own_domains():
-    """`make demo MODEL=smollm` draws the domains in its own mix after the cold start (Makefile, AFTER_COLD_START):
-    a renamed domain would make the run refuse its settings."""
+def test_the_real_model_demos_grpo_stage_settings_resolve_and_weight_the_bundles_own_domains():
+    """`make demo MODEL=smollm` trains its GRPO stage after the cold start with settings of its own (Makefile,
+    AFTER_COLD_START): each must be one the run accepts on top of the bundle's run_config, and its mix must name
+    exactly the bundle's domains — a renamed domain or setting would make the run refuse them."""
     makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
-    weights = json.loads(re.search(r"domain_weights=(\{[^}]*\})", makefile).group(1))
+    line = re.search(r"^AFTER_COLD_START := (.*?)(?<!\\)$", makefile, re.S | re.M).group(1).replace("\\\n", " ")
+    words = shlex.split(line)
+    settings = dict(parse_setting(value) for flag, value in zip(words[::2], words[1::2], strict=True)
+                    if flag == "--set")
+    assert settings.pop("model") == "checkpoint demo-smollm-sft@latest"
     domains = {draft.slug for draft in smollm.drafts() if draft.kind == "domain"}
-    assert set(weights) == domains and all(weight > 0 for weight in weights.values())
-    assert RunConfig.resolve({**smollm.RUN_CONFIG, "domain_weights": weights}).domain_weights == weights
+    assert set(settings["domain_weights"]) == domains and all(w > 0 for w in settings["domain_weights"].values())
+    resolved = RunConfig.resolve({**smollm.RUN_CONFIG, **settings})
+    assert resolved.domain_weights == settings["domain_weights"]
+    assert resolved.learning_rate == settings["learning_rate"] > smollm.RUN_CONFIG["learning_rate"]
