@@ -18,6 +18,13 @@ that many rows — the CPU-side cost of a step, and on a GPU close to its kernel
 pass of the model over one token per row, the floor a step cannot go below. A step's count must not grow with
 the rows.
 
+On a GPU ours records its decode steps as CUDA graphs (engines/decode_graphs.py): `ours` is that engine,
+`ours_without_cuda_graphs` the same engine decoding eagerly (both timed after an untimed pass of the same
+workload, which records the graphs of its shapes), `cuda_graphs` what the graphs did (recorded, replayed, or why
+recording failed), with the step's counts eager too (`..._without_cuda_graphs`). `cuda_graphs_against_eager`:
+the same greedy rows decoded both ways in lockstep, the largest difference of their logits while their tokens
+agree — a replay reading a stale mask or position would differ by whole logits, not by rounding.
+
 `second_turn`: a tool call's second turn (a group's rows each asking again with its call and the tool's result
 appended), timed on an engine that kept the first turn's prompt and on one that did not (engines/prefix_cache.py).
 
@@ -73,7 +80,9 @@ def load_model(model_dir: Path, *, device: str, dtype: str, random_weights: bool
     return model.to(device).eval()
 
 
-def _ours(engine, prompts, *, new_tokens: int, stop_ids, temperature: float) -> dict:
+def _ours(engine, prompts, *, new_tokens: int, stop_ids, temperature: float, warm_pass: bool = False) -> dict:
+    """`warm_pass`: the whole workload once untimed first, so the CUDA graphs of its shapes are recorded before
+    the timed pass (a run's later steps find theirs recorded; vLLM records its own at start-up)."""
     from ..engines import GenerationRequest
 
     results = [None] * len(prompts)
@@ -82,17 +91,22 @@ def _ours(engine, prompts, *, new_tokens: int, stop_ids, temperature: float) -> 
         results[index] = engine.generate([GenerationRequest(prompts[index], 1, new_tokens, stop_ids, temperature,
                                                             seed=index)])[0][0]
 
-    # One warm-up request: the first forward pass allocates and picks kernels.
-    engine.generate([GenerationRequest(prompts[0], 1, 4, stop_ids, temperature, seed=0)])
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-    _synchronize(engine.device)
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    _synchronize(engine.device)
-    seconds = time.perf_counter() - started
+    def run_all() -> float:
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+        _synchronize(engine.device)
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _synchronize(engine.device)
+        return time.perf_counter() - started
+
+    if warm_pass:
+        run_all()
+    else:  # one warm-up request: the first forward pass allocates and picks kernels
+        engine.generate([GenerationRequest(prompts[0], 1, 4, stop_ids, temperature, seed=0)])
+    seconds = run_all()
     return _rate(sum(len(completion.token_ids) for completion in results), seconds)
 
 
@@ -218,9 +232,11 @@ def _second_turn(directory: Path, model, tokenizer, *, device: str, rows: int = 
 
 def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_tokens: int, random_weights: bool,
                    model_dir: str | None, compare: list[str], temperature: float = 1.0,
-                   second_turn: bool = False) -> dict:
+                   second_turn: bool = False, cuda_graphs: bool | None = None) -> dict:
     """Ours beside `compare` (generate, generate_batch) at each concurrency, with each one's operator counts, and
     with `second_turn` a tool call's second turn with its first prompt kept and not (`_second_turn`).
+    `cuda_graphs` (None: on a CUDA device): ours with decode graphs and without, and the two against each other;
+    on a CPU the graphs' padded steps run eagerly (the GPU check's dry run exercises this code so).
     `model_dir`: a Hugging Face model directory (config and tokenizer; weights too unless `random_weights`)."""
     from transformers import AutoTokenizer
 
@@ -237,15 +253,28 @@ def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_token
               "new_tokens": new_tokens, "temperature": temperature, "torch_threads": torch.get_num_threads(),
               "by_concurrency": {}}
     comparisons = {"generate": _generate, "generate_batch": _generate_batch}
+    graphs = device.startswith("cuda") if cuda_graphs is None else cuda_graphs
     for count in concurrency:
         prompts = _prompts(tokenizer, count)
-        engine = TransformersEngine(str(directory), device=device, shared_model=model, max_batch_rows=max(count, 512))
-        try:
-            figures = _step_counts(engine, model, prompts, stop_ids=stop_ids)
-            figures["ours"] = _ours(engine, prompts, new_tokens=new_tokens, stop_ids=stop_ids,
-                                    temperature=temperature)
-        finally:
-            engine.close()
+        figures = {}
+        for recorded in ((True, False) if graphs else (False,)):
+            engine = TransformersEngine(str(directory), device=device, shared_model=model,
+                                        max_batch_rows=max(count, 512), cuda_graphs=recorded)
+            suffix = "" if recorded == graphs else "_without_cuda_graphs"
+            try:
+                counts = _step_counts(engine, model, prompts, stop_ids=stop_ids)
+                figures.update({key if key.endswith("_forward") else key + suffix: value
+                                for key, value in counts.items()})
+                figures["ours" + suffix] = _ours(engine, prompts, new_tokens=new_tokens, stop_ids=stop_ids,
+                                                 temperature=temperature, warm_pass=graphs)
+                if recorded:
+                    figures["cuda_graphs"] = engine.decode_graphs.stats()
+            finally:
+                engine.close()
+        if graphs:
+            figures["speedup_of_cuda_graphs"] = round(
+                figures["ours"]["tokens_per_second"]
+                / max(figures["ours_without_cuda_graphs"]["tokens_per_second"], 1e-9), 2)
         for name in compare:
             try:
                 figures[name] = comparisons[name](model, tokenizer, prompts, device=device, new_tokens=new_tokens,
@@ -255,9 +284,46 @@ def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_token
             except Exception as error:  # noqa: BLE001 — a peer that cannot run here is reported, not fatal
                 figures[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
         result["by_concurrency"][str(count)] = figures
+    if graphs:
+        result["cuda_graphs_against_eager"] = _graphs_against_eager(directory, model, _prompts(tokenizer, 13),
+                                                                    device=device)
     if second_turn:
         result["second_turn"] = _second_turn(directory, model, tokenizer, device=device)
     return result
+
+
+def _graphs_against_eager(directory: Path, model, prompts, *, device: str, steps: int = 32) -> dict:
+    """The same rows decoded greedily with CUDA graphs (13 rows: a step padded to 16) and eagerly, in lockstep:
+    the largest absolute difference of the two batches' logits while every row's tokens still agree, beside the
+    logits' own scale."""
+    from ..engines.hf import TransformersEngine
+    from ..engines.sampling import SamplingRequest
+
+    engines = [TransformersEngine(str(directory), device=device, shared_model=model, cuda_graphs=recorded)
+               for recorded in (True, False)]
+    try:
+        batches = [engine._open_batch() for engine in engines]
+        difference, scale, compared, agree = 0.0, 0.0, 0, True
+        with torch.no_grad():
+            for batch in batches:
+                batch.admit([(SamplingRequest(prompt, 1, steps, (), 0.0), index)
+                             for index, prompt in enumerate(prompts)])
+            while agree and len(batches[0]) and len(batches[1]):
+                first, second = (batch.last[:len(prompts)].float() for batch in batches)
+                difference = max(difference, (first - second).abs().max().item())
+                scale = max(scale, second.abs().max().item())
+                compared += 1
+                for batch in batches:
+                    batch.advance()
+                agree = ([[entry["tokens"] for entry in batch.entries] for batch in batches[:1]]
+                         == [[entry["tokens"] for entry in batch.entries] for batch in batches[1:]])
+        return {"rows": len(prompts), "graph_rows": engines[0].decode_graphs.rows(len(prompts)),
+                "steps_compared": compared, "tokens_agreed_throughout": agree,
+                "max_abs_logit_difference": difference, "max_abs_logit": scale,
+                "cuda_graphs": engines[0].decode_graphs.stats()}
+    finally:
+        for engine in engines:
+            engine.close()
 
 
 def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from . import BatchingEngine, GenerationRequest
+from .decode_graphs import for_device
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 
 
@@ -28,11 +29,16 @@ class TransformersEngine(BatchingEngine):
     name = "transformers"
 
     def __init__(self, path: str, *, device: str = "cpu", policy_version: int = 0, dtype=torch.float32,
-                 max_batch_rows: int = 512, shared_model=None, keep_prompts: bool = True):
+                 max_batch_rows: int = 512, shared_model=None, keep_prompts: bool = True,
+                 cuda_graphs: bool | None = None):
         """`shared_model`: the trainer's own model, sampled from as it is (a PeftModel too, its adapters
         unmerged) — only where sampling and training never overlap (a sync run). Otherwise the engine loads a
         copy of its own from `path`, which the trainer's updates reach through load_weights. `keep_prompts`:
-        reuse earlier prompts' keys and values (prefix_cache.py); off only to measure what that saves."""
+        reuse earlier prompts' keys and values (prefix_cache.py); off only to measure what that saves.
+        `cuda_graphs`: decode steps recorded and replayed as CUDA graphs (decode_graphs.py); None: on a CUDA
+        device. Off to measure what they save, or for a model whose forward pass cannot be recorded (which the
+        engine also finds itself, and then decodes eagerly). On a CPU, True pads the steps' rows as for a graph
+        and decodes them eagerly."""
         from transformers import AutoModelForCausalLM
 
         if shared_model is not None:
@@ -42,6 +48,7 @@ class TransformersEngine(BatchingEngine):
         else:
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
         self.device, self.keep_prompts = device, keep_prompts
+        self.decode_graphs = for_device(device, cuda_graphs)  # shared by the batches this engine opens
         self.max_context = getattr(self.model.config, "max_position_embeddings", None)
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
 
@@ -76,7 +83,8 @@ class TransformersEngine(BatchingEngine):
     def _open_batch(self) -> ContinuousBatch:
         return ContinuousBatch(self._prefill, self._decode, context=self.max_context or 1 << 31, device=self.device,
                                score=self._score,
-                               prefill_after=self._prefill_after if self.keep_prompts else None)
+                               prefill_after=self._prefill_after if self.keep_prompts else None,
+                               decode_graphs=self.decode_graphs)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)

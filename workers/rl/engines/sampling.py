@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from .decode_graphs import DecodeGraphs
 from .prefix_cache import PrefixCache
 from .slot_cache import SlotCache
 
@@ -180,13 +181,18 @@ class ContinuousBatch:
     -> the logits of every position (1, T, vocab): a request's prompt logprobs, computed only when asked (the
     prefill keeps the last position's alone).
 
+    On a CUDA device the decode step is recorded as a CUDA graph per shape and replayed (decode_graphs.py): one
+    launch instead of the forward pass's hundreds, the rows padded up to a bucket. The engine that opens the
+    batch hands it its DecodeGraphs (decode_graphs.for_device), or None to decode eagerly.
+
     Nothing here is recorded for autograd, whatever model it is given (the trainer's own requires gradients): the
     batch never drains while rollouts keep joining it, so a recorded graph would chain each token's cache to every
     write before it and keep all of them alive (the embedded demo's web process grew by gigabytes a minute)."""
 
     def __init__(self, prefill: Callable, decode: Callable, *, context: int, device, score: Callable | None = None,
-                 prefill_after: Callable | None = None):
+                 prefill_after: Callable | None = None, decode_graphs: DecodeGraphs | None = None):
         self.prefill_step, self.decode_step, self.context, self.device = prefill, decode, context, device
+        self.graphs = decode_graphs
         self.score_step, self.prefill_after = score, prefill_after
         # Kept prompts, reused by later ones that begin with them (prefix_cache.py); only where the model can
         # prefill after a given cache (`prefill_after`). Outlives the batch's drains, not new weights.
@@ -382,10 +388,14 @@ class ContinuousBatch:
         else:
             tokens = self._pack(tokens)
             used = len(self.occupant)
+            rows = used if self.graphs is None else self.graphs.rows(used)  # padded with free slots for a graph
             width = max(row["length"] for row in self.rows)  # the new token's column included
-            self.cache.reserve(used, width)
-            mask, positions = self.cache.prepare(used, width)
-            self.last = self.decode_step(tokens[:used, None], positions, self.cache, mask)
+            self.cache.reserve(rows, width)
+            mask, positions = self.cache.prepare(rows, width)
+            if self.graphs is None:
+                self.last = self.decode_step(tokens[:used, None], positions, self.cache, mask)
+            else:
+                self.last = self.graphs.decode(self.decode_step, tokens, used, self.cache, mask, positions)
             self.cache.advance()
         share = (time.monotonic() - started) / max(len(took_part), 1)
         for entry, sample in took_part:

@@ -15,9 +15,13 @@ on its Cache (its other keyword arguments ignored) and the one the project's Tin
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 COLUMN_STEP = 64  # a decode step attends a multiple of this many columns: its views last that many tokens
+KEPT_STEPS = 256  # the decode-step set-ups (views, mask buffer) a cache keeps, one per (rows, columns) it met
+_versions = itertools.count()  # tells a cache's buffers from every earlier allocation's, in any cache
 
 
 def _doubled(size: int, needed: int) -> int:
@@ -34,7 +38,13 @@ class SlotCache:
         self.live = torch.zeros(slots, dtype=torch.long, device=device)  # 1 where a row is sampling
         self.device = device
         self._columns = torch.arange(columns, device=device)
-        self._shape = None  # (rows, columns) of the decode step `prepare` last set up
+        # Changes whenever the buffers are allocated anew: what was recorded against the old ones (a CUDA graph of
+        # a decode step, engines/decode_graphs.py) must not be replayed.
+        self.version = next(_versions)
+        # (rows, columns) -> a decode step's views and mask buffer. Kept, not remade when the shape changes: a
+        # recorded step reads its mask where it was when recorded.
+        self._steps: dict[tuple[int, int], dict] = {}
+        self._step: dict | None = None  # the one `prepare` set up last, which `update` and `advance` use
 
     @property
     def slots(self) -> int:
@@ -62,7 +72,7 @@ class SlotCache:
         self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(new_slots - len(self.lengths))])
         self.live = torch.cat([self.live, self.live.new_zeros(new_slots - len(self.live))])
         self._columns = torch.arange(new_columns, device=self.device)
-        self._shape = None
+        self._steps, self._step, self.version = {}, None, next(_versions)
 
     def write(self, slots: torch.Tensor, layers: list, pads: torch.Tensor | None, lengths: torch.Tensor,
               owners: torch.Tensor | None = None, *, start: int = 0) -> None:
@@ -112,39 +122,46 @@ class SlotCache:
         """Set up a decode step over slots [0, rows) attending at least columns [0, width): each row writes its
         token at column lengths[slot], its position. Returns the attention mask (rows, 1, 1, W), additive in the
         cache's dtype, and the positions (rows, 1). W is `width` rounded up to a multiple of COLUMN_STEP: the
-        views, the write index and the mask buffer are made once per (rows, W) and reused while they last — a
+        views, the write index and the mask buffer are made once per (rows, W) and kept with the buffers — a
         step then adds two scatters per layer and two small operations to the model's forward pass, whatever
-        the rows."""
+        the rows, and a step recorded at that shape finds its tensors where they were."""
         span = min(self.columns, -(-width // COLUMN_STEP) * COLUMN_STEP)
         if width > span:
             raise ValueError(f"a decode step of {width} columns in a cache of {self.columns}")
-        if self._shape != (rows, span):
+        step = self._steps.get((rows, span))
+        if step is None:
+            if len(self._steps) >= KEPT_STEPS:  # their mask buffers go: nothing recorded against them may replay
+                self._steps.clear()
+                self.version = next(_versions)
             heads, dim = self.keys[0].shape[1], self.keys[0].shape[3]
             written = self.lengths[:rows]
-            self._written, self._live_rows = written, self.live[:rows]
-            self._index = written.view(rows, 1, 1, 1).expand(rows, heads, 1, dim)
-            self._positions = written.view(rows, 1)
-            self._layers = [(keys[:rows], values[:rows], keys[:rows, :, :span], values[:rows, :, :span])
-                            for keys, values in zip(self.keys, self.values, strict=True)]
-            # Additive (0 where attended, the dtype's minimum elsewhere): a boolean mask would be converted in
-            # every layer's attention.
-            self._allowed = torch.empty(rows, 1, 1, span, dtype=torch.bool, device=self.device)
-            self._mask = torch.empty(rows, 1, 1, span, dtype=self.keys[0].dtype, device=self.device)
-            self._attended, self._masked = (torch.tensor(value, dtype=self._mask.dtype, device=self.device)
-                                            for value in (0.0, torch.finfo(self._mask.dtype).min))
-            self._span_columns, self._shape = self._columns[:span], (rows, span)
-        torch.le(self._span_columns, self._written.view(rows, 1, 1, 1), out=self._allowed)
-        torch.where(self._allowed, self._attended, self._masked, out=self._mask)
-        return self._mask, self._positions
+            dtype = self.keys[0].dtype
+            step = self._steps[(rows, span)] = {
+                "written": written, "live": self.live[:rows],
+                "index": written.view(rows, 1, 1, 1).expand(rows, heads, 1, dim),
+                "positions": written.view(rows, 1), "columns": self._columns[:span],
+                "layers": [(keys[:rows], values[:rows], keys[:rows, :, :span], values[:rows, :, :span])
+                           for keys, values in zip(self.keys, self.values, strict=True)],
+                # Additive (0 where attended, the dtype's minimum elsewhere): a boolean mask would be converted
+                # in every layer's attention.
+                "allowed": torch.empty(rows, 1, 1, span, dtype=torch.bool, device=self.device),
+                "mask": torch.empty(rows, 1, 1, span, dtype=dtype, device=self.device),
+                "attended": torch.tensor(0.0, dtype=dtype, device=self.device),
+                "masked": torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=self.device)}
+        self._step = step
+        torch.le(step["columns"], step["written"].view(rows, 1, 1, 1), out=step["allowed"])
+        torch.where(step["allowed"], step["attended"], step["masked"], out=step["mask"])
+        return step["mask"], step["positions"]
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer: int, *_, **__):
         """This step's keys and values (rows, heads, 1, dim) written at each row's column; returns the layer's keys
         and values (rows, heads, W, dim) to attend."""
-        key_buffer, value_buffer, attended_keys, attended_values = self._layers[layer]
-        key_buffer.scatter_(2, self._index, keys)
-        value_buffer.scatter_(2, self._index, values)
+        key_buffer, value_buffer, attended_keys, attended_values = self._step["layers"][layer]
+        index = self._step["index"]
+        key_buffer.scatter_(2, index, keys)
+        value_buffer.scatter_(2, index, values)
         return attended_keys, attended_values
 
     def advance(self) -> None:
         """After a decode step: every sampling row holds one more token."""
-        self._written.add_(self._live_rows)
+        self._step["written"].add_(self._step["live"])

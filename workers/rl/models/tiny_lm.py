@@ -147,12 +147,14 @@ class TinyLM(nn.Module):
             x, _ = block(x, cache, mask, layer=layer)
         return self.head(self.ln(x))[:, -1]
 
-    def continuous_batch(self, *, context: int, device):
-        """The torch engine's batch over this model (engines.sampling.ContinuousBatch): its prefill and decode."""
+    def continuous_batch(self, *, context: int, device, cuda_graphs: bool | None = None):
+        """The torch engine's batch over this model (engines.sampling.ContinuousBatch): its prefill and decode,
+        the decode steps recorded as CUDA graphs where `cuda_graphs` (None: on a CUDA device)."""
+        from ..engines.decode_graphs import for_device
         from ..engines.sampling import ContinuousBatch
 
         return ContinuousBatch(self.prefill_step, self.decode_step, context=context, device=device,
-                               score=self.score_step)
+                               score=self.score_step, decode_graphs=for_device(device, cuda_graphs))
 
     def score_step(self, idx):
         """ContinuousBatch's scoring of a prompt: the logits of every position (prompt logprobs)."""

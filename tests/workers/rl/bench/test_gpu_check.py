@@ -44,6 +44,13 @@ def test_the_dry_run_writes_every_part_and_the_summary(tmp_path):
     engine = results["parts"]["engine_fp32"]["by_concurrency"]["2"]
     assert engine["ours"]["tokens_per_second"] > 0 and engine["generate"]["tokens_per_second"] > 0
     assert engine["aten_ops_per_decode_step"] > 0 and engine["aten_ops_per_forward"] > 0
+    # The decode graphs' code runs here too, their rows padded and decoded eagerly (nothing to record on a CPU):
+    # the same rows decoded both ways agree.
+    assert engine["ours_without_cuda_graphs"]["tokens_per_second"] > 0
+    assert engine["cuda_graphs"]["disabled"] is None and engine["cuda_graphs"]["eager_steps"] > 0
+    against = results["parts"]["engine_fp32"]["cuda_graphs_against_eager"]
+    assert against["graph_rows"] == 16 and against["steps_compared"] > 1 and against["tokens_agreed_throughout"]
+    assert against["max_abs_logit_difference"] <= 1e-4 * against["max_abs_logit"], against
     for name in ("trainer_fp32_smollm2_lora", "tiny_fp32"):
         workload = name.removeprefix("trainer_fp32_").removesuffix("_fp32")
         entry = results["parts"][name]["workloads"][workload]
@@ -58,6 +65,8 @@ def test_the_dry_run_writes_every_part_and_the_summary(tmp_path):
     assert lines[-1]["summary"] == summary
     assert summary["errors_inside_parts"] == {}
     assert summary["engine"]["fp32_c2"]["ours_over_generate"] > 0
+    assert summary["engine"]["fp32_c2"]["speedup_of_cuda_graphs"] > 0
+    assert summary["engine"]["fp32_cuda_graphs_against_eager"] == against
     assert summary["trainer"]["fp32_smollm2_lora"]["trl_over_ours"] > 0
     assert set(summary["targets"]) == {"trainer_smollm2_ours_at_least_1.5x_trl", "engine_bf16_c2_at_least_3x_generate",
                                        "engine_bf16_faster_than_fp32_c2",

@@ -9,6 +9,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from workers.rl.engines import GenerationRequest, sampling
+from workers.rl.engines.decode_graphs import ROW_BUCKETS, DecodeGraphs
 from workers.rl.engines.hf import TransformersEngine
 from workers.rl.engines.sampling import SamplingRequest
 from workers.rl.models.chat_formats import CharChat, HFChat
@@ -83,12 +84,17 @@ def _churn(batch, prompts):
     return done
 
 
-def test_the_slot_cache_decodes_greedily_what_the_hf_model_computes_without_a_cache(tiny_hf):
-    engine = TransformersEngine(str(tiny_hf))
+@pytest.mark.parametrize("padded", [False, True], ids=["eager", "rows-padded-as-for-a-cuda-graph"])
+def test_the_slot_cache_decodes_greedily_what_the_hf_model_computes_without_a_cache(tiny_hf, padded):
+    """Padded: every step's rows padded up to a CUDA graph's bucket with free slots (decode_graphs.py, run
+    eagerly here): the padding rows must change nothing the real rows compute."""
+    engine = TransformersEngine(str(tiny_hf), cuda_graphs=padded)
     chat = HFChat(_tokenizer(tiny_hf))
     prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("1+1=", "12+13= please", "7+8=")]
     done = _churn(engine._open_batch(), prompts)
     engine.close()
+    if padded:  # the steps went through the graphs' runner (14 rows ran as 16, 6 as 8)
+        assert engine.decode_graphs.eager_steps > 0
 
     def logits_of(ids):
         with torch.no_grad():
@@ -100,12 +106,14 @@ def test_the_slot_cache_decodes_greedily_what_the_hf_model_computes_without_a_ca
         assert all(tokens == expected for tokens in done[handle]), handle
 
 
-def test_the_slot_cache_decodes_greedily_what_the_tiny_lm_computes_without_a_cache(addition_base_model):
+@pytest.mark.parametrize("padded", [False, True], ids=["eager", "rows-padded-as-for-a-cuda-graph"])
+def test_the_slot_cache_decodes_greedily_what_the_tiny_lm_computes_without_a_cache(addition_base_model, padded):
     """Twice on one batch: the second time in the cache the drained batch kept, its buffers still holding the
-    first run's keys (a GRPO step's batch drains at every step)."""
+    first run's keys (a GRPO step's batch drains at every step) — and there, with `padded`, the padding rows'
+    slots hold the first run's rows' keys."""
     model, chat = copy.deepcopy(addition_base_model).eval(), CharChat()
     prompts = [chat.prompt([{"role": "user", "content": text}], []) for text in ("3+4=", "12+7=", "9+9=?")]
-    batch = model.continuous_batch(context=model.config.block_size, device="cpu")
+    batch = model.continuous_batch(context=model.config.block_size, device="cpu", cuda_graphs=padded)
     first = _churn(batch, prompts)
     kept = batch.cache
     again = _churn(batch, [prompts[1], prompts[2], prompts[0]])
@@ -121,6 +129,12 @@ def test_the_slot_cache_decodes_greedily_what_the_tiny_lm_computes_without_a_cac
         assert all(tokens == expected for tokens in first[handle]), handle
         expected = _greedy_without_cache(logits_of, prompts[(prompt + 1) % 3], steps)
         assert all(tokens == expected for tokens in again[handle]), handle
+
+
+def test_decode_graph_buckets_pad_rows_up_and_leave_a_step_past_the_last_bucket_as_it_is():
+    graphs = DecodeGraphs("cpu")
+    assert [graphs.rows(used) for used in (1, 3, 8, 9, 33, 128, 129)] == [1, 4, 8, 16, 40, 128, 160]
+    assert graphs.rows(ROW_BUCKETS[-1] + 1) == ROW_BUCKETS[-1] + 1
 
 
 def test_closing_an_engine_returns_once_its_loop_has_freed_the_batch(tiny_hf):
