@@ -71,14 +71,8 @@ class DecodeGraphs:
         `cache.prepare` set up (`mask` (rows, 1, 1, W), rows from `self.rows(used)`). Returns the last logits of
         the `used` rows, a tensor of their own (a replay overwrites its output)."""
         rows = mask.shape[0]
-        if rows == used and (self.disabled is not None or used > ROW_BUCKETS[-1]):
-            self.eager_steps += 1
-            return decode_step(tokens[:used, None], positions, cache, mask)
-        if not self.capture:  # the padded step as a graph would run it, eagerly
-            padded = tokens.new_zeros(rows, 1)
-            padded[:used, 0] = tokens[:used]
-            self.eager_steps += 1
-            return decode_step(padded, positions, cache, mask)[:used]
+        if not self.capture or self.disabled is not None or used > ROW_BUCKETS[-1]:
+            return self._eager(decode_step, tokens, used, rows, cache, mask, positions)
         if cache.version != self.version:
             self.graphs.clear()
             self.version = cache.version
@@ -91,11 +85,7 @@ class DecodeGraphs:
                 self.disabled = f"{type(error).__name__}: {error}"[:300]
                 self.graphs.clear()
                 logger.warning("decoding without CUDA graphs: recording a step failed (%s)", self.disabled)
-                self.eager_steps += 1
-                # The step's rows were padded for the graph: the padding rows are free slots, harmless to decode.
-                padded = tokens.new_zeros(rows, 1)
-                padded[:used, 0] = tokens[:used]
-                return decode_step(padded, positions, cache, mask)[:used]
+                return self._eager(decode_step, tokens, used, rows, cache, mask, positions)
             self.graphs[key] = entry
             while len(self.graphs) > KEPT_GRAPHS:
                 self.graphs.popitem(last=False)
@@ -106,6 +96,16 @@ class DecodeGraphs:
         graph.replay()
         self.replays += 1
         return logits[:used].clone()
+
+    def _eager(self, decode_step, tokens, used, rows, cache, mask, positions) -> torch.Tensor:
+        """The step run as it is, over `rows`: when those were padded for a graph, the padding rows (free slots)
+        decode token 0 harmlessly and their logits are dropped."""
+        self.eager_steps += 1
+        if rows == used:
+            return decode_step(tokens[:used, None], positions, cache, mask)
+        padded = tokens.new_zeros(rows, 1)
+        padded[:used, 0] = tokens[:used]
+        return decode_step(padded, positions, cache, mask)[:used]
 
     def _record(self, decode_step, tokens, used, rows, cache, mask, positions) -> tuple:
         inputs = torch.zeros(rows, 1, dtype=torch.long, device=self.device)
