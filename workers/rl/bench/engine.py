@@ -22,8 +22,9 @@ On a GPU ours records its decode steps as CUDA graphs (engines/decode_graphs.py)
 `ours_without_cuda_graphs` the same engine decoding eagerly (both timed after an untimed pass of the same
 workload, which records the graphs of its shapes), `cuda_graphs` what the graphs did (recorded, replayed, or why
 recording failed), with the step's counts eager too (`..._without_cuda_graphs`). `cuda_graphs_against_eager`:
-the same greedy rows decoded both ways in lockstep, the largest difference of their logits while their tokens
-agree — a replay reading a stale mask or position would differ by whole logits, not by rounding.
+the same greedy rows decoded by the replayed graphs and by the same padded steps run eagerly, in lockstep, the
+largest difference of their logits while their tokens agree — a replay reading a stale mask or position would
+differ by whole logits, not by rounding.
 
 `second_turn`: a tool call's second turn (a group's rows each asking again with its call and the tool's result
 appended), timed on an engine that kept the first turn's prompt and on one that did not (engines/prefix_cache.py).
@@ -106,8 +107,13 @@ def _ours(engine, prompts, *, new_tokens: int, stop_ids, temperature: float, war
         run_all()
     else:  # one warm-up request: the first forward pass allocates and picks kernels
         engine.generate([GenerationRequest(prompts[0], 1, 4, stop_ids, temperature, seed=0)])
+    graphs = getattr(engine, "decode_graphs", None)
+    recorded = graphs.recorded if graphs is not None else 0
     seconds = run_all()
-    return _rate(sum(len(completion.token_ids) for completion in results), seconds)
+    rate = _rate(sum(len(completion.token_ids) for completion in results), seconds)
+    if graphs is not None:  # recordings in the timed pass are in its seconds: there should be none
+        rate["graphs_recorded_while_timed"] = graphs.recorded - recorded
+    return rate
 
 
 def _generate(model, tokenizer, prompts, *, device: str, new_tokens: int, stop_ids, temperature: float) -> dict:
@@ -180,7 +186,12 @@ def _step_counts(engine, model, prompts, *, stop_ids) -> dict:
         for _ in range(3):  # past the first steps' allocations
             batch.advance()
         _synchronize(engine.device)
-        step = _profiled(batch.advance)
+        graphs = engine.decode_graphs
+        for _ in range(4):  # a steady step: one that recorded no graph (a step widening past 64 columns records)
+            recorded = graphs.recorded if graphs is not None else 0
+            step = _profiled(batch.advance)
+            if graphs is None or graphs.recorded == recorded:
+                break
         ids = torch.tensor([[prompt[-1]] for prompt in prompts], device=engine.device)
         model(input_ids=ids)  # warm at this shape
         forward = _profiled(lambda: model(input_ids=ids))
@@ -293,30 +304,37 @@ def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_token
 
 
 def _graphs_against_eager(directory: Path, model, prompts, *, device: str, steps: int = 32) -> dict:
-    """The same rows decoded greedily with CUDA graphs (13 rows: a step padded to 16) and eagerly, in lockstep:
+    """The same greedy rows decoded by replayed CUDA graphs and by the same padded steps run eagerly, in lockstep:
     the largest absolute difference of the two batches' logits while every row's tokens still agree, beside the
-    logits' own scale."""
+    logits' own scale. 13 rows (16 a step), each asking a different number of tokens, so that rows leave, the
+    steps' rows change buckets and graphs are recorded as the batch shrinks. Both sides pad alike: what differs
+    is only the replay."""
+    from ..engines.decode_graphs import DecodeGraphs
     from ..engines.hf import TransformersEngine
     from ..engines.sampling import SamplingRequest
 
     engines = [TransformersEngine(str(directory), device=device, shared_model=model, cuda_graphs=recorded)
                for recorded in (True, False)]
+    engines[1].decode_graphs = DecodeGraphs(device, record=False)
     try:
         batches = [engine._open_batch() for engine in engines]
+        tokens = [{}, {}]
         difference, scale, compared, agree = 0.0, 0.0, 0, True
         with torch.no_grad():
             for batch in batches:
-                batch.admit([(SamplingRequest(prompt, 1, steps, (), 0.0), index)
+                batch.admit([(SamplingRequest(prompt, 1, steps - 2 * (index % 8), (), 0.0), index)
                              for index, prompt in enumerate(prompts)])
-            while agree and len(batches[0]) and len(batches[1]):
-                first, second = (batch.last[:len(prompts)].float() for batch in batches)
+            while agree and len(batches[0]):
+                used = len(batches[0].occupant)
+                first, second = (batch.last[:used].float() for batch in batches)
                 difference = max(difference, (first - second).abs().max().item())
                 scale = max(scale, second.abs().max().item())
                 compared += 1
-                for batch in batches:
-                    batch.advance()
-                agree = ([[entry["tokens"] for entry in batch.entries] for batch in batches[:1]]
-                         == [[entry["tokens"] for entry in batch.entries] for batch in batches[1:]])
+                for side, batch in enumerate(batches):
+                    tokens[side].update({entry["handle"]: entry["tokens"] for entry in batch.advance()})
+                    tokens[side].update({entry["handle"]: [list(t) for t in entry["tokens"]]
+                                         for entry in batch.entries})
+                agree = tokens[0] == tokens[1] and len(batches[0]) == len(batches[1])
         return {"rows": len(prompts), "graph_rows": engines[0].decode_graphs.rows(len(prompts)),
                 "steps_compared": compared, "tokens_agreed_throughout": agree,
                 "max_abs_logit_difference": difference, "max_abs_logit": scale,
@@ -324,7 +342,6 @@ def _graphs_against_eager(directory: Path, model, prompts, *, device: str, steps
     finally:
         for engine in engines:
             engine.close()
-
 
 def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",
         dtype: str = "fp32", random_weights: bool = False, compare: list[str] | None = None, **_) -> dict:

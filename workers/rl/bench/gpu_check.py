@@ -398,6 +398,7 @@ def summary(results: dict, plan: Plan) -> dict:
                 "ours_without_cuda_graphs_tokens_per_second": _dig(entry, "ours_without_cuda_graphs",
                                                                    "tokens_per_second"),
                 "speedup_of_cuda_graphs": entry.get("speedup_of_cuda_graphs"),
+                "graphs_recorded_while_timed": _dig(entry, "ours", "graphs_recorded_while_timed"),
                 "kernel_launches_per_decode_step_without_cuda_graphs": entry.get(
                     "kernel_launches_per_decode_step_without_cuda_graphs"),
                 "cuda_graphs_disabled": _dig(entry, "cuda_graphs", "disabled")}

@@ -24,6 +24,10 @@ from .prefix_cache import PrefixCache
 from .slot_cache import SlotCache
 
 KEPT_CACHE_BYTES = 256 << 20  # the largest slot cache a drained ContinuousBatch keeps for its next rows
+# The same where its decode steps are recorded as CUDA graphs: a new cache would invalidate them all, and the next
+# step would record them again (each recording synchronizes the device). SmolLM2's cache for 128 rows of 128 columns
+# is 0.75 GB in fp32.
+KEPT_RECORDED_CACHE_BYTES = 4 << 30
 
 
 @dataclass
@@ -201,7 +205,8 @@ class ContinuousBatch:
         # Made at the first admission and kept when the batch drains if it holds at most KEPT_CACHE_BYTES: a sync
         # GRPO step's batch drains at every step, and making it anew (then growing it to the step's rows by copies)
         # cost the tiny workload's step about 6% on 2 cores (0.207 against 0.195 s). A bigger one (a long-context
-        # batch on a GPU) is freed for the trainer's own tensors, which share the device between two steps.
+        # batch on a GPU) is freed for the trainer's own tensors, which share the device between two steps —
+        # unless its steps are CUDA graphs recorded against it (KEPT_RECORDED_CACHE_BYTES).
         self.cache: SlotCache | None = None
         self._reset()
 
@@ -382,7 +387,8 @@ class ContinuousBatch:
             self.entries = [entry for entry in self.entries if entry["left"] > 0]
             self.cache.free(torch.tensor([row["slot"] for row in stopped], device=self.device))
         if not self.rows:
-            if self.cache.bytes > KEPT_CACHE_BYTES:
+            recorded = self.graphs is not None and self.graphs.capture
+            if self.cache.bytes > (KEPT_RECORDED_CACHE_BYTES if recorded else KEPT_CACHE_BYTES):
                 self.cache = None
             self._reset()
         else:
