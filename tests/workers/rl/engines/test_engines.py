@@ -90,6 +90,27 @@ def test_lora_weights_reach_the_engine_merged_under_the_base_names(tiny_hf):
     assert any("lora_A" in name for name, _ in policy.model.named_parameters())
 
 
+def test_the_lora_merged_state_is_peft_merges_bit_for_bit_and_leaves_the_trainers_weights_untouched(tiny_hf):
+    """inference_state sums base + PEFT's delta itself instead of merging into the trainer's weights and out again:
+    the same numbers as PEFT's merge, and the base weights exactly as they were ((W + d) - d is not W)."""
+    policy = HFPolicy(tiny_hf, lora_rank=4)
+    with torch.no_grad():
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    before = {name: value.clone() for name, value in policy.model.state_dict().items()}
+    state = policy.inference_state()
+    assert all(torch.equal(value, before[name]) for name, value in policy.model.state_dict().items())
+    merged = copy.deepcopy(policy.model)
+    merged.merge_adapter()
+    expected = {key.removeprefix("base_model.model.").replace(".base_layer", ""): value
+                for key, value in merged.state_dict().items() if "lora_" not in key}
+    assert state.keys() == expected.keys()
+    assert all(torch.equal(state[name], expected[name]) for name in expected)
+    base = next(key for key in before if key.endswith("q_proj.base_layer.weight"))
+    assert not torch.equal(state[base.removeprefix("base_model.model.").replace(".base_layer", "")], before[base])
+
+
 def test_an_engine_sharing_the_trainers_model_samples_each_update_without_a_copy(tiny_hf):
     """A sync run's engine: the trainer's own model; a new version carries no weights, and what it samples
     after an update is what the trainer recomputes (in eval mode: the trainer leaves it in training mode)."""
