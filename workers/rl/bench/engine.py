@@ -107,7 +107,7 @@ def _ours(engine, prompts, *, new_tokens: int, stop_ids, temperature: float, war
         run_all()
     else:  # one warm-up request: the first forward pass allocates and picks kernels
         engine.generate([GenerationRequest(prompts[0], 1, 4, stop_ids, temperature, seed=0)])
-    graphs = getattr(engine, "decode_graphs", None)
+    graphs = engine.decode_graphs
     recorded = graphs.recorded if graphs is not None else 0
     seconds = run_all()
     rate = _rate(sum(len(completion.token_ids) for completion in results), seconds)
@@ -342,6 +342,7 @@ def _graphs_against_eager(directory: Path, model, prompts, *, device: str, steps
     finally:
         for engine in engines:
             engine.close()
+
 
 def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",
         dtype: str = "fp32", random_weights: bool = False, compare: list[str] | None = None, **_) -> dict:

@@ -374,7 +374,7 @@ def _meets(value, target):
 def summary(results: dict, plan: Plan) -> dict:
     """Each measured figure beside its target (None where the part did not run or did not report it)."""
     parts = results["parts"]
-    engine = {}
+    engine, against_eager = {}, {}
     for dtype in ("bf16", "fp32"):
         part = parts.get(f"engine_{dtype}") or {}
         for count in plan.concurrency:
@@ -402,9 +402,8 @@ def summary(results: dict, plan: Plan) -> dict:
                 "kernel_launches_per_decode_step_without_cuda_graphs": entry.get(
                     "kernel_launches_per_decode_step_without_cuda_graphs"),
                 "cuda_graphs_disabled": _dig(entry, "cuda_graphs", "disabled")}
-        against = part.get("cuda_graphs_against_eager")
-        if against:
-            engine[f"{dtype}_cuda_graphs_against_eager"] = against
+        if part.get("cuda_graphs_against_eager"):
+            against_eager[dtype] = part["cuda_graphs_against_eager"]
     trainer = {}
     for dtype in ("fp32", "bf16"):
         for workload in (*SMOLLM2, "tiny"):
@@ -419,8 +418,7 @@ def summary(results: dict, plan: Plan) -> dict:
                                               "trl_over_ours": _ratio(trl, ours)}
     biggest = max(plan.concurrency)
     bf16, fp32 = engine.get(f"bf16_c{biggest}", {}), engine.get(f"fp32_c{biggest}", {})
-    concurrencies = {name: value for name, value in engine.items() if not name.endswith("_against_eager")}
-    launch_ratios = [v["launches_per_decode_step_over_forward"] for v in concurrencies.values()]
+    launch_ratios = [v["launches_per_decode_step_over_forward"] for v in engine.values()]
     measured_launches = [r for r in launch_ratios if r is not None]
     trainer_ratios = {name: value["trl_over_ours"] for name, value in trainer.items()
                       if not name.endswith("_tiny")}
@@ -437,13 +435,12 @@ def summary(results: dict, plan: Plan) -> dict:
             "met": (None if None in (bf16.get("ours_tokens_per_second"), fp32.get("ours_tokens_per_second"))
                     else bf16["ours_tokens_per_second"] > fp32["ours_tokens_per_second"])},
         "engine_launches_per_decode_step_within_1.5x_forward": {
-            "ratios": {name: value["launches_per_decode_step_over_forward"]
-                       for name, value in concurrencies.items()},
+            "ratios": {name: value["launches_per_decode_step_over_forward"] for name, value in engine.items()},
             "met": (all(r <= TARGETS["launches_over_forward"] for r in measured_launches)
                     if measured_launches else None)},
     }
     vllm = parts.get("vllm") or {}
-    return {"engine": engine, "trainer": trainer, "targets": targets,
+    return {"engine": engine, "cuda_graphs_against_eager": against_eager, "trainer": trainer, "targets": targets,
             "vllm": vllm.get("note") or vllm.get("reason") or results["skipped"].get("vllm"),
             "errors": sorted(results["errors"]), "errors_inside_parts": _nested_errors(parts),
             "skipped": sorted(results["skipped"])}

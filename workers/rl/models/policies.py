@@ -235,15 +235,24 @@ class HFPolicy:
         Other adapter kinds (DoRA, several adapters, a LoRA bias) are merged by PEFT as before."""
         with torch.no_grad():
             merged = self._lora_merged_weights() if self.lora else {}
-            if merged is None:
-                return self._state_merged_by_peft()
-            state = {}
-            for key, value in self.model.state_dict().items():
-                if "lora_" in key:
-                    continue
-                name = key.removeprefix("base_model.model.").replace(".base_layer", "")
-                state[name] = merged[key] if key in merged else value.detach().clone()
-            return state
+            if merged is not None:
+                return self._base_named_state(merged)
+            self.model.merge_adapter()
+            try:
+                return self._base_named_state({})
+            finally:
+                self.model.unmerge_adapter()
+
+    def _base_named_state(self, merged: dict) -> dict:
+        """The model's state under the base model's names, without the adapters' own tensors: `merged`'s tensor
+        where it has one for a key, else a copy."""
+        state = {}
+        for key, value in self.model.state_dict().items():
+            if "lora_" in key:
+                continue
+            name = key.removeprefix("base_model.model.").replace(".base_layer", "")
+            state[name] = merged[key] if key in merged else value.detach().clone()
+        return state
 
     def _lora_merged_weights(self) -> dict | None:
         """{state-dict key of an adapted base weight: base + delta}, or None where some layer is not plain LoRA on a
@@ -263,14 +272,6 @@ class HFPolicy:
             merged[f"{module_name}.base_layer.weight"] = module.get_delta_weight(adapters[0]).add_(
                 module.get_base_layer().weight)
         return merged
-
-    def _state_merged_by_peft(self) -> dict:
-        self.model.merge_adapter()
-        try:
-            return {key.removeprefix("base_model.model.").replace(".base_layer", ""): value.detach().clone()
-                    for key, value in self.model.state_dict().items() if "lora_" not in key}
-        finally:
-            self.model.unmerge_adapter()
 
     def save(self, path: Path) -> None:
         if self.lora:

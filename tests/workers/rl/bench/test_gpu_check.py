@@ -67,7 +67,7 @@ def test_the_dry_run_writes_every_part_and_the_summary(tmp_path):
     assert summary["errors_inside_parts"] == {}
     assert summary["engine"]["fp32_c2"]["ours_over_generate"] > 0
     assert summary["engine"]["fp32_c2"]["speedup_of_cuda_graphs"] > 0
-    assert summary["engine"]["fp32_cuda_graphs_against_eager"] == against
+    assert summary["cuda_graphs_against_eager"]["fp32"] == against
     assert summary["trainer"]["fp32_smollm2_lora"]["trl_over_ours"] > 0
     assert set(summary["targets"]) == {"trainer_smollm2_ours_at_least_1.5x_trl", "engine_bf16_c2_at_least_3x_generate",
                                        "engine_bf16_faster_than_fp32_c2",
