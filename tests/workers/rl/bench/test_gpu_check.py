@@ -48,7 +48,6 @@ def test_the_dry_run_writes_every_part_and_the_summary(tmp_path):
     # the same rows decoded both ways agree.
     assert engine["ours_without_cuda_graphs"]["tokens_per_second"] > 0
     assert engine["cuda_graphs"]["disabled"] is None and engine["cuda_graphs"]["eager_steps"] > 0
-    assert engine["ours"]["graphs_recorded_while_timed"] == 0  # nothing to record on a CPU
     against = results["parts"]["engine_fp32"]["cuda_graphs_against_eager"]
     assert against["graph_rows"] == 16 and against["steps_compared"] > 1 and against["tokens_agreed_throughout"]
     assert against["max_abs_logit_difference"] <= 1e-4 * against["max_abs_logit"], against
