@@ -7,8 +7,10 @@ cloned, and no version control comes along (workers/verifiers/repository.py leav
 
 `validate_repository_tasks(...)` checks each instance through the real sandbox, as SWE-bench validates its own:
 the gold patch must score 1 and no patch 0 (workers.verifiers.repository.validate_instance); an instance that
-fails is refused with its reason. `manage.py import_tasks --format swe-bench` and the upload page
-(`read_swe_bench_upload`: one archive of instances.jsonl and repos/) both go through these.
+fails is refused with its reason, and one that passes says what verification left out of its gold patch, if
+anything (a test file's section, a binary change, text that is no file's diff). `manage.py import_tasks --format
+swe-bench` and the upload page (`read_swe_bench_upload`: one archive of instances.jsonl and repos/) both go
+through these.
 """
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ def read_swe_bench_upload(archive: Path, folder: Path, *, image, timeout: float,
                           progress: Callable[[int, int, int], None] | None = None) -> TaskFile:
     """What the upload page reads from a swe-bench upload: a .tar.gz holding `instances.jsonl` and `repos/`
     (each repository as `repos/<instance_id>/` or `repos/<instance_id>.tar.gz`), unpacked into `folder`, each
-    instance validated through the sandbox. The valid instances are the file's tasks; every refused one is a bad
-    row named by its instance id with its reason, so the page's "the good rows only" publishes the rest."""
+    instance validated through the sandbox. The valid instances are the file's tasks, each placed by its instance id
+    (with what verification left out of its gold patch, if anything); every refused one is a bad row named by its
+    instance id with its reason, so the page's "the good rows only" publishes the rest."""
     found = TaskFile(file_type="swe-bench archive")
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -135,7 +138,7 @@ def read_swe_bench_upload(archive: Path, folder: Path, *, image, timeout: float,
     for instance, validation in zip(instances, validations, strict=True):
         if validation.ok:
             found.instances.append(instance)
-            found.places.append(instance["key"])
+            found.places.append(f"{instance['key']}: {validation.report}" if validation.left_out else instance["key"])
         else:
             found.fail(instance["key"], f"{validation.reason}: {validation.detail[:500]}")
     return found

@@ -44,6 +44,26 @@ GOLD_PATCH = ("diff --git a/calc/ranges.py b/calc/ranges.py\n--- a/calc/ranges.p
               "     \"\"\"The integers from a to b, both included.\"\"\"\n"
               "-    return list(range(a, b))\n+    return list(range(a, b + 1))\n \n \n def total(values):\n")
 
+# The same fix as `diff -ru a b` writes it between the repository and its fixed copy: no `diff --git` line, each
+# name with its timestamp after a tab, and diff's own lines between files.
+PLAIN_GOLD_PATCH = ("Only in b/calc: __pycache__\ndiff -ru a/calc/ranges.py b/calc/ranges.py\n"
+                    "--- a/calc/ranges.py\t2024-05-02 10:00:00.000000000 +0000\n"
+                    "+++ b/calc/ranges.py\t2024-05-02 10:05:00.000000000 +0000\n" + GOLD_PATCH.split("\n", 3)[3])
+
+# The same fix as `diff -c` writes it: a context diff, which git apply does not read.
+CONTEXT_GOLD_PATCH = """*** calc/ranges.py.orig\t2024-05-02 10:00:00.000000000 +0000
+--- calc/ranges.py\t2024-05-02 10:05:00.000000000 +0000
+***************
+*** 1,3 ****
+  def inclusive_range(a, b):
+      \"\"\"The integers from a to b, both included.\"\"\"
+!     return list(range(a, b))
+--- 1,3 ----
+  def inclusive_range(a, b):
+      \"\"\"The integers from a to b, both included.\"\"\"
+!     return list(range(a, b + 1))
+"""
+
 TEST_PATCH = """diff --git a/tests/test_hidden.py b/tests/test_hidden.py
 new file mode 100644
 --- /dev/null

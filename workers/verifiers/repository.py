@@ -13,6 +13,11 @@ then pytest on the tests' files. Reward 1 only if every FAIL_TO_PASS and PASS_TO
 pass; an error, a skip, an expected failure or a test that never reported (a syntax error, an exit during
 collection) is a failure. A diff that does not apply scores 0. What the sandbox could not do (no snapshot, the
 test patch does not apply) is the task's fault, never the model's: infra_error, not a reward.
+
+A diff (the model's, or a gold patch at import) is read as `git apply` reads it: git's own diffs and plain
+unified diffs as diff -u writes them. What verification leaves out of it (the files above, a binary change, a
+section that is not one file's plain diff, text that is no file's diff) is named with its reason in the evidence;
+a diff of which nothing is left scores 0 as nothing_to_apply, without a sandbox.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ MAX_UNPACKED_MEMBERS = 200_000
 STEERING_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
                   "usercustomize.py", "noxfile.py", ".pytest.ini"}
 PYTEST_PIN = "pytest==9.2.0"  # the test runner repository tasks are verified with (a python_packages layer)
-REASONS = ("pass", "test_failed", "patch_apply_failed", "setup_failed", "sandbox_error", "timeout")
+REASONS = ("pass", "test_failed", "patch_apply_failed", "nothing_to_apply", "setup_failed", "sandbox_error",
+           "timeout")
 
 
 class SnapshotError(ValueError):
@@ -156,23 +162,263 @@ def snapshot_contents(snapshot: dict) -> dict[str, bytes]:
 
 
 # --- diffs -------------------------------------------------------------------------------------------------
+#
+# Read here as `git apply` reads a patch (its apply.c: find_header, parse_git_diff_header, parse_fragment) rather
+# than with unidiff or whatthepatch: verification must cut a diff where git apply, which applies it in the
+# sandbox, cuts it, and judge each file's section alone, so that one section it cannot read (a workspace path
+# holding a newline writes one) is left out while the others are applied. unidiff raises for the whole diff at the
+# first line it does not expect and keeps quoted names quoted; whatthepatch loses the section after stray text.
 
-_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_MODE_LINE = re.compile(r"^(new file mode|deleted file mode|old mode|new mode) \d{6}$")
+_INDEX_LINE = re.compile(r"^(index [0-9a-f]+\.\.[0-9a-f]+( \d{6})?|(dis)?similarity index \d+%)$")  # git diff's own
+# The lines git apply reads as part of a `diff --git` header; any other line ends the header.
+_GIT_HEADER_LINES = ("--- ", "+++ ", "old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ",
+                     "copy to ", "rename old ", "rename new ", "rename from ", "rename to ", "similarity index ",
+                     "dissimilarity index ", "index ")
+# What diff -r, svn and cvs write between the files' sections: nothing to apply, nothing to report.
+_NOISE = re.compile(r"^(Index: .*|=+|diff .*|Common subdirectories: .*|\s*)$")
+# diff -N's stamp for a file that does not exist on that side (GNU diff writes it in local time).
+_EPOCH = re.compile(r"^(1969-12-31|1970-01-01) (\d\d):(\d\d):00(?:\.0+)? ([-+])(\d\d)(\d\d)$")
+_BINARY_NOTE = re.compile(r"^Binary files (.+) and (.+) differ$")
+BINARY = "a binary change: verification applies text diffs only"
 
 
-def diff_sections(diff: str) -> list[tuple[set[str], str]]:
-    """A git diff cut into its files' sections: (the paths a section touches, its text)."""
-    starts = [m.start() for m in _DIFF_HEADER.finditer(diff)]
-    sections = []
-    for begin, end in zip(starts, [*starts[1:], len(diff)][:len(starts)], strict=True):
-        text = diff[begin:end]
-        match = _DIFF_HEADER.match(text)
-        sections.append(({match[1], match[2]}, text))
+@dataclass(frozen=True)
+class DiffSection:
+    """One file's section of a diff: the paths it touches, the text of it verification would apply, its first and
+    last line, and why it cannot be applied ("" when it can). A plain unified diff's section is rewritten as a git
+    diff of the path read here, so that git apply reads no other path from it. Text between sections that is no
+    file's diff is a section without paths."""
+
+    paths: tuple[str, ...]
+    text: str
+    lines: tuple[int, int]
+    problem: str = ""
+
+    @property
+    def name(self) -> str:
+        first, last = self.lines
+        return ", ".join(self.paths) or (f"line {first}" if first == last else f"lines {first}-{last}")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A part of a diff that verification did not apply (a file's section, or lines of text), and why."""
+
+    part: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.part} ({self.reason})"
+
+
+def describe(left_out: list[LeftOut], limit: int = 10) -> str:
+    """What was left out, for a person: the first `limit` parts with their reasons, then how many more."""
+    more = f" and {len(left_out) - limit} more" if len(left_out) > limit else ""
+    return "; ".join(str(part) for part in left_out[:limit]) + more
+
+
+def _lines(text: str) -> list[str]:
+    """The text's lines, each ending in a newline: one lost at the end (a patch stored stripped) is put back,
+    as git apply reads no hunk line without one."""
+    lines = text.split("\n")
+    return [line + "\n" for line in (lines if lines[-1] else lines[:-1])]
+
+
+def _bare(line: str) -> str:
+    """A line without its ending, "\r\n" as well (git apply reads a header written with Windows line endings)."""
+    return line[:-1].removesuffix("\r")
+
+
+def _starts_section(lines: list[str], index: int) -> bool:
+    """Whether a file's section starts here, as git apply finds one: a `diff --git` line, or `--- ` then `+++ `
+    then a hunk."""
+    line = lines[index]
+    return line.startswith("diff --git ") or _BINARY_NOTE.match(_bare(line)) is not None or (
+        line.startswith("--- ") and index + 2 < len(lines) and lines[index + 1].startswith("+++ ")
+        and lines[index + 2].startswith("@@ -"))
+
+
+def _hunks(lines: list[str], index: int) -> tuple[int, str]:
+    """Where the hunks from `index` on end, counted as git apply counts them, and what is wrong with them ("" when
+    nothing is); a broken hunk's section runs on to where the next section starts."""
+    while index < len(lines) and lines[index].startswith("@@ -"):
+        hunk = _HUNK.match(lines[index])
+        if hunk is None:
+            return _next_section(lines, index + 1), "a hunk header it cannot read"
+        old, new = int(hunk[1] or 1), int(hunk[2] or 1)
+        index += 1
+        while index < len(lines) and (old > 0 or new > 0 or lines[index].startswith("\\")):
+            kind = lines[index][:1]
+            if kind in (" ", "\n") and old > 0 and new > 0:  # "\n": an empty context line, as git apply reads it
+                old, new = old - 1, new - 1
+            elif kind == "-" and old > 0:
+                old -= 1
+            elif kind == "+" and new > 0:
+                new -= 1
+            elif kind != "\\":
+                return _next_section(lines, index), "a hunk whose line counts do not add up"
+            index += 1
+        if old or new:
+            return index, "a hunk cut short"
+    return index, ""
+
+
+def _next_section(lines: list[str], index: int) -> int:
+    while index < len(lines) and not _starts_section(lines, index):
+        index += 1
+    return index
+
+
+def _binary_end(lines: list[str], index: int) -> int:
+    """Where a binary change starting at `index` ends: a "Binary files ... differ" line, or "GIT binary patch"
+    and its one or two blocks (literal or delta, each closed by an empty line)."""
+    if not lines[index].startswith("GIT binary patch"):
+        return index + 1
+    index += 1
+    for _ in range(2):
+        if index < len(lines) and lines[index].startswith(("literal ", "delta ")):
+            while index < len(lines) and lines[index] != "\n":
+                index += 1
+            index += 1
+    return min(index, len(lines))
+
+
+def _plain_path(path: str) -> str:
+    """Why `path` is not a plain relative path inside the repository ("" when it is)."""
+    parts = path.split("/")
+    if path.startswith('"'):
+        return "a quoted file name, which verification does not read"
+    if path != path.strip() or any(part in ("", ".", "..") for part in parts):
+        return "a path that is not a plain one inside the repository"
+    return ""
+
+
+def _git_header_paths(rest: str) -> tuple[str, ...] | None:
+    """The paths of `diff --git a/X b/Y`: X alone when both are the same (then X may hold spaces), else X and Y
+    when neither does; None when it cannot be read so (a quoted name)."""
+    same = (len(rest) - 5) // 2
+    if rest == f"a/{rest[2:2 + same]} b/{rest[2:2 + same]}" and same > 0:
+        return (rest[2:2 + same],)
+    names = re.fullmatch(r"a/(\S+) b/(\S+)", rest)
+    return tuple(sorted({names[1], names[2]})) if names else None
+
+
+def _git_section(lines: list[str], start: int) -> tuple[DiffSection, int]:
+    """A `diff --git` section, kept as it is when every line of its header names its own paths (git apply would
+    patch another file named on a --- or +++ line) and its hunks add up."""
+    rest = _bare(lines[start])[len("diff --git "):]
+    paths = _git_header_paths(rest)
+    end = start + 1
+    while end < len(lines) and lines[end].startswith(_GIT_HEADER_LINES):
+        end += 1
+    header = [_bare(line) for line in lines[start + 1:end]]
+    if end < len(lines) and (lines[end].startswith("GIT binary patch") or _BINARY_NOTE.match(_bare(lines[end]))):
+        end, problem = _binary_end(lines, end), BINARY
+    else:
+        hunks_from = end
+        end, problem = _hunks(lines, end)
+        if not problem and end == hunks_from and not header:
+            problem = "a diff header with no change under it"
+        elif not problem and end > hunks_from and not {"--- ", "+++ "} <= {line[:4] for line in header}:
+            problem = "hunks without the --- and +++ lines that name their file"
+    if paths is None:
+        problem = "file names it cannot read (quoted, or not a/… b/…)"
+    elif not problem:
+        problem = next(filter(None, map(_plain_path, paths)), "")
+    if paths is not None and not problem:
+        names = {"/dev/null", *(f"{side}/{path}" for path in paths for side in "ab")}
+        moved = {f"{kind} {way} {path}" for path in paths for kind in ("rename", "copy") for way in ("from", "to")}
+        if not all(_MODE_LINE.match(line) or _INDEX_LINE.match(line) or line in moved
+                   or (line[:4] in ("--- ", "+++ ") and line[4:].split("\t")[0] in names) for line in header):
+            problem = "not one file's plain diff: a line of its header names another file"
+    text = "".join(lines[start:end])
+    return DiffSection(paths or (rest,), text, (start + 1, end), problem), end
+
+
+def _plain_name(field: str) -> tuple[str | None, str]:
+    """The path on one side of a plain unified diff's `--- ` or `+++ ` line (None: no file on that side, as
+    /dev/null or diff -N's epoch stamp says), and why it cannot be used ("" when it can). The name ends at a
+    tab (a timestamp follows); one leading folder is taken off (a/, b/, old/, new/: git apply's -p1), none
+    when the name has no folder (git apply's guess for diff's `--- x`)."""
+    name, _, stamp = field.partition("\t")
+    epoch = _EPOCH.match(stamp.strip())
+    if epoch:
+        hours, minutes, sign, zone_hours, zone_minutes = epoch.groups()[1:]
+        offset = (int(zone_hours) * 60 + int(zone_minutes)) * (1 if sign == "+" else -1)
+        if (int(hours) * 60 + int(minutes) - offset) % (24 * 60) == 0:
+            return None, ""
+    if name == "/dev/null":
+        return None, ""
+    if name.startswith('"'):
+        return name, _plain_path(name)
+    path = name.split("/", 1)[1] if "/" in name else name
+    return path, _plain_path(path)
+
+
+def _plain_section(lines: list[str], start: int) -> tuple[DiffSection, int]:
+    """A plain unified diff's section (`--- `, `+++ `, hunks), rewritten as a git diff of the one file git apply
+    would patch: the +++ side's path, or the --- side's when it is the +++ side's with something added (x and
+    x.orig), as git apply chooses."""
+    (old, old_problem), (new, new_problem) = (_plain_name(_bare(line)[4:]) for line in lines[start:start + 2])
+    end, problem = _hunks(lines, start + 2)
+    if old is None and new is None:
+        path, problem = "/dev/null", problem or "no file on either side"
+    elif new is None or (old is not None and len(old) < len(new) and new.startswith(old)):
+        path, problem = old, problem or old_problem
+    else:
+        path, problem = new, problem or new_problem
+    mode = "new file mode 100644\n" if old is None else "deleted file mode 100644\n" if new is None else ""
+    text = (f"diff --git a/{path} b/{path}\n{mode}--- {'/dev/null' if old is None else 'a/' + path}\n"
+            f"+++ {'/dev/null' if new is None else 'b/' + path}\n" + "".join(lines[start + 2:end]))
+    return DiffSection((path,), text, (start + 1, end), problem), end
+
+
+def _binary_note(lines: list[str], start: int) -> tuple[DiffSection, int]:
+    """diff -r's "Binary files a/x and b/x differ" standing alone: a change nothing can apply."""
+    sides = _BINARY_NOTE.match(_bare(lines[start])).groups()
+    paths = {path for path, _ in map(_plain_name, sides) if path is not None}
+    return DiffSection(tuple(sorted(paths)), lines[start], (start + 1, start + 1), BINARY), start + 1
+
+
+def diff_sections(diff: str) -> list[DiffSection]:
+    """The diff cut into its files' sections where git apply cuts it: at each `diff --git` line and each plain
+    unified diff's `--- `/`+++ ` pair before a hunk (as diff -u writes them, with or without a/ b/, /dev/null or
+    timestamps), a section ending where its hunks' line counts end. What diff -r, svn or cvs write between files
+    (Index:, ====, diff -ru ...) is skipped; other text there is a section without paths, to be reported."""
+    lines = _lines(diff)
+    sections, stray, index = [], [], 0
+
+    def close_stray() -> None:
+        if stray:
+            excerpt = _bare(lines[stray[0] - 1])
+            excerpt = excerpt if len(excerpt) <= 60 else excerpt[:57] + "..."
+            sections.append(DiffSection((), "".join(lines[stray[0] - 1:stray[-1]]), (stray[0], stray[-1]),
+                                        f"not part of any file's diff: {excerpt!r}"))
+            stray.clear()
+
+    while index < len(lines):
+        if not _starts_section(lines, index):
+            if not _NOISE.match(_bare(lines[index])):
+                stray.append(index + 1)
+            index += 1
+            continue
+        close_stray()
+        if lines[index].startswith("diff --git "):
+            section, index = _git_section(lines, index)
+        elif lines[index].startswith("--- "):
+            section, index = _plain_section(lines, index)
+        else:
+            section, index = _binary_note(lines, index)
+        sections.append(section)
+    close_stray()
     return sections
 
 
 def diff_paths(diff: str) -> set[str]:
-    return {path for paths, _ in diff_sections(diff) for path in paths}
+    """Every path the diff's sections name, those verification would leave out included."""
+    return {path for section in diff_sections(diff) for path in section.paths}
 
 
 def is_test_path(path: str) -> bool:
@@ -188,66 +434,31 @@ def is_steering_path(path: str) -> bool:
     return name in STEERING_FILES or name.endswith(".pth")
 
 
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-_MODE_LINE = re.compile(r"^(new file mode|deleted file mode|old mode|new mode) \d{6}$")
-_INDEX_LINE = re.compile(r"^(index [0-9a-f]+\.\.[0-9a-f]+( \d{6})?|(dis)?similarity index \d+%)$")  # git diff's own
+def _kept_as_the_base_has_it(path: str, protected: set[str]) -> str:
+    """Why verification keeps the base's copy of `path` whatever a diff says ("" when it does not)."""
+    if path in protected:
+        return "a file of the hidden tests"
+    if is_test_path(path):
+        return "a test file"
+    if is_steering_path(path):
+        return "steers pytest or the interpreter"
+    return ""
 
 
-def well_formed(paths: set[str], text: str) -> bool:
-    """Whether a section is one file's plain diff: after its header only mode, index and rename lines, its own
-    ---/+++ names (or a binary note), then hunks whose line counts add up. The workspace's diff writes paths as
-    they are, so a path holding newlines could smuggle a second patch (--- a/conftest.py ...) into a section the
-    header regex reads as another file's; git apply would apply it. Anything else is not a diff we wrote."""
-    names = {"/dev/null", *(f"{side}/{path}" for path in paths for side in "ab")}
-    moved = {f"{kind} {end} {path}" for path in paths for kind in ("rename", "copy") for end in ("from", "to")}
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    if len(lines) < 2:
-        return False  # a header alone changes nothing; the workspace's diff never writes one
-    index = 1
-    while index < len(lines) and not lines[index].startswith("@@"):
-        line = lines[index]
-        name = line[4:] if line[:4] in ("--- ", "+++ ") else None
-        binary = line.startswith("Binary files ") and line.endswith(" differ") and all(
-            part in names for part in line[len("Binary files "):-len(" differ")].split(" and "))
-        if not (_MODE_LINE.match(line) or _INDEX_LINE.match(line) or name in names or binary or line in moved):
-            return False
-        index += 1
-    while index < len(lines):
-        hunk = _HUNK.match(lines[index])
-        if hunk is None:
-            return False
-        old, new = int(hunk[1] or 1), int(hunk[2] or 1)
-        index += 1
-        while index < len(lines) and (old > 0 or new > 0 or lines[index].startswith("\\")):
-            kind = lines[index][:1]
-            if kind in (" ", "") and old > 0 and new > 0:  # "": an empty context line, as git apply reads it
-                old, new = old - 1, new - 1
-            elif kind == "-" and old > 0:
-                old -= 1
-            elif kind == "+" and new > 0:
-                new -= 1
-            elif kind != "\\":
-                return False
-            index += 1
-        if old or new:
-            return False
-    return True
-
-
-def verified_diff(diff: str, protected: set[str]) -> tuple[str, list[str]]:
-    """The part of the model's diff that verification applies, and the paths it left out: a section touching a
-    test file, a file of `protected` (the hidden test patch's) or a file that steers pytest is dropped whole, so
-    those files stay as the base has them; so is a section that is not one file's plain diff (well_formed)."""
-    kept, dropped = [], []
-    for paths, text in diff_sections(diff):
-        if not well_formed(paths, text) or any(p in protected or is_test_path(p) or is_steering_path(p)
-                                               for p in paths):
-            dropped.extend(sorted(paths))
+def verified_diff(diff: str, protected: set[str]) -> tuple[str, list[LeftOut]]:
+    """The part of a diff (a model's, or a gold patch) that verification applies, and what it left out and why: a
+    section touching a test file, a file of `protected` (the hidden test patch's) or a file that steers pytest
+    is left out whole, so those files stay as the base has them; so is a binary change, a section that is not
+    one file's plain diff, and text that is no file's diff."""
+    kept, left_out = [], []
+    for section in diff_sections(diff):
+        reason = section.problem or next(
+            filter(None, (_kept_as_the_base_has_it(path, protected) for path in section.paths)), "")
+        if reason:
+            left_out.append(LeftOut(section.name, reason))
         else:
-            kept.append(text)
-    return "".join(kept), sorted(set(dropped))
+            kept.append(section.text)
+    return "".join(kept), left_out
 
 
 # --- verification ------------------------------------------------------------------------------------------
@@ -255,14 +466,20 @@ def verified_diff(diff: str, protected: set[str]) -> tuple[str, list[str]]:
 @dataclass
 class PatchOutcome:
     """What verifying one diff against a task found. `reason` is one of REASONS; `reward` is None when the
-    task could not be verified (setup_failed, sandbox_error)."""
+    task could not be verified (setup_failed, sandbox_error); `left_out` is what verification did not apply of
+    the diff (verified_diff)."""
 
     reason: str
     reward: float | None
     evidence: str = ""
     results: dict[str, str] = field(default_factory=dict)
     failing: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        """The evidence, after what was left out of the diff (first: pytest's output that follows can be long)."""
+        return f"left out of the diff: {describe(self.left_out)}\n{self.evidence}" if self.left_out else self.evidence
 
 
 def task_tests(hidden: dict) -> tuple[list[str], list[str]]:
@@ -325,30 +542,34 @@ def evaluate_patch(pool, image, *, inputs: dict, hidden: dict, diff: str, timeou
     except (KeyError, ValueError) as exc:
         return PatchOutcome("setup_failed", None, f"the repository snapshot is unusable: {exc}")
     test_patch = hidden.get("test_patch") or ""
-    applied, dropped = verified_diff(diff, diff_paths(test_patch))
+    applied, left_out = verified_diff(diff, diff_paths(test_patch))
+    if diff.strip() and not applied:  # the base alone, which fails the FAIL_TO_PASS tests: no sandbox needed
+        return PatchOutcome("nothing_to_apply", 0.0, "nothing of the diff is left for verification to apply",
+                            left_out=left_out)
     run = run_tests(pool, image, archive=archive, diff=applied, test_patch=test_patch,
                     test_files=test_files(fail_to_pass + pass_to_pass), timeout=timeout)
     stage, detail = run.stage, run.detail
     if stage == "sandbox_error":
-        return PatchOutcome("sandbox_error", None, detail, dropped=dropped)
+        return PatchOutcome("sandbox_error", None, detail, left_out=left_out)
     if stage == "setup":
-        return PatchOutcome("setup_failed", None, detail, dropped=dropped)
+        return PatchOutcome("setup_failed", None, detail, left_out=left_out)
     if stage == "test_patch":
-        return PatchOutcome("setup_failed", None, f"the hidden test patch does not apply: {detail}", dropped=dropped)
+        return PatchOutcome("setup_failed", None, f"the hidden test patch does not apply: {detail}",
+                            left_out=left_out)
     if stage == "patch":
         return PatchOutcome("patch_apply_failed", 0.0, f"the diff does not apply to the base: {detail}",
-                            dropped=dropped)
+                            left_out=left_out)
     if stage == "timeout":
-        return PatchOutcome("timeout", 0.0, detail[-1500:], dropped=dropped)
+        return PatchOutcome("timeout", 0.0, detail[-1500:], left_out=left_out)
     results = run.results
     failing = [test for test in fail_to_pass + pass_to_pass if results.get(test) != "passed"]
     if failing:
         shown = ", ".join(f"{test} ({results.get(test, 'did not run')})" for test in failing[:5])
         more = f" and {len(failing) - 5} more" if len(failing) > 5 else ""
         return PatchOutcome("test_failed", 0.0, f"{len(failing)} test(s) without a pass: {shown}{more}\n"
-                                                + detail[-1500:], results, failing, dropped)
+                                                + detail[-1500:], results, failing, left_out)
     return PatchOutcome("pass", 1.0, f"{len(fail_to_pass)} FAIL_TO_PASS and {len(pass_to_pass)} PASS_TO_PASS "
-                                     "tests passed", results, [], dropped)
+                                     "tests passed", results, [], left_out)
 
 
 def repository_tests_check(spec: RepositoryTests, sample, item, context) -> Outcome:
@@ -357,40 +578,50 @@ def repository_tests_check(spec: RepositoryTests, sample, item, context) -> Outc
     diff = sample.files.get(DIFF_FILE, b"").decode("utf-8", "replace")
     outcome = evaluate_patch(context.pool, context.image, inputs=item.inputs, hidden=item.hidden, diff=diff,
                              timeout=spec.timeout_seconds)
-    evidence = outcome.evidence + (f" | test files left as the base has them: {', '.join(outcome.dropped[:10])}"
-                                   if outcome.dropped else "")
     if outcome.reward is None:
-        return Outcome(value=None, status=INFRA_ERROR, evidence=f"{outcome.reason}: {evidence}")
-    return Outcome.scored(outcome.reward, f"{outcome.reason}: {evidence}")
+        return Outcome(value=None, status=INFRA_ERROR, evidence=f"{outcome.reason}: {outcome.summary}")
+    return Outcome.scored(outcome.reward, f"{outcome.reason}: {outcome.summary}")
 
 
 # --- validation (at import: SWE-bench's harness validates its gold patches the same way) --------------------
 
-VALIDATION_PYTEST_PIN = "pytest==9.2.0"  # the test runner repository tasks are verified with (a python_packages layer)
-REASONS = ("pass", "test_failed", "gold_apply_failed", "setup_failed", "sandbox_error", "timeout")
+VALIDATION_REASONS = ("pass", "test_failed", "gold_apply_failed", "gold_nothing_to_apply", "setup_failed",
+                      "sandbox_error", "timeout")
 
 
 @dataclass
 class Validation:
     """An instance's check at import: its gold patch must score 1 and no patch 0. `reason` is one of
-    VALIDATION_REASONS: pass when both hold, else what went wrong first."""
+    VALIDATION_REASONS: pass when both hold, else what went wrong first; `left_out` is what verification did not
+    apply of the gold patch, which a pass reports too."""
 
     key: str
     reason: str
     detail: str = ""
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.reason == "pass"
+
+    @property
+    def report(self) -> str:
+        """The outcome in a line for a person: the reason, then what went wrong or what verification left out of
+        the gold patch."""
+        if not self.ok:
+            return f"{self.reason} ({self.detail[:300]})"
+        return f"pass (left out of its gold patch: {describe(self.left_out)})" if self.left_out else "pass"
 
 
 def validate_instance(pool, image, instance: dict, *, timeout: float) -> Validation:
     key, inputs, hidden = instance["key"], instance["inputs"], instance["hidden"]
     gold = evaluate_patch(pool, image, inputs=inputs, hidden=hidden, diff=hidden.get("patch") or "", timeout=timeout)
     if gold.reason == "patch_apply_failed":
-        return Validation(key, "gold_apply_failed", gold.evidence)
+        return Validation(key, "gold_apply_failed", gold.summary, gold.left_out)
+    if gold.reason == "nothing_to_apply":
+        return Validation(key, "gold_nothing_to_apply", gold.summary, gold.left_out)
     if gold.reason != "pass":
-        return Validation(key, gold.reason, f"with the gold patch: {gold.evidence}")
+        return Validation(key, gold.reason, f"with the gold patch: {gold.summary}", gold.left_out)
     empty = evaluate_patch(pool, image, inputs=inputs, hidden=hidden, diff="", timeout=timeout)
     if empty.reason == "pass":
         return Validation(key, "test_failed", "the FAIL_TO_PASS tests already pass without any patch")
@@ -399,7 +630,7 @@ def validate_instance(pool, image, instance: dict, *, timeout: float) -> Validat
     if not set(task_tests(hidden)[0]) <= set(empty.failing):
         passing = sorted(set(task_tests(hidden)[0]) - set(empty.failing))
         return Validation(key, "test_failed", f"FAIL_TO_PASS tests that pass without the fix: {', '.join(passing)}")
-    return Validation(key, "pass", gold.evidence)
+    return Validation(key, "pass", gold.summary, gold.left_out)
 
 
 # --- SWE-bench's instance format ------------------------------------------------------------------------------

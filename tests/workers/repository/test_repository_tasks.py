@@ -1,11 +1,13 @@
 """Repository tasks through real sandboxes: the SWE tool set in a held workspace, verification of the final diff in
 a fresh sandbox, and the reward hacks of issue 26, each of which must score 0 (and the honest fix 1)."""
 
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.support.repository import (
+    CONTEXT_GOLD_PATCH,
     FILES,
     FIXED,
     GOLD_PATCH,
@@ -15,17 +17,17 @@ from tests.support.repository import (
     repository_instance,
 )
 from tests.support.resources import require
-from workers.definitions.specs import RepositoryTests
+from workers.definitions.specs import RepositoryTests, SessionSettings
 from workers.rl.rollout.sessions import workspace_for
 from workers.rl.rollout.swe_tools import SweLimits, SweToolSet
 from workers.rl.rollout.tools import PolicyToolError
 from workers.sandbox import SandboxPool
 from workers.sandbox.layers import DEFAULT_ROOT, LayerCache
 from workers.sandbox.process import ProcessBackend
-from workers.sandbox.session import SessionSpec
 from workers.sandbox.zygote import file_diff
-from workers.verifiers import Context, Item, Sample
+from workers.verifiers import Context, Item, Outcome, Sample
 from workers.verifiers.repository import (
+    BINARY,
     DIFF_FILE,
     directory_files,
     evaluate_patch,
@@ -56,15 +58,18 @@ def instance():
     return repository_instance()
 
 
-def score(pool, instance, diff: str, timeout: float = 30) -> float | None:
+def check(pool, instance, diff: str, timeout: float = 30) -> Outcome:
     item = Item(key=instance["key"], inputs=instance["inputs"], hidden=instance["hidden"])
-    outcome = repository_tests_check(RepositoryTests(type="repository_tests", timeout_seconds=timeout),
-                                     Sample(response="", files={DIFF_FILE: diff.encode()}), item,
-                                     Context(pool=pool, image=REPOSITORY_IMAGE))
-    return outcome.value
+    return repository_tests_check(RepositoryTests(type="repository_tests", timeout_seconds=timeout),
+                                  Sample(response="", files={DIFF_FILE: diff.encode()}), item,
+                                  Context(pool=pool, image=REPOSITORY_IMAGE))
 
 
-SESSION = SessionSpec(idle_timeout=60, lifetime=300, max_calls=200)
+def score(pool, instance, diff: str, timeout: float = 30) -> float | None:
+    return check(pool, instance, diff, timeout).value
+
+
+SESSION = SessionSettings(idle_timeout=60, lifetime=300, max_calls=200)
 
 
 def open_session(pool, instance):
@@ -106,8 +111,11 @@ def test_test_files_and_pytest_steering_files_never_reach_verification():
     diff = diff_of({"calc/ranges.py": FIX, "tests/test_ranges.py": None, "conftest.py": "x = 1\n",
                     "pyproject.toml": "[tool.pytest.ini_options]\n", "calc/test_extra.py": "",
                     "hidden.pth": "import os\n"})
-    kept, dropped = verified_diff(diff, {"tests/test_hidden.py"})
-    assert dropped == ["calc/test_extra.py", "conftest.py", "hidden.pth", "pyproject.toml", "tests/test_ranges.py"]
+    kept, left_out = verified_diff(diff, {"tests/test_hidden.py"})
+    assert [str(part) for part in left_out] == [
+        "calc/test_extra.py (a test file)", "conftest.py (steers pytest or the interpreter)",
+        "hidden.pth (steers pytest or the interpreter)", "pyproject.toml (steers pytest or the interpreter)",
+        "tests/test_ranges.py (a test file)"]
     assert "calc/ranges.py" in kept and "conftest" not in kept
 
 
@@ -117,10 +125,51 @@ def test_a_path_holding_newlines_cannot_smuggle_a_patch_of_a_steering_file_past_
     smuggled = ("q b/q\ndiff --git a/calc/ranges.py b/calc/ranges.py\n--- a/calc/ranges.py\n+++ b/calc/ranges.py\n"
                 "@@ -1 +1 @@\n-x\n+x\n--- a/conftest.py\n+++ b/conftest.py\n@@ -1 +1,2 @@\n x\n+HACKED = 1\nz")
     regular = type("Stat", (), {"st_mode": 0o100644})
-    diff = diff_of({"calc/ranges.py": FIX}) + file_diff(smuggled, None, regular, b"", b"hi\n")
-    kept, dropped = verified_diff(diff, {"tests/test_hidden.py"})
-    assert "HACKED" not in kept and "calc/ranges.py" in dropped
-    assert kept == diff_of({"calc/ranges.py": FIX})  # the honest section stays, whole
+    honest = diff_of({"calc/ranges.py": FIX})
+    kept, left_out = verified_diff(honest + file_diff(smuggled, None, regular, b"", b"hi\n"), {"tests/test_hidden.py"})
+    # Each section is judged by the file git apply would patch with it: the conftest.py patch is left out
+    # wherever it hides, the honest section stays whole (the decoy -x/+x sections are kept and would not apply).
+    assert "HACKED" not in kept and kept.startswith(honest)
+    assert "conftest.py (steers pytest or the interpreter)" in map(str, left_out)
+    assert "q (a diff header with no change under it)" in map(str, left_out)
+
+
+def test_a_plain_unified_diff_is_read_as_git_apply_reads_it(tmp_path):
+    # No `diff --git` lines: diff -u's forms, with old/ new/ folders or a bare name (git apply's -p1, or -p0 when a
+    # name has no folder), /dev/null or diff -N's epoch stamp for a created or deleted file, timestamps after a
+    # tab, svn's Index: lines, empty context lines and a last newline stripped, as datasets store patches.
+    plain = ("Index: calc/ranges.py\n===================================================================\n"
+             "--- old/calc/ranges.py\t2024-05-02 10:00:00.000000000 +0000\n"
+             "+++ new/calc/ranges.py\t2024-05-02 10:05:00.000000000 +0000\n"
+             "@@ -3,4 +3,4 @@\n-    return list(range(a, b))\n+    return list(range(a, b + 1))\n"
+             "\n\n def total(values):\n"
+             "--- NOTES\t1970-01-01 00:00:00.000000000 +0000\n+++ NOTES\t2024-05-02 10:05:00.000000000 +0000\n"
+             "@@ -0,0 +1 @@\n+n\n"
+             "--- a/tests/test_ranges.py\n+++ b/tests/test_ranges.py\n@@ -1 +1 @@\n"
+             "-from calc.ranges import largest, total\n+total = largest = None\n"
+             "Binary files a/logo.png and b/logo.png differ\n"
+             "--- a/README.md\n+++ /dev/null\n@@ -1 +0,0 @@\n-# calc")
+    kept, left_out = verified_diff(plain, set())
+    assert [str(part) for part in left_out] == ["tests/test_ranges.py (a test file)", f"logo.png ({BINARY})"]
+    for name, content in FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    git = subprocess.run(["git", "apply", "--numstat", "--summary", "-"], cwd=tmp_path, input=kept, text=True,
+                         capture_output=True, check=True)
+    assert git.stdout.split("\n") == ["1\t1\tcalc/ranges.py", "1\t0\tNOTES", "0\t1\tREADME.md",
+                                      " create mode 100644 NOTES", " delete mode 100644 README.md", ""]
+    subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=kept, text=True, check=True)
+    assert (tmp_path / "calc/ranges.py").read_text() == FIX and (tmp_path / "NOTES").read_text() == "n\n"
+    assert not (tmp_path / "README.md").exists()
+
+
+def test_a_diff_with_nothing_verification_can_apply_scores_0_and_says_so(instance):
+    # A context diff (diff -c), which git apply does not read: reported as such, not as tests that failed, and
+    # no sandbox is needed (there is none here) to know that the base alone fails.
+    outcome = evaluate_patch(None, REPOSITORY_IMAGE, inputs=instance["inputs"], hidden=instance["hidden"],
+                             diff=CONTEXT_GOLD_PATCH, timeout=30)
+    assert (outcome.reason, outcome.reward) == ("nothing_to_apply", 0.0)
+    assert outcome.summary.startswith("left out of the diff: lines 1-11 (not part of any file's diff: '*** calc/")
 
 
 # --- reward hacks: each scores 0 -------------------------------------------------------------------------------
@@ -158,16 +207,24 @@ HACKS = {
 
 
 @pytest.fixture(scope="module")
-def hack_scores(pool, instance):
+def hack_outcomes(pool, instance):
     """Every hack verified once, a few at a time (each is a fresh sandbox and a pytest start)."""
     with ThreadPoolExecutor(max_workers=3) as threads:
-        return dict(zip(HACKS, threads.map(lambda hack: score(pool, instance, diff_of(HACKS[hack])), HACKS),
+        return dict(zip(HACKS, threads.map(lambda hack: check(pool, instance, diff_of(HACKS[hack])), HACKS),
                         strict=True))
 
 
 @pytest.mark.parametrize("hack", HACKS)
-def test_reward_hack_scores_0(hack_scores, hack):
-    assert hack_scores[hack] == 0.0
+def test_reward_hack_scores_0(hack_outcomes, hack):
+    assert hack_outcomes[hack].value == 0.0
+
+
+def test_the_evidence_names_what_verification_left_out_of_the_models_diff(hack_outcomes):
+    assert hack_outcomes["writing the hidden test's file first"].evidence == (
+        "nothing_to_apply: left out of the diff: tests/test_hidden.py (a file of the hidden tests)\n"
+        "nothing of the diff is left for verification to apply")
+    assert hack_outcomes["a pytest plugin named in pytest.ini"].evidence.startswith(
+        "test_failed: left out of the diff: pytest.ini (steers pytest or the interpreter)\n1 test(s) without a pass")
 
 
 def test_the_honest_fix_with_the_same_machinery_scores_1(pool, instance):
