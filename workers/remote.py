@@ -113,9 +113,8 @@ class RemoteToolRunner:
             raise SessionLost(unanswered("rollout", self.session_open_timeout)) from None
         if "error" in answer:
             raise SessionLost(answer["error"])
-        spec = template.session or {}
         return RemoteToolSession(self, id=answer["session"], host=answer["host"], queue=answer["queue"],
-                                 call_timeout=float(spec.get("call_seconds", 120)) + SESSION_CALL_MARGIN)
+                                 call_timeout=template.session.call_seconds + SESSION_CALL_MARGIN)
 
     def host_alive(self, host: str) -> bool:
         """Whether a worker answers Celery's ping; asked at most every HOST_CHECK_SECONDS per host, whoever asks."""

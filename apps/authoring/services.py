@@ -17,6 +17,7 @@ from django.conf import settings
 from apps.common import wiring
 from apps.registry.models import Version
 from apps.registry.pins import pinned_template, task_item
+from workers.definitions.specs import VerifierSpec, parse_spec
 from workers.rl.config import RunConfig
 from workers.rl.rollout.reference import check_references, reference_answers
 from workers.rl.types import Task, TaskTemplate
@@ -36,9 +37,9 @@ class Tried:
     notes: list[str]
 
 
-def judge_note(verifier_spec: dict) -> str | None:
+def judge_note(verifier_spec: VerifierSpec) -> str | None:
     """Why judge checks of this verifier cannot give a reward here, or None when they can (or there are none)."""
-    uses_judge = any(check["type"] in JUDGE_CHECKS for layer in verifier_spec["layers"] for check in layer["checks"])
+    uses_judge = any(check.type in JUDGE_CHECKS for layer in verifier_spec.layers for check in layer.checks)
     if uses_judge and not settings.JUDGE_BASE_URL:
         return ("The judge is not configured (set JUDGE_BASE_URL to an OpenAI-compatible endpoint): its checks "
                 "report infra_error here, as they would in a run, and give no reward.")
@@ -51,7 +52,7 @@ def template_task(template: Version, key: str) -> Task:
                              text=f"{template.definition.slug}@{template.number}")
     engine_template = TaskTemplate.from_spec(
         key=template.ref, domain="playground", spec=template.spec, image=pinned.image,
-        verifier_key=pinned.verifier_version.ref, verifier_spec=pinned.verifier_spec)
+        verifier_key=pinned.verifier_version.ref, verifier_spec=pinned.verifier_version.spec)
     return Task(seq=0, template=engine_template, item=task_item(template=template, key=key))
 
 
@@ -63,12 +64,13 @@ def response_verify(*, verifiers: list[Version], template: Version, key: str, re
         context = wiring.verification_context(pool=pool, image=task.template.image)
         tried = []
         for verifier in verifiers:
+            spec = parse_spec("verifier", verifier.spec)
             started = time.monotonic()
-            verdict = verify(verifier.spec, Sample(response=response), task.item, context)
+            verdict = verify(spec, Sample(response=response), task.item, context)
             tried.append(Tried(verifier=verifier, verdict=verdict.to_json(),
                                artifacts={name: len(blob) for name, blob in verdict.artifacts.items()},
                                wall_ms=(time.monotonic() - started) * 1000,
-                               notes=[note for note in [judge_note(verifier.spec)] if note]))
+                               notes=[note for note in [judge_note(spec)] if note]))
         return tried
     finally:
         pool.close()

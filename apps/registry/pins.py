@@ -9,6 +9,7 @@ samples the same tasks today, whatever was published since.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from apps.accounts.models import Project
 from apps.common.errors import StudioError
@@ -16,6 +17,7 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.models import InstanceSetMember, Version
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
+from workers.definitions.specs import VerifierSpec, parse_spec
 from workers.rl.config import RunConfig
 from workers.rl.rollout.swe_tools import SWE_TOOL_NAMES, offers_swe_tools
 from workers.rl.rollout.tools import BUILTIN_TOOLS, unknown_tools
@@ -55,18 +57,19 @@ def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
             template_version = pinned("task_template", draw["template"])
             image_version = pinned("sandbox_image", template_version.spec["sandbox_image"])
             verifier_version = pinned("verifier", template_version.spec["verifier"])
-            tools = template_version.spec.get("tools", [])
-            unknown = [] if template_version.spec.get("session") and offers_swe_tools(tools) else unknown_tools(tools)
-            if unknown:
-                raise PinnedBundleError(f"{template_version.ref} offers tools the engine does not implement: "
-                                        f"{', '.join(unknown)} (built in: {', '.join(BUILTIN_TOOLS)}; with a "
-                                        f"session: {', '.join(SWE_TOOL_NAMES)})")
             key = template_version.ref
             if key not in templates:
-                templates[key] = TaskTemplate.from_spec(
+                template = TaskTemplate.from_spec(
                     key=key, domain=slug, spec=template_version.spec,
                     image=SandboxImage.from_spec(image_version.ref, image_version.spec),
                     verifier_key=verifier_version.ref, verifier_spec=verifier_version.spec)
+                unknown = [] if template.session and offers_swe_tools(template.tools) else \
+                    unknown_tools(template.tools)
+                if unknown:
+                    raise PinnedBundleError(f"{key} offers tools the engine does not implement: {', '.join(unknown)} "
+                                            f"(built in: {', '.join(BUILTIN_TOOLS)}; with a session: "
+                                            f"{', '.join(SWE_TOOL_NAMES)})")
+                templates[key] = template
                 members = (InstanceSetMember.objects.filter(instance_set_id=template_version.instance_set_id)
                            .select_related("instance").order_by("key"))
                 items[key] = {m.key: Item(key=m.key, inputs=m.instance.inputs, hidden=m.instance.hidden)
@@ -99,9 +102,10 @@ class PinnedTemplate:
     def image(self) -> SandboxImage:
         return SandboxImage.from_spec(self.image_version.ref, self.image_version.spec)
 
-    @property
-    def verifier_spec(self) -> dict:
-        return self.verifier_version.spec
+    @cached_property
+    def verifier_spec(self) -> VerifierSpec:
+        """The verifier version's spec, parsed once (checks take the typed spec)."""
+        return parse_spec("verifier", self.verifier_version.spec)
 
 
 def pinned_template(*, project: Project, text: str) -> PinnedTemplate:

@@ -37,6 +37,7 @@ from pathlib import Path
 from django.conf import settings
 
 from workers.definitions.canonical import instance_hash
+from workers.definitions.specs import Limits, VerifierSpec, parse_spec
 from workers.rl.types import TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
@@ -168,8 +169,8 @@ def engine_template(spec: dict) -> TaskTemplate:
     """The spec's prompt as the engine holds it (workers/rl/types.py: TaskTemplate.messages renders it); the rest
     (image, verifier, limits) takes no part in rendering."""
     return TaskTemplate(key="", domain="", system_prompt=spec.get("system_prompt", ""),
-                        prompt_template=spec["prompt_template"], tools=(), limits={}, image=None,
-                        verifier_key="", verifier_spec={}, examples=tuple(spec.get("examples", ())))
+                        prompt_template=spec["prompt_template"], tools=(), limits=Limits(), image=None,
+                        verifier_key="", verifier_spec=None, examples=tuple(spec.get("examples", ())))
 
 
 def render(template: TaskTemplate, instance: dict) -> list[dict]:
@@ -178,7 +179,7 @@ def render(template: TaskTemplate, instance: dict) -> list[dict]:
     return template.messages(item, examples=False)
 
 
-def render_problem(template: TaskTemplate, instance: dict, verifier_spec: dict | None = None) -> str | None:
+def render_problem(template: TaskTemplate, instance: dict, verifier_spec: VerifierSpec | None = None) -> str | None:
     """Why the prompt template cannot render this instance, or its verifier cannot read what it needs from the
     instance's hidden fields (a reference it fills in), or None."""
     try:
@@ -304,6 +305,7 @@ def job_run(upload_id: str, key: str) -> None:
     try:
         params = _read_json(directory / "params.json")
         template = engine_template(params["spec"])
+        verifier_spec = parse_spec("verifier", params["verifier_spec"]) if params.get("verifier_spec") else None
         mapping = ColumnMapping.from_json(params["mapping"]) if params["mapping"] else None
 
         def progress(rows: int, done: int, total: int) -> None:
@@ -317,7 +319,7 @@ def job_run(upload_id: str, key: str) -> None:
                                           progress=progress)
         else:
             found = read_tasks(upload.source, params["format"], mapping=mapping, name=upload.meta.get("name"),
-                               check=lambda instance: render_problem(template, instance, params.get("verifier_spec")),
+                               check=lambda instance: render_problem(template, instance, verifier_spec),
                                progress=progress)
         # The good rows of a file read to its end can be published, with its bad rows left out if the uploader
         # asks; a file that broke off partway cannot: the rows after the break are unknown.

@@ -13,6 +13,7 @@ from apps.registry.models import Version
 from apps.registry.pins import task_item
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
+from workers.definitions.specs import parse_spec
 from workers.rl.rollout.grading import tool_logs
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item, Sample, verify
@@ -78,12 +79,12 @@ def canaries_check(*, version: Version) -> list[CanaryResult]:
     image), and keep the results; a canary holds when it scores 0."""
     from apps.common import wiring  # the sandbox pool and verification context are the composition root's
 
-    results = []
+    results, spec = [], parse_spec("verifier", version.spec)
     pool = wiring.sandbox_pool()
     try:
         for canary in Canary.objects.filter(verifier=version.definition).order_by("pk"):
             image = SandboxImage.from_json(canary.image) if canary.image else None
-            verdict = verify(version.spec, Sample(response=canary.response, logs=canary.logs,
+            verdict = verify(spec, Sample(response=canary.response, logs=canary.logs,
                                                   trajectory_id=str(canary.trajectory_id)),
                              Item(key=canary.task_key, inputs=canary.inputs, hidden=canary.hidden),
                              wiring.verification_context(pool=pool, image=image))

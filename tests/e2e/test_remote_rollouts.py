@@ -14,7 +14,6 @@ import pytest
 from apps.common import wiring
 from tests.support.processes import wait_for
 from tests.support.servers import free_port
-from workers.definitions import validate_spec
 from workers.remote import RemoteToolRunner, RemoteVerifier
 from workers.rl.rollout.grading import LocalVerifier
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL
@@ -25,13 +24,15 @@ from workers.verifiers import Item
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.redis, pytest.mark.processes]
 
-NUMERIC = validate_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
-    {"type": "numeric", "name": "answer", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]})
+NUMERIC = {"layers": [{"name": "number", "kind": "exact", "checks": [
+    {"type": "numeric", "name": "answer", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]}
 IMAGE = SandboxImage(key="sandbox_image/plain-python@1", layers=({"type": "base", "image": "python-3.11"},),
                      warm_pool_size=1)
-TEMPLATE = TaskTemplate(key="task_template/add@1", domain="arithmetic", system_prompt="", prompt_template="{a}+{b}=",
-                        tools=(RUN_PYTHON_TOOL,), limits={"max_turns": 2, "max_tokens": 16, "max_seconds": 30},
-                        image=IMAGE, verifier_key="verifier/numeric@1", verifier_spec=NUMERIC)
+TEMPLATE = TaskTemplate.from_spec(
+    key="task_template/add@1", domain="arithmetic", image=IMAGE, verifier_key="verifier/numeric@1",
+    verifier_spec=NUMERIC, spec={"prompt_template": "{a}+{b}=", "sandbox_image": "plain-python@1",
+                                 "verifier": "numeric@1", "tools": [RUN_PYTHON_TOOL],
+                                 "limits": {"max_turns": 2, "max_tokens": 16, "max_seconds": 30}})
 
 
 @pytest.fixture

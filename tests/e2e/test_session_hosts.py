@@ -28,11 +28,13 @@ pytestmark = [pytest.mark.redis, pytest.mark.processes, pytest.mark.sandbox]
 
 IMAGE = SandboxImage(key="sandbox_image/session-hosts@1", layers=({"type": "base", "image": "python-3.11"},),
                      warm_pool_size=1)
-TEMPLATE = TaskTemplate(key="task_template/notes@1", domain="notes", system_prompt="", prompt_template="{q}",
-                        tools=(RUN_PYTHON_TOOL,), limits={"max_turns": 30, "max_tokens": 4000, "max_seconds": 120},
-                        image=IMAGE, verifier_key="verifier/none@1", verifier_spec={},
-                        session={"idle_timeout": 60, "lifetime": 120, "max_calls": 50, "disk_mb": 32,
-                                 "memory_mb": 128, "call_seconds": 10, "keep_background": False, "prepare": []})
+TEMPLATE = TaskTemplate.from_spec(  # its verifier is never asked: the test is about the session's host
+    key="task_template/notes@1", domain="notes", image=IMAGE, verifier_key="verifier/none@1",
+    verifier_spec={"layers": [{"name": "exact", "kind": "exact", "checks": [{"type": "string_check"}]}]},
+    spec={"prompt_template": "{q}", "sandbox_image": "session-hosts@1", "verifier": "none@1",
+          "tools": [RUN_PYTHON_TOOL], "limits": {"max_turns": 30, "max_tokens": 4000, "max_seconds": 120},
+          "session": {"idle_timeout": 60, "lifetime": 120, "max_calls": 50, "disk_mb": 32, "memory_mb": 128,
+                      "call_seconds": 10}})
 ITEM = Item(key="notes-1", inputs={"q": "keep notes"}, hidden={})
 APPEND = "open('notes.txt', 'a').write('x'); print(len(open('notes.txt').read()))"
 

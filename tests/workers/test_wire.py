@@ -2,9 +2,11 @@
 and bytes become base64 only at the queue's edge (workers/remote.py)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from workers.definitions.specs import ContextPolicy
 from workers.remote import tool_result_from_wire, tool_result_to_wire, verdict_from_wire, verdict_to_wire
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL, PolicyToolError
 from workers.rl.types import TaskTemplate, ToolCall, ToolResult, Trajectory, TrajectoryStatus, Turn
@@ -38,16 +40,18 @@ def test_a_verdict_round_trips_and_its_artifacts_cross_the_queue_as_base64():
 
 def test_a_sandbox_image_and_a_task_template_round_trip():
     assert SandboxImage.from_json(through_json(IMAGE.to_json())) == IMAGE
-    template = TaskTemplate(key="task_template/solids@1", domain="3d", system_prompt="Model it.",
-                            prompt_template="A box {w} wide", tools=(RUN_PYTHON_TOOL,),
-                            limits={"max_turns": 6, "max_tokens": 4096, "max_seconds": 180}, image=IMAGE,
-                            verifier_key="verifier/mesh@1", verifier_spec={"layers": []},
-                            examples=({"role": "user", "content": "A box 2 wide"},
-                                      {"role": "assistant", "content": "ok"}))
+    template = TaskTemplate.from_spec(
+        key="task_template/solids@1", domain="3d", image=IMAGE, verifier_key="verifier/mesh@1",
+        verifier_spec={"layers": [{"name": "shape", "kind": "environment", "checks": [{"type": "mesh_geometry"}]}]},
+        spec={"system_prompt": "Model it.", "prompt_template": "A box {w} wide", "sandbox_image": "cad@2",
+              "verifier": "mesh@1", "tools": [RUN_PYTHON_TOOL],
+              "limits": {"max_turns": 6, "max_tokens": 4096, "max_seconds": 180, "max_turn_calls": 2},
+              "examples": [{"role": "user", "content": "A box 2 wide"}, {"role": "assistant", "content": "ok"}],
+              "session": {"max_calls": 40, "prepare": ["pip install --user ."]},
+              "context": {"when_full": "drop_tool_outputs"}})
     assert TaskTemplate.from_json(through_json(template.to_json())) == template
-    # A template archived before examples existed still reads.
-    older = {key: value for key, value in through_json(template.to_json()).items() if key != "examples"}
-    assert TaskTemplate.from_json(older).examples == ()
+    without = replace(template, session=None, context=ContextPolicy(), examples=())
+    assert TaskTemplate.from_json(through_json(without.to_json())) == without
 
 
 def test_a_trajectory_round_trips_without_its_artifacts():

@@ -52,8 +52,9 @@ class SpecError(ValueError):
 
 
 class Spec(BaseModel):
-    # Unknown fields are errors: a typo in a spec must not silently fall back to a default.
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+    # Unknown fields are errors: a typo in a spec must not silently fall back to a default. Frozen: a parsed spec is
+    # shared (a task template's, by every rollout thread) and, like the version it came from, never changes.
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, frozen=True)
 
 
 class GrownSpec(Spec):
@@ -100,6 +101,10 @@ class ToolSpec(Spec):
     name: str = Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def function(self) -> dict[str, Any]:
+        """The tool as the function schema a chat template's `tools` and an OpenAI endpoint's `function` take."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
 class Limits(GrownSpec):

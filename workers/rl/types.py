@@ -12,10 +12,29 @@ import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
+from workers.definitions.specs import (
+    ContextPolicy,
+    FieldError,
+    Limits,
+    SessionSettings,
+    SpecError,
+    ToolSpec,
+    VerifierSpec,
+    parse_spec,
+)
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
+
+
+def _parsed(kind: str, data: dict, version: str):
+    try:
+        return parse_spec(kind, data)
+    except SpecError as exc:
+        raise SpecError([FieldError(f"{version} {error.field}".strip(), error.problem) for error in exc.errors]) \
+            from None
 
 
 class TrajectoryStatus(StrEnum):
@@ -36,36 +55,58 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True)
 class TaskTemplate:
+    """A pinned task-template version, its specs parsed once, where it is built (`from_spec`, `from_json`): every
+    reader takes the typed value, and every rollout thread shares the same immutable objects."""
+
     key: str  # the exact version, "task_template/add-two@1"
     domain: str
     system_prompt: str
     prompt_template: str
-    tools: tuple[dict, ...]
-    limits: dict  # max_turns, max_tokens, max_seconds
+    tools: tuple[ToolSpec, ...]
+    limits: Limits  # per trajectory (max_turns, max_tokens, max_seconds, max_tool_calls) and per turn (max_turn_*)
     image: SandboxImage
     verifier_key: str  # "verifier/numeric-exact@1"
-    verifier_spec: dict
+    verifier_spec: VerifierSpec
     examples: tuple[dict, ...] = ()  # earlier turns the model sees before each prompt (few-shot), {role, content}
-    session: dict | None = None  # the spec's `session`: one sandbox held for the trajectory (rollout/sessions.py)
-    context: dict | None = None  # the spec's context policy: what happens when the conversation outgrows the model
+    session: SessionSettings | None = None  # one sandbox held for the trajectory (rollout/sessions.py); None: none
+    # What happens when the conversation outgrows the model (a spec without one: the rollout ends).
+    context: ContextPolicy = field(default_factory=ContextPolicy)
 
     @classmethod
     def from_spec(cls, *, key: str, domain: str, spec: dict, image: SandboxImage, verifier_key: str,
                   verifier_spec: dict) -> TaskTemplate:
-        return cls(key=key, domain=domain, system_prompt=spec.get("system_prompt", ""),
-                   prompt_template=spec["prompt_template"], tools=tuple(spec.get("tools", ())),
-                   limits=dict(spec["limits"]), image=image, verifier_key=verifier_key, verifier_spec=verifier_spec,
-                   examples=tuple(spec.get("examples", ())), session=spec.get("session"),
-                   context=spec.get("context"))
+        """From a task template version's spec and its verifier version's spec; SpecError names every field of
+        either that does not validate, after the version it belongs to."""
+        template = _parsed("task_template", spec, key)
+        return cls(key=key, domain=domain, system_prompt=template.system_prompt,
+                   prompt_template=template.prompt_template, tools=tuple(template.tools), limits=template.limits,
+                   image=image, verifier_key=verifier_key,
+                   verifier_spec=_parsed("verifier", verifier_spec, verifier_key),
+                   examples=tuple(message.model_dump() for message in template.examples), session=template.session,
+                   context=template.context or ContextPolicy())
+
+    @cached_property
+    def tool_schemas(self) -> tuple[dict, ...]:
+        """The tools as the function schemas a chat template and an OpenAI endpoint take (ToolSpec.function)."""
+        return tuple(tool.function() for tool in self.tools)
 
     def to_json(self) -> dict:
-        return {**asdict(self), "tools": list(self.tools), "examples": list(self.examples),
-                "image": self.image.to_json()}
+        return {"key": self.key, "domain": self.domain, "system_prompt": self.system_prompt,
+                "prompt_template": self.prompt_template, "tools": [tool.model_dump() for tool in self.tools],
+                "limits": self.limits.model_dump(), "image": self.image.to_json(), "verifier_key": self.verifier_key,
+                "verifier_spec": self.verifier_spec.model_dump(mode="json"), "examples": list(self.examples),
+                "session": self.session.model_dump() if self.session else None, "context": self.context.model_dump()}
 
     @classmethod
     def from_json(cls, data: dict) -> TaskTemplate:
-        return cls(**{**data, "tools": tuple(data["tools"]), "examples": tuple(data.get("examples", ())),
-                      "image": SandboxImage.from_json(data["image"])})
+        return cls(key=data["key"], domain=data["domain"], system_prompt=data["system_prompt"],
+                   prompt_template=data["prompt_template"],
+                   tools=tuple(ToolSpec.model_validate(tool) for tool in data["tools"]),
+                   limits=Limits.model_validate(data["limits"]), image=SandboxImage.from_json(data["image"]),
+                   verifier_key=data["verifier_key"], verifier_spec=VerifierSpec.model_validate(data["verifier_spec"]),
+                   examples=tuple(data["examples"]),
+                   session=SessionSettings.model_validate(data["session"]) if data["session"] else None,
+                   context=ContextPolicy.model_validate(data["context"]))
 
     def messages(self, item: Item, *, examples: bool = True) -> list[dict]:
         """The conversation the model is prompted with. Without `examples`, what a trajectory records as its

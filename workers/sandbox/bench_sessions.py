@@ -17,14 +17,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from workers.definitions.specs import SessionSettings
+
 from .interface import SandboxBackend
 from .pool import SandboxPool, latency_summary
-from .session import SessionSpec, WorkspaceSource, prepared_image
+from .session import WorkspaceSource, prepared_image
 from .types import Execution, SandboxImage
 
 IMAGE = SandboxImage(key="bench/session-python@1", layers=({"type": "base", "image": "python-3.11"},),
                      warm_pool_size=2)
-SPEC = SessionSpec(idle_timeout=120, lifetime=600, max_calls=100_000, disk_mb=128, memory_mb=256, call_seconds=30)
+SPEC = SessionSettings(idle_timeout=120, lifetime=600, max_calls=100_000, disk_mb=128, memory_mb=256, call_seconds=30)
 COMMAND = ["python3", "-c", "print(sum(range(100)))"]
 
 

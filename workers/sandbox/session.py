@@ -1,13 +1,14 @@
 """Sandbox sessions: one sandbox held for a whole trajectory, with a workspace that persists between calls.
 
-A task template that declares `session: {...}` (workers/definitions/specs.py, SessionSpec) gets, per trajectory,
-one sandbox of its image held from its first tool call (or from the start when the session has `prepare`
-commands) until the trajectory ends, is cancelled or times out. Every call execs a new process in the same
+A task template that declares `session: {...}` (workers/definitions/specs.py: SessionSettings, the one type of
+a session's settings, the spec's and the sandbox's) gets, per trajectory, one sandbox of its image held from its
+first tool call (or from the start when the session has `prepare` commands) until the trajectory ends, is
+cancelled or times out. Every call execs a new process in the same
 workspace: files, installed packages (pip --user lands in the workspace) and the working directory persist;
 background processes die at the end of the call that started them unless the spec keeps them
 (`keep_background`).
 
-    session = pool.open_session(image, SessionSpec(idle_timeout=300, lifetime=1800, max_calls=100),
+    session = pool.open_session(image, SessionSettings(idle_timeout=300, lifetime=1800, max_calls=100),
                                 workspace=WorkspaceSource.directory(repo_dir))
     with session:
         result = session.exec("pip install -e . && pytest -x -q", timeout=120)   # a str runs under bash -c
@@ -46,6 +47,8 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from workers.definitions.specs import SessionSettings
+
 WORKSPACE_ROOT = "/sandbox"  # the workspace as the program sees it (its cwd at the first call)
 # Where WorkspaceSource.from_bytes keeps archives it was handed in memory, by content: root's alone.
 SOURCE_DIR = Path("/var/tmp/posttrain-studio/workspace-sources")
@@ -70,31 +73,6 @@ class SessionLimitReached(SessionError):
     def __init__(self, limit: str, message: str):
         super().__init__(message)
         self.limit = limit
-
-
-@dataclass(frozen=True)
-class SessionSpec:
-    """What a template's `session:` declares (workers/definitions/specs.py validates it; part of the template's
-    content hash). Seconds are wall clock."""
-
-    idle_timeout: float = 600.0  # no call for this long: the sandbox is reclaimed (SessionLost on the next call)
-    lifetime: float = 3600.0  # hard cap from open; then SessionLimitReached("lifetime") and the sandbox is released
-    max_calls: int = 200  # exec / read / write / diff calls together; then SessionLimitReached("calls")
-    disk_mb: int = 1024  # the workspace's and /tmp's writable space (replaces the image's disk_mb)
-    memory_mb: int = 1024  # memory of the session's processes together (replaces the image's memory_mb)
-    call_seconds: float = 120.0  # default wall-clock limit of one exec (exec(timeout=) may lower it, never raise it)
-    keep_background: bool = False  # True: processes a call starts in the background outlive it (a server)
-    prepare: tuple[str, ...] = ()  # shell commands run once in the workspace when it is prepared (cached)
-
-    @classmethod
-    def from_spec(cls, data: dict | None) -> SessionSpec | None:
-        """From a template spec's normalised `session` field; None when the template declares none."""
-        if not data:
-            return None
-        return cls(**{**data, "prepare": tuple(data.get("prepare", ()))})
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "prepare": list(self.prepare)}
 
 
 @dataclass(frozen=True)
@@ -158,7 +136,7 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def prepared_image(image, spec: SessionSpec, workspace: WorkspaceSource | None):
+def prepared_image(image, spec: SessionSettings, workspace: WorkspaceSource | None):
     """The SandboxImage whose sandboxes a session of `spec` over `workspace` runs in: `image`'s layers plus a
     `workspace` layer (the source's contents and the prepare commands, built once and cached like any layer), the
     session's memory and disk limits. Its key names the exact preparation and limits, so the pool keeps one warm
@@ -199,7 +177,7 @@ class Session:
     session's budget is spent; exec never raises for what the program does.
     """
 
-    def __init__(self, lease, spec: SessionSpec, *, open_seconds: float = 0.0):
+    def __init__(self, lease, spec: SessionSettings, *, open_seconds: float = 0.0):
         import time
 
         self._lease, self.spec = lease, spec

@@ -20,7 +20,6 @@ from typing import Any
 
 from workers.definitions.specs import ScoreModel, VerifierSpec
 
-from .checks import verifier_spec
 from .types import Item
 
 FENCED_BLOCK = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)```", re.S | re.I)
@@ -44,10 +43,10 @@ def reference_text(template: str, item: Item) -> str:
         raise ReferenceMissing(f"reference {template!r} cannot be filled from item {item.key!r}: {exc}")
 
 
-def references_unfilled(spec: VerifierSpec | dict, item: Item) -> str | None:
+def references_unfilled(spec: VerifierSpec, item: Item) -> str | None:
     """Why the verifier's checks cannot fill their `reference` from this item's hidden fields, or None: a task
     that lacks what its verifier reads can never be graded (checked when tasks are uploaded)."""
-    for layer in verifier_spec(spec).layers:
+    for layer in spec.layers:
         for check in layer.checks:
             if not hasattr(check, "reference") or (isinstance(check, ScoreModel) and not check.pairwise):
                 continue

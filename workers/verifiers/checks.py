@@ -8,7 +8,6 @@ Functions are named, not imported: a module is imported on first use, so a worke
 imports the judge's client (nor the 3D stack).
 """
 
-import copy
 import importlib
 import typing
 from functools import cache
@@ -29,8 +28,6 @@ from workers.definitions.specs import (
     StringCheck,
     TextSimilarity,
     UnitTests,
-    VerifierSpec,
-    parse_spec,
 )
 
 # spec class -> "module.function" under workers.verifiers
@@ -67,26 +64,3 @@ def check_function(name: str):
         raise KeyError(f"no check implements {name!r}; known: {', '.join(sorted(SPEC_CLASSES))}")
     module, function = IMPLEMENTATIONS[SPEC_CLASSES[name]].rsplit(".", 1)
     return getattr(importlib.import_module(f"{__package__}.{module}"), function)
-
-
-# id of a caller's spec dict -> (that dict, a copy of it as parsed, the parsed spec). The dict itself is held so
-# that its id cannot be reused while the entry lives; the copy tells a dict changed in place since.
-_parsed: dict[int, tuple[dict, dict, VerifierSpec]] = {}
-MAX_PARSED = 256
-
-
-def verifier_spec(spec: VerifierSpec | dict) -> VerifierSpec:
-    """A Verifier spec as its typed object; SpecError names what is wrong with an invalid one.
-
-    Parsed once per spec: a task template hands the same dict to the verifier for every sample, and parsing it
-    (~50 us) would be a fifth of a numeric verdict. A dict changed in place is parsed again."""
-    if isinstance(spec, VerifierSpec):
-        return spec
-    hit = _parsed.get(id(spec))
-    if hit is not None and hit[0] is spec and hit[1] == spec:
-        return hit[2]
-    parsed = parse_spec("verifier", spec)
-    if len(_parsed) >= MAX_PARSED:
-        _parsed.clear()
-    _parsed[id(spec)] = (spec, copy.deepcopy(spec), parsed)
-    return parsed

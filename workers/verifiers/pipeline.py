@@ -14,9 +14,9 @@ Rules, in order of the spec's layers:
 - Status: `pass` at or above the verifier's pass_threshold, `fail` at 0, `partial` in between.
 - Checks read the response with "\n" line endings, however the model or a browser wrote it: an author's regex
   with `$`, a reference compared as a string and a grader's own parsing meet the text they were written for.
-The spec is parsed once into its typed object (checks.verifier_spec): layers, bands and checks are attributes
-with their defaults, and each check function receives its own check's object. A spec that does not validate
-raises SpecError (a published one was validated on publish).
+The spec comes parsed (a task template parses its verifier's once, where it is built; a caller holding a
+version's JSON parses it with parse_spec("verifier", ...)): layers, bands and checks are attributes with their
+defaults, and each check function receives its own check's object.
 """
 
 import time
@@ -26,12 +26,11 @@ from workers.definitions.newlines import normalise_newlines
 from workers.definitions.specs import Check, ScoreModel, VerifierSpec
 from workers.telemetry import verdict_observed
 
-from .checks import check_function, verifier_spec
+from .checks import check_function
 from .types import ERROR, FAIL, INFRA_ERROR, PARTIAL, PASS, Component, Outcome, Verdict
 
 
-def verify(spec: VerifierSpec | dict, sample, item, context, *, retries: int = 2) -> Verdict:
-    spec = verifier_spec(spec)
+def verify(spec: VerifierSpec, sample, item, context, *, retries: int = 2) -> Verdict:
     verdict = _verify(spec, _as_read(sample), item, context, retries)
     verdict_observed(spec, verdict)
     return verdict
@@ -111,7 +110,7 @@ def _run_check(check: Check, sample, item, context, retries: int) -> tuple[Outco
     return outcome, time.monotonic() - started
 
 
-def verify_group(spec: VerifierSpec | dict, samples: list, item, context, *, rank_with_judge: bool = False,
+def verify_group(spec: VerifierSpec, samples: list, item, context, *, rank_with_judge: bool = False,
                  retries: int = 2) -> list[Verdict]:
     """The samples of one task (a GRPO group), each verified on its own.
 
@@ -120,7 +119,6 @@ def verify_group(spec: VerifierSpec | dict, samples: list, item, context, *, ran
     reward: a judge compares two answers more steadily than it scores one. Samples the cheaper layers
     decided keep their verdicts; a ranking the judge could not make leaves the verdicts as they were.
     """
-    spec = verifier_spec(spec)
     verdicts = [verify(spec, sample, item, context, retries=retries) for sample in samples]
     judge_layers = [layer for layer in spec.layers if layer.kind == "judge"]
     if not rank_with_judge or not judge_layers or context.judge is None:

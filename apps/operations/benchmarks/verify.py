@@ -71,8 +71,7 @@ def run(*, backend: str | None = None, **_) -> dict:
                     context = wiring.verification_context(pool=pool, image=pinned.image)
                     pool.warm(pinned.image, 2)
                     work = list(_samples(pinned.template, make, count))
-                    judge_layers = {layer["name"] for layer in pinned.verifier_spec["layers"]
-                                    if layer["kind"] == "judge"}
+                    judge_layers = {layer.name for layer in pinned.verifier_spec.layers if layer.kind == "judge"}
                     started = time.perf_counter()
                     with ThreadPoolExecutor(max_workers=2) as workers:
                         def verify_one(pair, spec=pinned.verifier_spec, context=context):

@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from apps.registry.services import version_publish
 from tests.support.specimens import TEMPLATE_SPEC, VERIFIER_SPEC
+from workers.definitions.specs import Limits
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +87,8 @@ def test_the_template_playground_renders_the_prompt_and_runs_the_reference(login
     url = _url("template_playground", project, "add-two")
     page = client.get(url + "?key=add-00004")
     assert [m["content"] for m in page.context["prompt_messages"]] == ["What is 4 + 4?"]
-    assert page.context["limits"] == {"max_turns": 1, "max_tokens": 16, "max_seconds": 10}
+    assert page.context["limits"] == Limits(max_turns=1, max_tokens=16, max_seconds=10)
+    assert b"1 turn, 16 tokens in all, 10.0 s" in page.content
     ran = client.post(url + "?key=add-00004", {"key": "add-00004"})
     reference = ran.context["reference"]
     assert reference["status"] == "ok" and reference["verdict"]["status"] == "pass"

@@ -16,6 +16,7 @@ from apps.runs.models import Run, RunKind, RunStatus
 from apps.runs.services import run_create
 from apps.runs.stages import lineage
 from apps.trajectories.services import trajectories_record
+from workers.definitions.specs import ToolSpec
 from workers.rl.models.base_model import reference_turns
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL
@@ -23,8 +24,8 @@ from workers.rl.types import ToolCall, Trajectory, TrajectoryStatus, Turn, traje
 
 
 def test_an_expression_tasks_reference_calls_the_tool_first():
-    turns = reference_turns(tools=[RUN_PYTHON_TOOL], inputs={"expression": "12 * 13 + 100"}, hidden={"answer": 256},
-                            rng=random.Random(0), tool_call_fraction=1.0)
+    turns = reference_turns(tools=[ToolSpec.model_validate(RUN_PYTHON_TOOL)], inputs={"expression": "12 * 13 + 100"},
+                            hidden={"answer": 256}, rng=random.Random(0), tool_call_fraction=1.0)
     assert [t["role"] for t in turns] == ["assistant", "tool", "assistant"]
     assert '"code": "print(12 * 13 + 100)"' in turns[0]["content"] and turns[2]["content"] == "256"
     assert reference_turns(tools=[], inputs={"expression": "1 + 1"}, hidden={"answer": 2},

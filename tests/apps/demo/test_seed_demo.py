@@ -21,7 +21,7 @@ from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
 from apps.runs.management.commands.train import parse_setting
-from workers.definitions.specs import prompt_placeholders
+from workers.definitions.specs import parse_spec, prompt_placeholders
 from workers.rl.config import RunConfig
 from workers.rl.models.packaged import SMOLLM2_135M, file_sha256, gguf_file
 from workers.rl.rollout.evaluation import suite_tasks
@@ -297,7 +297,7 @@ def test_the_real_model_demo_reads_the_number_and_evaluates_nothing(seeded):
     item = Item(key="sum-19-14", inputs={"a": 19, "b": 14}, hidden={"answer": 33})
 
     def reward(verifier: str, response: str) -> float:
-        spec = latest(project, "verifier", verifier).spec
+        spec = parse_spec("verifier", latest(project, "verifier", verifier).spec)
         return verify(spec, Sample(response=response, logs="", trajectory_id="t"), item, None).reward
 
     restated = "To solve 19+14, we"

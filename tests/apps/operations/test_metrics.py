@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from apps.runs.models import MetricPoint
+from workers.definitions.specs import parse_spec
 from workers.verifiers import Item, Sample, verify
 
 pytestmark = pytest.mark.django_db
@@ -38,9 +39,9 @@ def test_a_scrape_shows_requests_the_running_run_the_pools_and_the_verifier(clie
                     "wait_for_sandbox": {"p50_ms": 12.0, "p95_ms": 80.0, "count": 9}}]}))
     (pools / "pool-99-1.json").write_text(json.dumps({"pid": 99, "updated": time.time() - 3600, "images": [
         {"image": "sandbox_image/gone@1", "warm": 5}]}))  # a pool whose process stopped an hour ago
-    spec = {"layers": [{"name": "exact", "kind": "exact", "checks": [
+    spec = parse_spec("verifier", {"layers": [{"name": "exact", "kind": "exact", "checks": [
         {"type": "numeric", "name": "n", "weight": 1.0, "reference": "{answer}", "abs_tolerance": 0,
-         "rel_tolerance": 0, "parse_scale": False}]}], "pass_threshold": 1.0}
+         "rel_tolerance": 0, "parse_scale": False}]}], "pass_threshold": 1.0})
     before = value(scrape(client), "studio_verdicts_total", deciding_layer_kind="exact", status="pass") or 0
     verify(spec, Sample(response="4"), Item(key="k", inputs={}, hidden={"answer": 4}), None)
 

@@ -12,6 +12,7 @@ from apps.registry.models import Version
 from apps.registry.selectors import instance_rows
 from apps.registry.task_files import read_tasks
 from tests.support import ROOT
+from workers.definitions.specs import parse_spec
 from workers.verifiers.pipeline import verify
 from workers.verifiers.types import Item, Sample
 
@@ -45,7 +46,7 @@ def test_gsm8k_imports_its_final_number_and_grades_it(benchmarks):
     assert tasks["0"].hidden["solution"].endswith("72 - 50 = <<72-50=22>>22 left.")
     assert tasks["1"].inputs == {"question": "Mia reads 15 pages a day for 4 days, then 20 pages a day for 3 days. "
                                              "How many pages does she read?"}
-    spec = _verifier("gsm8k-number")
+    spec = parse_spec("verifier", _verifier("gsm8k-number"))
     rewards = [verify(spec, Sample(response=response), tasks["2"], None).reward
                for response in ("One of each is 11 dollars, so 125 cost 1,375 dollars.", "#### 1375",
                                 "They cost 1374 dollars.")]
@@ -60,7 +61,7 @@ def test_multiple_choice_imports_letters_and_choices_and_grades_the_letter(bench
     assert planets.inputs == {"question": "Which planet is closest to the Sun?", "subject": "astronomy",
                               "choices": "A. Venus\nB. Earth\nC. Mercury\nD. Mars"}
     assert planets.hidden == {"answer": "C", "answer_index": 2, "choices": ["Venus", "Earth", "Mercury", "Mars"]}
-    spec = _verifier("choice-letter")
+    spec = parse_spec("verifier", _verifier("choice-letter"))
     assert [verify(spec, Sample(response=letter), planets, None).reward for letter in "CAB"] == [1.0, 0.0, 0.0]
     prompt = _head("mmlu").spec["prompt_template"].format(**planets.inputs)
     assert prompt == "Which planet is closest to the Sun?\nA. Venus\nB. Earth\nC. Mercury\nD. Mars\nAnswer:"

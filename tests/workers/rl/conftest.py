@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from workers.definitions import validate_spec
+from workers.definitions.specs import Limits, parse_spec
 from workers.rl.config import RunConfig
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.base_model import pretrain
@@ -26,7 +26,7 @@ from workers.verifiers import Item
 
 RUN_ID = "00000000-0000-4000-8000-000000000001"
 LIMIT = 10  # a, b below this
-NUMERIC = validate_spec("verifier", {"layers": [
+NUMERIC = parse_spec("verifier", {"layers": [
     {"name": "number", "kind": "exact", "checks": [{"type": "numeric", "name": "answer", "reference": "{answer}",
                                                     "abs_tolerance": 0, "rel_tolerance": 0}]}]})
 PLAIN_PYTHON = SandboxImage(key="sandbox_image/plain-python@1", layers=({"type": "base", "image": "python-3.11"},),
@@ -35,7 +35,7 @@ PLAIN_PYTHON = SandboxImage(key="sandbox_image/plain-python@1", layers=({"type":
 
 def addition_template(**limits) -> TaskTemplate:
     return TaskTemplate(key="task_template/add@1", domain="arithmetic", system_prompt="", prompt_template="{a}+{b}=",
-                        tools=(), limits={"max_turns": 1, "max_tokens": 4, "max_seconds": 10, **limits},
+                        tools=(), limits=Limits(**{"max_turns": 1, "max_tokens": 4, "max_seconds": 10, **limits}),
                         image=PLAIN_PYTHON, verifier_key="verifier/numeric@1", verifier_spec=NUMERIC)
 
 

@@ -23,12 +23,13 @@ HOLDER = textwrap.dedent("""
     from pathlib import Path
     from workers.sandbox import SandboxImage, SandboxPool
     from workers.sandbox.backends import backend_named
-    from workers.sandbox.session import SessionSpec, WorkspaceSource
+    from workers.definitions.specs import SessionSettings
+    from workers.sandbox.session import WorkspaceSource
 
     backend = backend_named(sys.argv[1], layer_cache=Path(sys.argv[2]))
     pool = SandboxPool(backend)
     image = SandboxImage(key="test/killed@1", layers=({"type": "base", "image": "python-3.11"},), warm_pool_size=1)
-    session = pool.open_session(image, SessionSpec(call_seconds=60, disk_mb=32, memory_mb=128),
+    session = pool.open_session(image, SessionSettings(call_seconds=60, disk_mb=32, memory_mb=128),
                                 workspace=WorkspaceSource.directory(sys.argv[3]), timeout=120)
     session.exec("echo work > in-progress.txt")
     threading.Thread(target=session.exec, args=("sleep 60",), daemon=True).start()

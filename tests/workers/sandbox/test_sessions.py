@@ -9,13 +9,14 @@ import time
 
 import pytest
 
+from workers.definitions.specs import SessionSettings
 from workers.sandbox import SandboxImage
-from workers.sandbox.session import SessionLimitReached, SessionLost, SessionSpec, WorkspaceSource
+from workers.sandbox.session import SessionLimitReached, SessionLost, WorkspaceSource
 from workers.sandbox.types import Limits
 
 IMAGE = SandboxImage(key="test/session@1", layers=({"type": "base", "image": "python-3.11"},),
                      limits=Limits(cpu_seconds=5, wall_seconds=5, memory_mb=128, disk_mb=32), warm_pool_size=1)
-SPEC = SessionSpec(idle_timeout=30, lifetime=60, max_calls=50, disk_mb=32, memory_mb=128, call_seconds=5)
+SPEC = SessionSettings(idle_timeout=30, lifetime=60, max_calls=50, disk_mb=32, memory_mb=128, call_seconds=5)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_a_session_keeps_its_workspace_between_calls_and_diffs_against_its_base(
 
 
 def test_each_session_gets_its_own_copy_of_the_prepared_workspace(pool, repository):
-    spec = SessionSpec(**{**SPEC.to_json(), "prepare": ("echo prepared > PREPARED", "mkdir -p build")})
+    spec = SPEC.model_copy(update={"prepare": ["echo prepared > PREPARED", "mkdir -p build"]})
     first = pool.open_session(IMAGE, spec, workspace=repository, timeout=60)
     second = pool.open_session(IMAGE, spec, workspace=repository, timeout=60)
     try:
@@ -86,7 +87,7 @@ def test_background_processes_end_with_their_call_unless_the_session_keeps_them(
         started = session.exec("sleep 300 & echo started")
         assert started.status == "ok" and started.wall_seconds < 3
         assert session.exec(count).stdout.strip() == b"0"
-    keeping = SessionSpec(**{**SPEC.to_json(), "keep_background": True})
+    keeping = SPEC.model_copy(update={"keep_background": True})
     with pool.open_session(IMAGE, keeping, timeout=60) as session:
         session.exec("sleep 300 > /dev/null 2>&1 &")
         assert session.exec(count).stdout.strip() == b"1"
@@ -110,13 +111,13 @@ def test_paths_outside_the_workspace_and_missing_files_are_refused(pool):
 
 
 def test_a_session_ends_at_its_limits(pool):
-    with pool.open_session(IMAGE, SessionSpec(**{**SPEC.to_json(), "max_calls": 2}), timeout=60) as session:
+    with pool.open_session(IMAGE, SPEC.model_copy(update={"max_calls": 2}), timeout=60) as session:
         session.exec("true")
         session.write_file("x", b"1")
         with pytest.raises(SessionLimitReached) as spent:
             session.exec("true")
         assert spent.value.limit == "calls"
-    session = pool.open_session(IMAGE, SessionSpec(**{**SPEC.to_json(), "lifetime": 1.5}), timeout=60)
+    session = pool.open_session(IMAGE, SPEC.model_copy(update={"lifetime": 1.5}), timeout=60)
     slow = session.exec("sleep 5")  # cut at the session's remaining lifetime, not at the call's 5 s
     assert slow.status == "timeout" and slow.wall_seconds < 3
     with pytest.raises(SessionLimitReached) as over:
@@ -125,7 +126,7 @@ def test_a_session_ends_at_its_limits(pool):
 
 
 def test_a_session_idle_past_its_timeout_or_whose_sandbox_died_is_lost(pool):
-    session = pool.open_session(IMAGE, SessionSpec(**{**SPEC.to_json(), "idle_timeout": 0.5}), timeout=60)
+    session = pool.open_session(IMAGE, SPEC.model_copy(update={"idle_timeout": 0.5}), timeout=60)
     deadline = time.monotonic() + 10
     while session.alive and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from tests.support.sandbox import TIGHT, settle
-from workers.definitions import validate_spec
+from workers.definitions.specs import parse_spec
 from workers.sandbox import Execution, SandboxImage, SandboxPool, Status
 from workers.sandbox.process import ProcessBackend, own_uid_range
 from workers.sandbox.soak import uid_process_counts
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.sandbox
 
 ONE = SandboxImage(key="test/one@1", layers=({"type": "base", "image": "python-3.11"},), limits=TIGHT,
                    warm_pool_size=1)
-GRADER = validate_spec("verifier", {"layers": [{"name": "env", "kind": "environment", "checks": [
+GRADER = parse_spec("verifier", {"layers": [{"name": "env", "kind": "environment", "checks": [
     {"type": "python_grader", "name": "grader", "timeout_seconds": 10,
      "source": "def grade(sample, item):\n    return 1.0\n"}]}]})
 

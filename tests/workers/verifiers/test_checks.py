@@ -6,9 +6,9 @@ import subprocess
 import sys
 import typing
 
-from workers.definitions.specs import CHECKS_BY_LAYER, Check, CheckSpec, NumericMatch, VerifierSpec
+from workers.definitions.specs import CHECKS_BY_LAYER, Check, CheckSpec, NumericMatch, parse_spec
 from workers.verifiers import Item, Sample, verify
-from workers.verifiers.checks import IMPLEMENTATIONS, SPEC_CLASSES, check_function, check_type, verifier_spec
+from workers.verifiers.checks import IMPLEMENTATIONS, SPEC_CLASSES, check_function, check_type
 
 
 def _subclasses(cls: type) -> set[type]:
@@ -31,23 +31,17 @@ def test_each_check_function_takes_its_own_spec_class():
 
 def test_a_check_reads_the_defaults_of_its_spec_class():
     # rel_tolerance and parse_scale left out: NumericMatch's defaults (1e-9, scale words read) apply.
-    spec = {"layers": [{"name": "number", "kind": "exact", "checks": [{"type": "numeric"}]}]}
+    spec = parse_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [{"type": "numeric"}]}]})
     verdict = verify(spec, Sample("Answer: 1.2 million"), Item("k", {}, {"answer": "1200000"}), None)
     assert verdict.status == "pass" and verdict.components[0].name == "numeric-0"
-    assert verifier_spec(spec).layers[0].checks[0] == NumericMatch(type="numeric")
-
-
-def test_the_verifier_spec_is_parsed_once_and_again_when_it_changes():
-    spec = {"layers": [{"name": "number", "kind": "exact", "checks": [{"type": "numeric", "name": "first"}]}]}
-    parsed = verifier_spec(spec)
-    assert isinstance(parsed, VerifierSpec) and verifier_spec(spec) is parsed and verifier_spec(parsed) is parsed
-    spec["layers"][0]["checks"][0]["name"] = "renamed"  # a caller's dict changed in place is read anew
-    assert verifier_spec(spec).layers[0].checks[0].name == "renamed"
+    assert spec.layers[0].checks[0] == NumericMatch(type="numeric")
 
 
 def test_a_worker_that_never_judges_never_imports_the_judge_nor_the_3d_stack():
-    program = ("import sys\nfrom workers.verifiers import Item, Sample, verify\n"
-               "spec = {'layers': [{'name': 'n', 'kind': 'exact', 'checks': [{'type': 'numeric'}]}]}\n"
+    program = ("import sys\nfrom workers.definitions.specs import parse_spec\n"
+               "from workers.verifiers import Item, Sample, verify\n"
+               "spec = parse_spec('verifier', {'layers': [{'name': 'n', 'kind': 'exact', "
+               "'checks': [{'type': 'numeric'}]}]})\n"
                "assert verify(spec, Sample('Answer: 3'), Item('k', {}, {'answer': 3}), None).status == 'pass'\n"
                "print(sorted(m for m in ('openai', 'trimesh', 'matplotlib', 'workers.verifiers.judge', "
                "'workers.verifiers.mesh') if m in sys.modules))\n")

@@ -4,6 +4,7 @@ score, and a grader that crashes is a grading fault, never a zero."""
 import pytest
 
 from tests.support.sandbox import process_pool
+from workers.definitions.specs import VerifierSpec, parse_spec
 from workers.sandbox import SandboxImage
 from workers.verifiers import Context, Item, Sample, verify
 
@@ -13,8 +14,9 @@ SCRIPTED = {"type": "python_grader", "name": "scripted", "weight": 1.0, "timeout
             "source": "def grade(sample, item):\n    return item['hidden']['score']\n"}
 
 
-def single_layer(check) -> dict:
-    return {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [check]}]}
+def single_layer(check) -> VerifierSpec:
+    return parse_spec("verifier", {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact",
+                                                                      "escalate": None, "checks": [check]}]})
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from tests.support.judge_server import INJECTION, FakeJudgeServer
-from workers.definitions.specs import LabelModel, ScoreModel, validate_spec
+from workers.definitions.specs import LabelModel, ScoreModel, VerifierSpec, parse_spec, validate_spec
 from workers.verifiers.judge import (
     InMemoryJudgeCache,
     JudgeClient,
@@ -337,13 +337,13 @@ def test_the_pipeline_finds_the_judge_checks():
 # --- the judge inside the layered pipeline ---------------------------------------------------------------
 
 
-def layered(judge_model: str) -> dict:
+def layered(judge_model: str, **judge) -> VerifierSpec:
     """An exact check that is unsure about anything but an exact "Paris", then the judge."""
-    return {"pass_threshold": 1.0, "layers": [
+    return parse_spec("verifier", {"pass_threshold": 1.0, "layers": [
         {"name": "exact", "kind": "exact", "escalate": {"uncertain_low": 0.0, "uncertain_high": 1.0},
          "checks": [{"type": "string_check", "name": "exact", "weight": 1.0, "operation": "eq",
                      "reference": "{answer}"}]},
-        {"name": "judge", "kind": "judge", "escalate": None, "checks": [score_spec(model=judge_model)]}]}
+        {"name": "judge", "kind": "judge", "escalate": None, "checks": [score_spec(model=judge_model, **judge)]}]})
 
 
 def test_the_judge_runs_only_for_what_the_exact_layer_cannot_decide(make_judge, server):
@@ -359,8 +359,7 @@ def test_the_judge_runs_only_for_what_the_exact_layer_cannot_decide(make_judge, 
 def test_a_pairwise_judges_two_orders_reach_the_verdict_as_json(make_judge, server):
     from workers.verifiers import Verdict, verify
 
-    spec = layered("position-biased")
-    spec["layers"][1]["checks"] = [score_spec(model="position-biased", rubric=KEYWORD_RUBRIC, pairwise=True)]
+    spec = layered("position-biased", rubric=KEYWORD_RUBRIC, pairwise=True)
     item = Item(key="photo", inputs={}, hidden={"answer": "Sunlight, chlorophyll and water make glucose."})
     verdict = Verdict.from_json(verify(spec, sample("Plants like sunlight."), item,
                                        Context(judge=make_judge())).to_json())
@@ -380,8 +379,8 @@ def test_a_malformed_judge_reply_withholds_the_reward(make_judge):
 def test_a_group_is_ranked_by_the_judge_where_the_judge_decided(make_judge, server):
     from workers.verifiers import verify_group
 
-    spec = {"pass_threshold": 1.0, "layers": [
-        {"name": "judge", "kind": "judge", "escalate": None, "checks": [score_spec(rubric=KEYWORD_RUBRIC)]}]}
+    spec = parse_spec("verifier", {"pass_threshold": 1.0, "layers": [
+        {"name": "judge", "kind": "judge", "escalate": None, "checks": [score_spec(rubric=KEYWORD_RUBRIC)]}]})
     group = [sample("nothing relevant"), sample("sunlight, chlorophyll and glucose"), sample("sunlight")]
     verdicts = verify_group(spec, group, ITEM, Context(judge=make_judge()), rank_with_judge=True)
     rewards = [v.reward for v in verdicts]

@@ -5,6 +5,7 @@ reference, and the hidden tests run on the code."""
 import pytest
 
 from tests.support.sandbox import process_pool
+from workers.definitions.specs import parse_spec
 from workers.sandbox import SandboxImage
 from workers.verifiers import Context, Item, Sample, verify
 from workers.verifiers.answers import final_answer, json_payload
@@ -41,9 +42,9 @@ def test_citation_lines_are_read_one_a_line():
 
 
 def test_an_authors_pattern_and_reference_see_one_line_ending():
-    spec = {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [
+    spec = parse_spec("verifier", {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "checks": [
         {"type": "regex", "name": "first-line", "weight": 1.0, "pattern": r"(?m)^items: 3$"},
-        {"type": "string_check", "name": "whole", "weight": 1.0, "operation": "eq", "reference": "{answer}"}]}]}
+        {"type": "string_check", "name": "whole", "weight": 1.0, "operation": "eq", "reference": "{answer}"}]}]})
     item = Item(key="k", inputs={}, hidden={"answer": "items: 3\ntotal: 12"})
     verdict = verify(spec, Sample(response="items: 3\r\ntotal: 12"), item, Context())
     assert [c.value for c in verdict.components] == [1.0, 1.0], [c.evidence for c in verdict.components]
@@ -53,8 +54,8 @@ def test_an_authors_pattern_and_reference_see_one_line_ending():
 def test_a_correct_function_pasted_with_crlf_passes_its_hidden_tests():
     image = SandboxImage(key="sandbox_image/plain-python@1", layers=({"type": "base", "image": "python-3.11"},),
                          warm_pool_size=1)
-    spec = {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "escalate": None, "checks": [
-        {"type": "unit_tests", "name": "hidden-tests", "weight": 1.0, "timeout_seconds": 10}]}]}
+    spec = parse_spec("verifier", {"pass_threshold": 1.0, "layers": [{"name": "exact", "kind": "exact", "checks": [
+        {"type": "unit_tests", "name": "hidden-tests", "weight": 1.0, "timeout_seconds": 10}]}]})
     item = Item(key="add", inputs={}, hidden={"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
                                               "entry_point": "add"})
     with process_pool(image) as pool:

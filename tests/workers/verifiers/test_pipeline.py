@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from workers.definitions.specs import parse_spec
 from workers.sandbox import ExecutionResult, SandboxImage, Status
 from workers.verifiers import Context, Item, Sample, verify
 
@@ -16,11 +17,11 @@ SCRIPTED = {"type": "python_grader", "name": "scripted", "weight": 1.0, "timeout
             "source": "def grade(sample, item):\n    return item['hidden']['score']\n"}
 LOGS = {"type": "log_rules", "name": "logs", "weight": 1.0,
         "rules": [{"pattern": "Traceback", "effect": "fail"}]}
-VERIFIER = {"pass_threshold": 1.0, "layers": [
+VERIFIER = parse_spec("verifier", {"pass_threshold": 1.0, "layers": [
     {"name": "exact", "kind": "exact", "checks": [SCRIPTED],
      "escalate": {"uncertain_low": 0.3, "uncertain_high": 0.7}},
     {"name": "environment", "kind": "environment", "checks": [LOGS], "escalate": None},
-]}
+]})
 
 
 class ScriptedPool:
@@ -69,17 +70,19 @@ def test_an_escalation_with_nothing_after_it_keeps_the_uncertain_score(context):
 
 
 def test_weight_zero_is_recorded_but_never_counted(context):
-    spec = {"pass_threshold": 1.0, "layers": [{"name": "environment", "kind": "environment", "escalate": None,
-                                               "checks": [{**SCRIPTED, "name": "counted"},
-                                                          {**LOGS, "name": "log-only", "weight": 0.0}]}]}
+    spec = parse_spec("verifier", {"pass_threshold": 1.0, "layers": [{"name": "environment", "kind": "environment",
+                                                                      "checks": [{**SCRIPTED, "name": "counted"},
+                                                                                 {**LOGS, "name": "log-only",
+                                                                                  "weight": 0.0}]}]})
     verdict = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)
     assert verdict.reward == 1.0
     assert [(c.name, c.value) for c in verdict.components] == [("counted", 1.0), ("log-only", 0.0)]
 
 
 def test_weights_combine_checks_within_a_layer(context):
-    spec = {"pass_threshold": 0.5, "layers": [{"name": "environment", "kind": "environment", "escalate": None,
-                                               "checks": [{**SCRIPTED, "weight": 3.0}, {**LOGS, "weight": 1.0}]}]}
+    spec = parse_spec("verifier", {"pass_threshold": 0.5, "layers": [{"name": "environment", "kind": "environment",
+                                                                      "checks": [{**SCRIPTED, "weight": 3.0},
+                                                                                 {**LOGS, "weight": 1.0}]}]})
     verdict = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)
     assert verdict.reward == 0.75 and verdict.status == "pass"
 
@@ -92,9 +95,9 @@ def test_infra_errors_never_become_a_reward():
 
 
 def test_continue_on_pass_lets_failures_decide_and_sends_passes_on(context):
-    spec = {"pass_threshold": 1.0, "layers": [
+    spec = parse_spec("verifier", {"pass_threshold": 1.0, "layers": [
         {"name": "exact", "kind": "exact", "escalate": None, "continue_on_pass": True, "checks": [SCRIPTED]},
-        {"name": "environment", "kind": "environment", "escalate": None, "checks": [LOGS]}]}
+        {"name": "environment", "kind": "environment", "escalate": None, "checks": [LOGS]}]})
     failed = verify(spec, Sample(response="x", logs="fine"), item(0.0), context)
     assert failed.layers_run == ["exact"] and failed.reward == 0.0
     scrutinised = verify(spec, Sample(response="x", logs="Traceback"), item(1.0), context)

@@ -5,16 +5,18 @@ from dataclasses import replace
 import pytest
 
 from tests.support.sandbox import process_pool
+from workers.definitions.specs import parse_spec
 from workers.sandbox import SandboxImage
 from workers.sandbox.types import Limits
 from workers.verifiers import Context, Item, Sample, verify
 
 pytestmark = pytest.mark.sandbox
 
-CODING_VERIFIER = {"layers": [
+CODING = {"layers": [
     {"name": "unit-tests", "kind": "exact", "escalate": None,
      "checks": [{"type": "unit_tests", "name": "hidden-tests", "weight": 1.0, "framework": "unittest",
                  "timeout_seconds": 5}]}], "pass_threshold": 1.0}
+CODING_VERIFIER = parse_spec("verifier", CODING)
 TESTS = '''import unittest
 from solution import median
 
@@ -161,8 +163,8 @@ def test_scoring_all_gives_a_stub_nothing_where_a_share_of_the_tests_gives_it_ha
 '''
     item = Item(key="double-2", inputs={}, hidden={"tests": tests})
     stub = Sample(response="```python\ndef double(x):\n    return None\n```")
-    all_or_nothing = {"layers": [{**CODING_VERIFIER["layers"][0], "checks": [
-        {**CODING_VERIFIER["layers"][0]["checks"][0], "scoring": "all"}]}], "pass_threshold": 1.0}
+    all_or_nothing = parse_spec("verifier", {"layers": [{**CODING["layers"][0], "checks": [
+        {**CODING["layers"][0]["checks"][0], "scoring": "all"}]}], "pass_threshold": 1.0})
     assert verify(CODING_VERIFIER, stub, item, context).reward == 0.5
     verdict = verify(all_or_nothing, stub, item, context)
     assert verdict.reward == 0.0 and "1/2 tests passed (scoring: all)" in verdict.components[0].evidence

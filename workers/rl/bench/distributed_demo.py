@@ -23,7 +23,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from workers.definitions import validate_spec
+from workers.definitions.specs import Limits, parse_spec
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
@@ -45,11 +45,11 @@ LIMIT = 10  # a, b below this
 
 
 def addition_tasks() -> TaskSet:
-    verifier = validate_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
+    verifier = parse_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
         {"type": "numeric", "name": "answer", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]})
     template = TaskTemplate(key="task_template/add@1", domain="arithmetic", system_prompt="",
                             prompt_template="{a}+{b}=", tools=(),
-                            limits={"max_turns": 1, "max_tokens": 4, "max_seconds": 10},
+                            limits=Limits(max_turns=1, max_tokens=4, max_seconds=10),
                             image=SandboxImage(key="sandbox_image/none@1", layers=()), verifier_key="verifier/add@1",
                             verifier_spec=verifier)
     items = {f"add-{a}-{b}": Item(key=f"add-{a}-{b}", inputs={"a": a, "b": b}, hidden={"answer": a + b})

@@ -15,7 +15,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from workers.definitions import validate_spec
+from workers.definitions.specs import Limits, parse_spec
 from workers.rl.config import RunConfig
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat
@@ -54,11 +54,11 @@ def _world(*, tasks: int, scale: float, verify_concurrency: int):
             "answer": a + b, "environment_seconds": round(environment_seconds(rng, scale=scale), 3)})
     image = SandboxImage(key="sandbox_image/bench-env@1", layers=({"type": "base", "image": "python-3.11"},),
                          warm_pool_size=verify_concurrency)
-    verifier = validate_spec("verifier", {"layers": [{"name": "environment", "kind": "environment", "checks": [
+    verifier = parse_spec("verifier", {"layers": [{"name": "environment", "kind": "environment", "checks": [
         {"type": "python_grader", "name": "env", "source": GRADER, "timeout_seconds": 10}]}]})
     template = TaskTemplate(key="task_template/bench-add@1", domain="bench", system_prompt="",
-                            prompt_template="{a}+{b}=", tools=(), limits={"max_turns": 1, "max_tokens": 4,
-                                                                           "max_seconds": 30},
+                            prompt_template="{a}+{b}=", tools=(),
+                            limits=Limits(max_turns=1, max_tokens=4, max_seconds=30),
                             image=image, verifier_key="verifier/bench-env@1", verifier_spec=verifier)
     return template, items
 

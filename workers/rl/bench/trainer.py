@@ -42,7 +42,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.definitions import validate_spec
+from workers.definitions.specs import Limits, parse_spec
 from workers.rl.bench.supervised import (
     SHORTHANDS,
     SUPERVISED_WORKLOADS,
@@ -122,11 +122,11 @@ def _ours(work: Workload, steps: int, target: float, *, device: str = "cpu", dty
     model_dir = work.model_dir
     items = {f"{a}+{b}": Item(key=f"{a}+{b}", inputs={"a": a, "b": b}, hidden={"answer": a + b})
              for a, b in work.problems()}
-    verifier = validate_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
+    verifier = parse_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
         {"type": "numeric", "name": "sum", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]})
     template = TaskTemplate(key="task_template/add@1", domain="arithmetic", system_prompt="",
                             prompt_template=work.prompt_template, tools=(),
-                            limits={"max_turns": 1, "max_tokens": work.new_tokens, "max_seconds": 60},
+                            limits=Limits(max_turns=1, max_tokens=work.new_tokens, max_seconds=60),
                             image=SandboxImage(key="sandbox_image/none@1", layers=()), verifier_key="verifier/sum@1",
                             verifier_spec=verifier)
     config = RunConfig.resolve({

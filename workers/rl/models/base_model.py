@@ -16,10 +16,13 @@ import random
 import re
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
+
+from workers.definitions.specs import ToolSpec
 
 from .chat_formats import CharChat
 from .tiny_lm import ModelConfig, TinyLM
@@ -95,13 +98,13 @@ def repository_reference_turns(hidden: dict) -> list[dict]:
     return [_call(name, arguments) for name, arguments in calls]
 
 
-def reference_turns(*, tools: list[dict], inputs: dict, hidden: dict, rng: random.Random,
+def reference_turns(*, tools: Sequence[ToolSpec], inputs: dict, hidden: dict, rng: random.Random,
                     tool_call_fraction: float = 0.3) -> list[dict] | None:
     """The assistant's side of a right answer, from the hidden fields the demo's task families use:
     `canonical_solution` / `reference_script` (code), `citations` with `answer` (document QA), `working`
     with `answer` (word problems), a gold `patch` (a repository task: repository_reference_turns), or a bare
     `answer`. None when the instance has none of them."""
-    tool_names = {tool["name"] for tool in tools}
+    tool_names = {tool.name for tool in tools}
     if hidden.get("patch") and SWE_TOOL_NAMES <= tool_names:
         return repository_reference_turns(hidden)
     code = hidden.get("canonical_solution") or hidden.get("reference_script")

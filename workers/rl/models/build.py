@@ -51,7 +51,7 @@ def demo_corpus(tasks: TaskSet) -> Corpus:
     corpus = []
     for key, template in sorted(tasks.templates.items()):
         for item in tasks.items[key].values():
-            turns = reference_turns(tools=list(template.tools), inputs=item.inputs, hidden=item.hidden, rng=rng)
+            turns = reference_turns(tools=template.tools, inputs=item.inputs, hidden=item.hidden, rng=rng)
             if turns is not None:
                 corpus.append((template.prompt_template.format(**item.inputs), turns))
     return corpus

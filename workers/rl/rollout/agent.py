@@ -26,6 +26,7 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from workers.definitions.specs import ContextPolicy, Limits
 from workers.telemetry import log_context
 
 from ..engines import GenerationRequest
@@ -56,12 +57,8 @@ class _Sample:
     restartable: bool = False  # ended by an infrastructure failure of its tools: may start over
 
     @property
-    def limits(self) -> dict:
+    def limits(self) -> Limits:
         return self.task.template.limits
-
-    def limit(self, name: str) -> float:
-        """A later limit of the template (0: none)."""
-        return self.task.template.limits.get(name, 0) or 0
 
 
 def request_seed(seed: int, seq: int, sample: int, turn: int) -> int:
@@ -96,10 +93,10 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine: E
                 if sample.done:
                     continue
                 limits = sample.limits
-                if sample.turn >= limits["max_turns"]:
+                if sample.turn >= limits.max_turns:
                     _end(sample, TrajectoryStatus.OK, "turn limit reached", limit="turns")
-                elif time.monotonic() - sample.started > limits["max_seconds"]:
-                    _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits['max_seconds']:g} s reached",
+                elif time.monotonic() - sample.started > limits.max_seconds:
+                    _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits.max_seconds:g} s reached",
                          limit="seconds")
             active = [s for s in samples if not s.done]
             if not active:
@@ -109,8 +106,8 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine: E
                 if sample.done:
                     sample.tools.close()  # answered: its sandbox goes back before the others' tool calls run
             calling = [s for s in active if not s.done and s.trajectory.turns[-1].tool_calls]
-            for sample in [s for s in calling if s.turn == s.limits["max_turns"] - 1]:
-                _end(sample, TrajectoryStatus.OK, f"turn limit of {sample.limits['max_turns']} reached with a tool "
+            for sample in [s for s in calling if s.turn == s.limits.max_turns - 1]:
+                _end(sample, TrajectoryStatus.OK, f"turn limit of {sample.limits.max_turns} reached with a tool "
                                                   "call unanswered", limit="turns")
             calling = [s for s in calling if not s.done]
             if calling:
@@ -141,9 +138,9 @@ def rollout_groups(tasks: list[Task], *, run_id: str, group_size: int, engine: E
 
 def _prompt_ids(task: Task, chat, engine) -> list[int]:
     template = task.template
-    prompt_ids = chat.prompt(template.messages(task.item), list(template.tools))
+    prompt_ids = chat.prompt(template.messages(task.item), list(template.tool_schemas))
     if engine.max_context:
-        reserve = min(template.limits["max_tokens"], engine.max_context // 2)
+        reserve = min(template.limits.max_tokens, engine.max_context // 2)
         prompt_ids = prompt_ids[-(engine.max_context - reserve):]  # the tail: where the question ends
     return prompt_ids
 
@@ -175,7 +172,7 @@ def _restart(sample: _Sample, chat, engine, board: PhaseBoard) -> None:
 def _open_prepared_sessions(samples: list[_Sample], tool_executor: Executor, board: PhaseBoard) -> None:
     """Samples whose session prepares its workspace open it before their first turn, all at once: the
     preparation (or the wait for a prepared copy) overlaps the others' and no turn waits on it later."""
-    opening = [s for s in samples if s.tools.stateful and s.tools.spec.prepare]
+    opening = [s for s in samples if s.tools.stateful and s.task.template.session.prepare]
     for sample in opening:
         board.set(sample.trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
 
@@ -233,9 +230,9 @@ def _turn_limit(sample: _Sample, limit: str) -> None:
 
 
 def _budget(sample: _Sample, engine) -> int:
-    room = sample.limits["max_tokens"] - sample.tokens_used
-    if sample.limit("max_turn_tokens"):
-        room = min(room, int(sample.limit("max_turn_tokens")))
+    room = sample.limits.max_tokens - sample.tokens_used
+    if sample.limits.max_turn_tokens:
+        room = min(room, sample.limits.max_turn_tokens)
     if engine.max_context:
         room = min(room, engine.max_context - len(sample.context))
     return room
@@ -262,7 +259,7 @@ def _generate_turn(active: list[_Sample], engine, chat, seed, temperature, board
     calls = list(by_task.values()) + calls
     requests = [GenerationRequest(group[0].context, len(group), _budget(group[0], engine), chat.stop_ids,
                                   temperature, _seed(seed, group), messages=tuple(group[0].messages),
-                                  tools=tuple(group[0].task.template.tools))
+                                  tools=group[0].task.template.tool_schemas)
                 for group in calls]
     for sample in live:
         board.set(sample.trajectory.id, Phase.GENERATION)
@@ -284,7 +281,7 @@ def _seed(seed: int, group: list[_Sample]) -> int:
 
 def _take_completion(sample: _Sample, completion, chat, call_started: float, seconds: float) -> None:
     trajectory, turn = sample.trajectory, sample.turn
-    tools = list(sample.task.template.tools)
+    tools = sample.task.template.tools
     if completion.finish_reason == "error":  # no answer at all: the infrastructure's fault, never scored
         _add(trajectory.timings, "generation", seconds)
         _end(sample, TrajectoryStatus.INFRA_ERROR, f"the engine gave no answer: {completion.error}")
@@ -302,8 +299,8 @@ def _take_completion(sample: _Sample, completion, chat, call_started: float, sec
     sample.context += completion.token_ids  # as sampled: never re-tokenised from the text
     sample.tokens_used += len(completion.token_ids) if completion.usage_tokens is None else completion.usage_tokens
     sample.messages.append({"role": "assistant", "content": text})
-    cut_by_turn_limit = (completion.finish_reason == "length" and sample.limit("max_turn_tokens")
-                         and len(completion.token_ids) >= sample.limit("max_turn_tokens"))
+    cut_by_turn_limit = (completion.finish_reason == "length" and sample.limits.max_turn_tokens
+                         and len(completion.token_ids) >= sample.limits.max_turn_tokens)
     if cut_by_turn_limit:
         _turn_limit(sample, "turn_tokens")
     if not tools:
@@ -338,22 +335,22 @@ def _not_run(call: ToolCall, why: str) -> ToolResult:
 
 
 def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int | None) -> None:
-    task, started, tools = sample.task, sample.started, list(sample.task.template.tools)
+    task, started, limits = sample.task, sample.started, sample.limits
     trajectory = sample.trajectory
     calls = trajectory.turns[-1].tool_calls
-    turn_deadline = time.monotonic() + sample.limit("max_turn_seconds") if sample.limit("max_turn_seconds") else None
+    turn_deadline = time.monotonic() + limits.max_turn_seconds if limits.max_turn_seconds else None
     new_messages = []
     ran_this_turn, spent = 0, ""
     for call in calls:
         call_started = time.monotonic()
-        if sample.limit("max_tool_calls") and sample.tool_calls >= sample.limit("max_tool_calls"):
-            result, spent = _not_run(call, f"the trajectory's {int(sample.limit('max_tool_calls'))} tool calls are "
-                                           "spent"), "tool_calls"
-        elif sample.limit("max_turn_calls") and ran_this_turn >= sample.limit("max_turn_calls"):
-            result = _not_run(call, f"a turn runs at most {int(sample.limit('max_turn_calls'))} tool calls")
+        if limits.max_tool_calls and sample.tool_calls >= limits.max_tool_calls:
+            result, spent = _not_run(call, f"the trajectory's {limits.max_tool_calls} tool calls are spent"), \
+                "tool_calls"
+        elif limits.max_turn_calls and ran_this_turn >= limits.max_turn_calls:
+            result = _not_run(call, f"a turn runs at most {limits.max_turn_calls} tool calls")
             _turn_limit(sample, "turn_calls")
         elif turn_deadline is not None and call_started >= turn_deadline:
-            result = _not_run(call, f"this turn's {sample.limit('max_turn_seconds'):g} s for tool calls are spent")
+            result = _not_run(call, f"this turn's {limits.max_turn_seconds:g} s for tool calls are spent")
             _turn_limit(sample, "turn_seconds")
         else:
             board.set(trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
@@ -376,20 +373,19 @@ def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int
             _end(sample, TrajectoryStatus.OK, "submitted")
             return
         new_messages.append({"role": "tool", "content": result.text, "tool_call_id": call.id, "name": call.name})
-    ids = chat.continuation(sample.messages, new_messages, tools)
+    ids = chat.continuation(sample.messages, new_messages, list(task.template.tool_schemas))
     # The continuation's ids belong to the first of the new tool turns (they are one block of context).
     first_tool = len(trajectory.turns) - len(new_messages)
     trajectory.turns[first_tool].token_ids = ids
     sample.context += ids
     sample.messages += new_messages
     board.set(trajectory.id, Phase.GENERATION)
-    if time.monotonic() - started > task.template.limits["max_seconds"]:
-        _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {task.template.limits['max_seconds']:g} s reached "
-                                               "during a tool call", limit="seconds")
+    if time.monotonic() - started > limits.max_seconds:
+        _end(sample, TrajectoryStatus.TIMEOUT, f"time limit of {limits.max_seconds:g} s reached during a tool call",
+             limit="seconds")
     elif spent:
-        _end(sample, TrajectoryStatus.OK, f"tool call limit of {int(sample.limit('max_tool_calls'))} reached",
-             limit=spent)
-    elif max_context and (task.template.context or {}).get("when_full", "end") == "end":
+        _end(sample, TrajectoryStatus.OK, f"tool call limit of {limits.max_tool_calls} reached", limit=spent)
+    elif max_context and task.template.context.when_full == "end":
         if len(sample.context) >= max_context:
             _end(sample, TrajectoryStatus.OK, "the context is full", limit="context")
     elif max_context and _room(sample, max_context) <= 0:
@@ -398,7 +394,7 @@ def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int
 
 def _room(sample: _Sample, max_context: int) -> int:
     """Tokens left for the next turn; a turn needs at least a few (a quarter of the context, or its own cap)."""
-    needed = min(max_context // 4, int(sample.limit("max_turn_tokens")) or max_context // 4)
+    needed = min(max_context // 4, sample.limits.max_turn_tokens or max_context // 4)
     return max_context - len(sample.context) - needed
 
 
@@ -409,25 +405,25 @@ def fit_context(sample: _Sample, chat, max_context: int) -> None:
     as sampled, the tool outputs as the model will now read them. The assistant turns sampled before are masked
     out of training (their context has changed). A conversation that still does not fit ends the sample (as the
     default policy, `end`, does once the context is full)."""
-    if not compact_context(sample, chat, sample.task.template.context or {}):
+    if not compact_context(sample, chat, sample.task.template.context):
         _end(sample, TrajectoryStatus.OK, "the context is full", limit="context")
         return
     if _room(sample, max_context) <= 0:
         _end(sample, TrajectoryStatus.OK, "the context is full, older tool outputs left out", limit="context")
 
 
-def compact_context(sample: _Sample, chat, policy: dict) -> bool:
+def compact_context(sample: _Sample, chat, policy: ContextPolicy) -> bool:
     """Rewrites the older tool outputs the model reads (the turns' contents stay whole for review); False when
     there is nothing older to rewrite."""
     trajectory, template = sample.trajectory, sample.task.template
     opening = len(template.messages(sample.task.item, examples=False))
     examples = len(sample.messages) - len(trajectory.turns)  # the few-shot turns come before the trajectory's own
-    keep_from = max(opening, len(trajectory.turns) - policy.get("keep_last_turns", 4))
+    keep_from = max(opening, len(trajectory.turns) - policy.keep_last_turns)
     older_tools = [i for i in range(opening, keep_from) if trajectory.turns[i].role == "tool"
                    and not trajectory.turns[i].result.get("context_text_cut")]
     if not older_tools:
         return False
-    tools = list(template.tools)
+    tools = list(template.tool_schemas)
     messages = list(sample.messages[:examples + opening])
     context = list(trajectory.prompt_ids)
     index = opening
@@ -460,9 +456,9 @@ def compact_context(sample: _Sample, chat, policy: dict) -> bool:
     return True
 
 
-def _shortened(text: str, policy: dict) -> str:
-    if policy.get("when_full") == "drop_tool_outputs":
+def _shortened(text: str, policy: ContextPolicy) -> str:
+    if policy.when_full == "drop_tool_outputs":
         return "[output left out to fit the context]"
-    keep = policy.get("truncated_chars", 200)
+    keep = policy.truncated_chars
     return text if len(text) <= keep else text[:keep] + f"\n[... {len(text) - keep} characters left out to fit the " \
                                                         "context]"

@@ -32,7 +32,7 @@ def reference_answers(task: Task) -> list[str] | None:
     """The assistant's messages of the task's reference, calling the template's tool first when it has one (the
     canonical solution run on the prompt's example); None if the task has no reference. The tool's output is
     left out: it comes from the sandbox, never from here."""
-    turns = reference_turns(tools=list(task.template.tools), inputs=task.item.inputs, hidden=task.item.hidden,
+    turns = reference_turns(tools=task.template.tools, inputs=task.item.inputs, hidden=task.item.hidden,
                             rng=random.Random(0), tool_call_fraction=1.0)
     return None if turns is None else [m["content"] for m in turns if m["role"] == "assistant"]
 
@@ -63,7 +63,7 @@ def reference_rollout(run_id: str, task: Task, answers: list[str], tool_runner: 
                             policy_version=0, started_at=time.time(), step=1,
                             turns=[Turn(role=m["role"], content=m["content"])
                                    for m in template.messages(task.item, examples=False)])
-    tools = list(template.tools)
+    tools = template.tools
     trajectory_tools = TrajectoryTools(tool_runner, template, task.item)  # a session's, for a template with one
     try:
         for index, text in enumerate(answers):

@@ -22,7 +22,7 @@ import base64
 import hashlib
 import time
 
-from workers.sandbox.session import Session, SessionLimitReached, SessionLost, SessionSpec, WorkspaceSource
+from workers.sandbox.session import Session, SessionLimitReached, SessionLost, WorkspaceSource
 from workers.verifiers import Item
 
 from ..types import TaskTemplate, ToolResult
@@ -30,10 +30,6 @@ from .tools import result_text, tool_execution
 
 LIMIT = "limit"  # a ToolResult status: the session's budget is spent (reason: "calls" or "lifetime")
 INFRA_ERROR = "infra_error"
-
-
-def session_spec(template: TaskTemplate) -> SessionSpec | None:
-    return SessionSpec.from_spec(template.session)
 
 
 def workspace_for(item: Item) -> WorkspaceSource | None:
@@ -71,14 +67,14 @@ def session_tool_set(template: TaskTemplate, session: Session, *, max_output_cha
     its tools, the built-in tools otherwise. Either has `call(name, arguments) -> ToolResult`."""
     from .swe_tools import SweToolSet, offers_swe_tools
 
-    if offers_swe_tools(list(template.tools)):
+    if offers_swe_tools(template.tools):
         return SweToolSet(session)
     return BuiltinSessionTools(session, max_output_chars=max_output_chars)
 
 
 def open_local_session(runner, template: TaskTemplate, item: Item) -> LocalToolSession:
     """The template's session for one trajectory in the pool of `runner` (a SandboxToolRunner: this process's)."""
-    session = runner.pool.open_session(template.image, session_spec(template), workspace=workspace_for(item),
+    session = runner.pool.open_session(template.image, template.session, workspace=workspace_for(item),
                                        timeout=runner.session_open_timeout)
     return LocalToolSession(session, session_tool_set(template, session, max_output_chars=runner.max_output_chars))
 
@@ -112,14 +108,13 @@ class TrajectoryTools:
 
     def __init__(self, runner, template: TaskTemplate, item: Item):
         self.runner, self.template, self.item = runner, template, item
-        self.spec = session_spec(template)
         self.session = None  # protocols.ToolSession, once opened
         self.open_failure: ToolResult | None = None
         self.open_seconds = 0.0
 
     @property
     def stateful(self) -> bool:
-        return self.spec is not None
+        return self.template.session is not None
 
     def open(self) -> ToolResult | None:
         """Opens the session now (a template whose session has prepare commands opens it before the first turn);

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from workers.definitions.specs import ToolSpec
 from workers.sandbox import Status
 
 from ..types import ToolResult
@@ -50,10 +52,10 @@ EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 MAX_DIFF_BYTES = 1024 * 1024  # a diff past this is recorded cut, and so no longer applies: the model's own doing
 
 
-def offers_swe_tools(tools: list[dict]) -> bool:
+def offers_swe_tools(tools: Sequence[ToolSpec]) -> bool:
     """Whether a template offers the software-engineering tool set (some of its tools, and no other): with a
     session, those run (sessions.session_tool_set) instead of the built-in tools."""
-    names = {tool["name"] for tool in tools}
+    names = {tool.name for tool in tools}
     return bool(names) and names <= set(SWE_TOOL_NAMES)
 
 

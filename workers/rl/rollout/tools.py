@@ -19,14 +19,16 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from workers.definitions.specs import ToolSpec
 from workers.sandbox import Execution, Status
 
 from ..types import TOOL_CALL, ToolResult
 
-# The spec of the built-in run_python tool, as a task template offers it: the demo's templates and the tests
-# offer this one.
+# The spec of the built-in run_python tool, as a task template's spec offers it: the demo's templates and the
+# tests offer this one.
 RUN_PYTHON_TOOL = {"name": "run_python",
                    "description": "Run a Python script in the sandbox; returns the exit code, stdout, stderr and the "
                                   "files it wrote.",
@@ -64,9 +66,9 @@ class ParsedCall:
     arguments: dict
 
 
-def parse_tool_calls(text: str, tools: list[dict]) -> list[ParsedCall]:
+def parse_tool_calls(text: str, tools: Sequence[ToolSpec]) -> list[ParsedCall]:
     """The calls in an assistant message; raises PolicyToolError for a malformed one."""
-    known = {tool["name"]: tool for tool in tools}
+    known = {tool.name: tool for tool in tools}
     calls = []
     for block in TOOL_CALL.findall(text):
         try:
@@ -80,7 +82,7 @@ def parse_tool_calls(text: str, tools: list[dict]) -> list[ParsedCall]:
         arguments = data.get("arguments", {})
         if not isinstance(arguments, dict):
             raise PolicyToolError("tool call arguments must be a JSON object")
-        required = known[data["name"]].get("parameters", {}).get("required", [])
+        required = known[data["name"]].parameters.get("required", [])
         missing = [name for name in required if name not in arguments]
         if missing:
             raise PolicyToolError(f"{data['name']} needs {', '.join(missing)}")
@@ -111,10 +113,10 @@ def tool_execution(name: str, arguments: dict) -> Execution:
 BUILTIN_TOOLS = ("run_python", "read_document", "search_documents")
 
 
-def unknown_tools(tools: list[dict]) -> list[str]:
+def unknown_tools(tools: Sequence[ToolSpec]) -> list[str]:
     """Tool names a template declares that no built-in implements (checked before a run starts; a template with a
     session may offer the software-engineering tool set instead: swe_tools.offers_swe_tools)."""
-    return [tool["name"] for tool in tools if tool["name"] not in BUILTIN_TOOLS]
+    return [tool.name for tool in tools if tool.name not in BUILTIN_TOOLS]
 
 
 def result_text(name: str, result, limit: int) -> str:

@@ -3,8 +3,9 @@ version of the task template (all of them or none).
 
 `--format swe-bench FILE --repos DIR`: repository tasks in SWE-bench's instance format, each repository at its base
 in DIR/<instance_id>/ or DIR/<instance_id>.tar.gz. Each instance is validated in the template's sandbox image first
-(gold patch 1, no patch 0; apps/registry/repository_import.py), its outcome printed with a reason; those that fail
-are refused, the others imported, and the command fails if any was refused."""
+(gold patch 1, no patch 0; apps/registry/repository_import.py), its outcome printed with a reason (and what
+verification left out of its gold patch); those that fail are refused, the others imported, and the command fails
+if any was refused."""
 
 import re
 from pathlib import Path
@@ -80,10 +81,9 @@ class Command(BaseCommand):
         pool = wiring.sandbox_pool()
         try:
             validations = validate_repository_tasks(
-                instances, pool=pool, image=pinned.image, timeout=verifier_timeout(pinned.verifier_spec),
+                instances, pool=pool, image=pinned.image, timeout=verifier_timeout(pinned.verifier_version.spec),
                 concurrency=concurrency,
-                progress=lambda v: self.stdout.write(f"  {v.key}: {v.reason}" + (f" ({v.detail[:300]})"
-                                                                                   if not v.ok else "")))
+                progress=lambda v: self.stdout.write(f"  {v.key}: {v.report}"))
         finally:
             pool.close()
         valid = [instance for instance, v in zip(instances, validations, strict=True) if v.ok]

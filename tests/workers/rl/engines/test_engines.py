@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from workers.definitions.specs import ToolSpec
 from workers.rl.engines import GenerationRequest
 from workers.rl.engines.hf import TransformersEngine
 from workers.rl.engines.sampling import SamplingRequest
@@ -206,7 +207,7 @@ def test_a_template_without_tools_is_taught_the_call_format_the_studio_parses(ti
     assert without_system.startswith("<|im_start|>system\n# Tools")
     assert "# Tools" not in chat.tokenizer.decode(chat.prompt([{"role": "user", "content": "2+2="}], []))
     example = '<tool_call>\n{"name": "run_python", "arguments": {"code": "print(4)"}}\n</tool_call>'
-    assert parse_tool_calls(example, [RUN_PYTHON_TOOL])[0].arguments == {"code": "print(4)"}
+    assert parse_tool_calls(example, [ToolSpec.model_validate(RUN_PYTHON_TOOL)])[0].arguments == {"code": "print(4)"}
     # The instructions are in every rendering, so a tool result still appends only its own ids.
     ids = chat.continuation([{"role": "user", "content": "2+2="}, {"role": "assistant", "content": example}],
                             [{"role": "tool", "content": "4"}], [RUN_PYTHON_TOOL])

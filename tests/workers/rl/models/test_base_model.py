@@ -3,6 +3,7 @@
 import random
 import re
 
+from workers.definitions.specs import ToolSpec
 from workers.rl.models.base_model import corrupt, pretrain, pretraining_example, reference_turns
 from workers.rl.models.chat_formats import ASSISTANT, END_OF_TURN, CharChat, CharTokenizer
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL
@@ -34,7 +35,7 @@ def test_reference_turns_cover_every_demo_family():
         {"role": "assistant", "content": "3"}]
     word = reference_turns(tools=[], inputs={}, hidden={"answer": 5, "working": "2 + 3 = 5"}, rng=rng)
     assert word[-1]["content"].endswith("Answer: 5")
-    code = reference_turns(tools=[RUN_PYTHON_TOOL], inputs={"example": "f(2) == 4"},
+    code = reference_turns(tools=[ToolSpec.model_validate(RUN_PYTHON_TOOL)], inputs={"example": "f(2) == 4"},
                            hidden={"canonical_solution": "def f(x):\n    return x * 2"}, rng=rng,
                            tool_call_fraction=1.0)
     assert [t["role"] for t in code] == ["assistant", "tool", "assistant"]

@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from tests.support.sandbox import process_pool
+from workers.definitions.specs import ToolSpec
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM
@@ -26,6 +27,7 @@ from workers.verifiers import Item
 
 IMAGE = SandboxImage(key="sandbox_image/agent-test@1", layers=({"type": "base", "image": "python-3.11"},),
                      limits=Limits(wall_seconds=3, cpu_seconds=3, memory_mb=128), warm_pool_size=2)
+UNASKED_VERIFIER = {"layers": [{"name": "exact", "kind": "exact", "checks": [{"type": "string_check"}]}]}
 IMAGE_UNWARMED = SandboxImage(key="sandbox_image/agent-test@2", layers=IMAGE.layers, limits=IMAGE.limits,
                               warm_pool_size=0)
 
@@ -75,12 +77,18 @@ class NoSandbox:
         raise AssertionError("a tool ran")
 
 
+def _template(image=IMAGE, **spec) -> TaskTemplate:
+    """A template of the agent tests (`spec`: its spec's fields); its verifier is never asked: nothing is graded."""
+    return TaskTemplate.from_spec(key="task_template/agent@1", domain="agents", image=image,
+                                  verifier_key="verifier/none@1", verifier_spec=UNASKED_VERIFIER,
+                                  spec={"prompt_template": "{q}", "sandbox_image": "agent-test@1", "verifier": "none@1",
+                                        **spec})
+
+
 def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None, session=None,
              image=IMAGE):
-    template = TaskTemplate(key="task_template/agent@1", domain="agents", system_prompt="", prompt_template="{q}",
-                            tools=(RUN_PYTHON_TOOL,),
-                            limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds},
-                            image=image, verifier_key="verifier/none@1", verifier_spec={}, session=session)
+    template = _template(image, tools=[RUN_PYTHON_TOOL], session=session,
+                         limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds})
     task = Task(seq=0, template=template, item=Item(key=prompt, inputs={"q": prompt}, hidden={}))
     with ThreadPoolExecutor(4) as tools:
         engine = TorchEngine(model)
@@ -157,13 +165,14 @@ def test_an_unknown_tool_is_the_policys_error(memorising_model):
 
 
 def test_malformed_calls_are_refused_before_anything_runs():
-    assert parse_tool_calls("no call here", [RUN_PYTHON_TOOL]) == []
+    tools = [ToolSpec.model_validate(RUN_PYTHON_TOOL)]
+    assert parse_tool_calls("no call here", tools) == []
     for text, message in [("<tool_call>{not json</tool_call>", "not JSON"),
                           ('<tool_call>{"arguments": {}}</tool_call>', "needs"),
                           ('<tool_call>{"name": "run_python", "arguments": {}}</tool_call>', "needs code"),
                           ('<tool_call>{"name": "run_python", "arguments": [1]}</tool_call>', "JSON object")]:
         with pytest.raises(PolicyToolError, match=message):
-            parse_tool_calls(text, [RUN_PYTHON_TOOL])
+            parse_tool_calls(text, tools)
 
 
 def test_the_trainers_idle_time_is_shared_out_by_phase():
@@ -183,10 +192,8 @@ def test_the_trainers_idle_time_is_shared_out_by_phase():
 
 
 def test_a_templates_examples_are_in_the_prompt_but_not_among_the_trajectorys_turns(memorising_model):
-    template = TaskTemplate(key="task_template/agent@1", domain="agents", system_prompt="", prompt_template="{q}",
-                            tools=(), limits={"max_turns": 1, "max_tokens": 20, "max_seconds": 20}, image=IMAGE,
-                            verifier_key="verifier/none@1", verifier_spec={},
-                            examples=({"role": "user", "content": "ping"}, {"role": "assistant", "content": "pong"}))
+    template = _template(limits={"max_turns": 1, "max_tokens": 20, "max_seconds": 20},
+                         examples=[{"role": "user", "content": "ping"}, {"role": "assistant", "content": "pong"}])
     task = Task(seq=0, template=template, item=Item(key="calc", inputs={"q": "calc"}, hidden={}))
     with ThreadPoolExecutor(1) as tools:
         engine = TorchEngine(memorising_model)

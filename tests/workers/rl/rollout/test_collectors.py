@@ -34,10 +34,12 @@ from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
 RUN_ID = "00000000-0000-4000-8000-0000000000c0"
-TEMPLATE = TaskTemplate(key="task_template/fake@1", domain="fake", system_prompt="", prompt_template="{n}",
-                        tools=(), limits={"max_turns": 1, "max_tokens": 4, "max_seconds": 10},
-                        image=SandboxImage(key="sandbox_image/none@1", layers=()), verifier_key="verifier/fake@1",
-                        verifier_spec={})
+TEMPLATE = TaskTemplate.from_spec(  # never rolled out nor verified: the fake world stands in for both
+    key="task_template/fake@1", domain="fake", image=SandboxImage(key="sandbox_image/none@1", layers=()),
+    verifier_key="verifier/fake@1",
+    verifier_spec={"layers": [{"name": "exact", "kind": "exact", "checks": [{"type": "string_check"}]}]},
+    spec={"prompt_template": "{n}", "sandbox_image": "none@1", "verifier": "fake@1",
+          "limits": {"max_turns": 1, "max_tokens": 4, "max_seconds": 10}})
 TASKS = TaskSet.single_template(TEMPLATE, {f"t{n}": Item(key=f"t{n}", inputs={"n": n}, hidden={}) for n in range(50)})
 
 

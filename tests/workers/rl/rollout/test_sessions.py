@@ -4,11 +4,12 @@ back; and the context policy rewrites older tool outputs without re-tokenising w
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
 from tests.support.sandbox import process_pool
-from workers.definitions import validate_spec
+from workers.definitions.specs import ContextPolicy
 from workers.rl.models.chat_formats import CharChat
 from workers.rl.rollout.agent import _Sample, compact_context
 from workers.rl.rollout.grading import LocalVerifier, grade_trajectory
@@ -22,14 +23,13 @@ from workers.verifiers import Item
 
 IMAGE = SandboxImage(key="sandbox_image/session-rollout@1", layers=({"type": "base", "image": "python-3.11"},),
                      limits=Limits(wall_seconds=5, cpu_seconds=5, memory_mb=128), warm_pool_size=1)
-NUMERIC = validate_spec("verifier", {"layers": [{"name": "number", "kind": "exact", "checks": [
-    {"type": "numeric", "name": "answer", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]})
-SESSION = validate_spec("task_template", {"prompt_template": "{q}", "sandbox_image": "a", "verifier": "b",
-                                          "session": {"max_calls": 40, "disk_mb": 32, "memory_mb": 128,
-                                                      "call_seconds": 5}})["session"]
-TEMPLATE = TaskTemplate(key="task_template/tally@1", domain="tally", system_prompt="", prompt_template="{q}",
-                        tools=(RUN_PYTHON_TOOL,), limits={"max_turns": 30, "max_tokens": 4000, "max_seconds": 120},
-                        image=IMAGE, verifier_key="verifier/numeric@1", verifier_spec=NUMERIC, session=SESSION)
+NUMERIC = {"layers": [{"name": "number", "kind": "exact", "checks": [
+    {"type": "numeric", "name": "answer", "reference": "{answer}", "abs_tolerance": 0, "rel_tolerance": 0}]}]}
+TEMPLATE = TaskTemplate.from_spec(
+    key="task_template/tally@1", domain="tally", image=IMAGE, verifier_key="verifier/numeric@1", verifier_spec=NUMERIC,
+    spec={"prompt_template": "{q}", "sandbox_image": "session-rollout@1", "verifier": "numeric@1",
+          "tools": [RUN_PYTHON_TOOL], "limits": {"max_turns": 30, "max_tokens": 4000, "max_seconds": 120},
+          "session": {"max_calls": 40, "disk_mb": 32, "memory_mb": 128, "call_seconds": 5}})
 APPEND = "open('tally.txt', 'a').write('x'); print(len(open('tally.txt').read()))"
 
 
@@ -61,7 +61,7 @@ def test_twenty_one_tool_calls_share_one_workspace_and_the_trajectory_is_graded_
 
 @pytest.mark.sandbox
 def test_a_sessions_call_budget_ends_the_trajectory_as_a_limit_not_an_error(pool):
-    template = TaskTemplate(**{**TEMPLATE.__dict__, "session": {**SESSION, "max_calls": 3}})
+    template = replace(TEMPLATE, session=TEMPLATE.session.model_copy(update={"max_calls": 3}))
     task = Task(seq=0, template=template, item=Item(key="tally-5", inputs={"q": "count"}, hidden={"answer": 5}))
     trajectory = reference_rollout("00000000-0000-4000-8000-000000000027", task, [_call(APPEND)] * 5 + ["5"],
                                    SandboxToolRunner(pool))
@@ -71,15 +71,15 @@ def test_a_sessions_call_budget_ends_the_trajectory_as_a_limit_not_an_error(pool
 
 @pytest.mark.sandbox
 def test_a_template_without_a_session_keeps_its_calls_stateless(pool):
-    template = TaskTemplate(**{**TEMPLATE.__dict__, "session": None})
+    template = replace(TEMPLATE, session=None)
     tools = TrajectoryTools(SandboxToolRunner(pool), template, Item(key="k", inputs={}, hidden={}))
     assert [tools.run("run_python", {"code": APPEND}).stdout.strip() for _ in range(2)] == ["1", "1"]
 
 
 def test_the_context_policy_rewrites_older_tool_outputs_and_keeps_the_sampled_ids():
     chat = CharChat()
-    template = TaskTemplate(**{**TEMPLATE.__dict__, "context": {"when_full": "truncate_tool_outputs",
-                                                                "keep_last_turns": 2, "truncated_chars": 5}})
+    template = replace(TEMPLATE, context=ContextPolicy(when_full="truncate_tool_outputs", keep_last_turns=2,
+                                                       truncated_chars=5))
     item = Item(key="k", inputs={"q": "count"}, hidden={})
     messages = template.messages(item)
     prompt = chat.prompt(messages, [RUN_PYTHON_TOOL])
@@ -154,7 +154,7 @@ def test_a_turns_call_limit_cuts_that_turn_and_the_trajectorys_ends_it(pool):
     from workers.rl.rollout.idle import PhaseBoard
 
     runner = SandboxToolRunner(pool)
-    per_turn = TaskTemplate(**{**TEMPLATE.__dict__, "limits": {**TEMPLATE.limits, "max_turn_calls": 2}})
+    per_turn = replace(TEMPLATE, limits=TEMPLATE.limits.model_copy(update={"max_turn_calls": 2}))
     sample = _sample_calling(per_turn, 3, runner)
     sample.started = time.monotonic()
     try:
@@ -166,7 +166,7 @@ def test_a_turns_call_limit_cuts_that_turn_and_the_trajectorys_ends_it(pool):
     assert "at most 2 tool calls" in tools[2].content and not sample.done
     assert sample.trajectory.limit_hit == "turn_calls"
 
-    whole = TaskTemplate(**{**TEMPLATE.__dict__, "limits": {**TEMPLATE.limits, "max_tool_calls": 2}})
+    whole = replace(TEMPLATE, limits=TEMPLATE.limits.model_copy(update={"max_tool_calls": 2}))
     sample = _sample_calling(whole, 3, runner)
     sample.started = time.monotonic()
     try:

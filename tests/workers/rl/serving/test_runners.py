@@ -62,10 +62,11 @@ def _harness(model: str, model_args: dict, task: str, **options) -> dict:
 
 def _studio_answers(addition_base_model) -> dict[str, object]:
     """The studio's own evaluation of the model on the documents: the agent loop and the verifier, greedy."""
-    template = TaskTemplate(key="task_template/adder@1", domain="arithmetic", system_prompt="",
-                            prompt_template="{a}+{b}=", tools=(),
-                            limits={"max_turns": 1, "max_tokens": 4, "max_seconds": 10}, image=PLAIN_PYTHON,
-                            verifier_key="verifier/exact@1", verifier_spec=EXACT)
+    template = TaskTemplate.from_spec(
+        key="task_template/adder@1", domain="arithmetic", image=PLAIN_PYTHON, verifier_key="verifier/exact@1",
+        verifier_spec=EXACT, spec={"prompt_template": "{a}+{b}=", "sandbox_image": "plain-python@1",
+                                   "verifier": "exact@1", "limits": {"max_turns": 1, "max_tokens": 4,
+                                                                      "max_seconds": 10}})
     items = {str(i): Item(key=str(i), inputs={"a": d["a"], "b": d["b"]}, hidden={"answer": d["answer"]})
              for i, d in enumerate(DOCS)}
     tasks = suite_tasks(TaskSet.single_template(template, items), per_template=0, seed=0)
@@ -168,9 +169,11 @@ def test_inspect_ai_calls_the_tool_through_serve_and_answers_what_the_studio_ans
     tool_text = runner.run(TOOL_IMAGE, "run_python", {"code": "print(2+3)"}).text
     model = _tool_model(tool_text)
 
-    template = TaskTemplate(key="task_template/tool-adder@1", domain="agents", system_prompt="", prompt_template="{q}",
-                            tools=(RUN_PYTHON_TOOL,), limits={"max_turns": 3, "max_tokens": 200, "max_seconds": 30},
-                            image=TOOL_IMAGE, verifier_key="verifier/exact@1", verifier_spec=EXACT)
+    template = TaskTemplate.from_spec(
+        key="task_template/tool-adder@1", domain="agents", image=TOOL_IMAGE, verifier_key="verifier/exact@1",
+        verifier_spec=EXACT, spec={"prompt_template": "{q}", "sandbox_image": "tool-image@1", "verifier": "exact@1",
+                                   "tools": [RUN_PYTHON_TOOL],
+                                   "limits": {"max_turns": 3, "max_tokens": 200, "max_seconds": 30}})
     items = {"sum": Item(key="sum", inputs={"q": QUESTION}, hidden={"answer": "5"})}
     engine = TorchEngine(copy.deepcopy(model))
     try:
