@@ -1,6 +1,6 @@
 """`manage.py import_tasks --format swe-bench FILE --repos DIR` and the upload page's swe-bench format: repository
 tasks validated through the real sandbox before they are published; a wrong gold patch is refused with its
-reason."""
+reason, and what verification leaves out of a gold patch is said."""
 
 import io
 import json
@@ -14,7 +14,16 @@ from django.urls import reverse
 
 from apps.registry.models import InstanceSetMember, Version
 from apps.registry.services import version_publish
-from tests.support.repository import FAIL_TO_PASS, FILES, GOLD_PATCH, PASS_TO_PASS, PYTEST_PIN, TEST_PATCH
+from tests.support.repository import (
+    CONTEXT_GOLD_PATCH,
+    FAIL_TO_PASS,
+    FILES,
+    GOLD_PATCH,
+    PASS_TO_PASS,
+    PLAIN_GOLD_PATCH,
+    PYTEST_PIN,
+    TEST_PATCH,
+)
 from workers.verifiers.repository import snapshot_contents
 
 pytestmark = pytest.mark.sandbox
@@ -45,22 +54,39 @@ def test_instances_are_validated_and_a_wrong_gold_patch_is_refused(template, tmp
     for name, content in {**FILES, ".git/refs/heads/fix": b"0" * 40, ".git/HEAD": b"ref: refs/heads/fix\n"}.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(content)
+    for instance_id in ("calc__calc-3", "calc__calc-4"):
+        for name, content in FILES.items():
+            (repos / instance_id / name).parent.mkdir(parents=True, exist_ok=True)
+            (repos / instance_id / name).write_bytes(content)
     with tarfile.open(repos / "calc__calc-2.tar.gz", "w:gz") as tar:  # an archive, one top folder as sdists have
         for name, content in FILES.items():
             info = tarfile.TarInfo(f"calc-1.0/{name}")
             info.size = len(content)
             tar.addfile(info, io.BytesIO(content))
     wrong = GOLD_PATCH.replace("range(a, b + 1)", "range(a, b + 2)")
+    # diff -ru's plain unified diff, with a test file's section that verification leaves out
+    plain = PLAIN_GOLD_PATCH + ("diff -ru a/tests/test_ranges.py b/tests/test_ranges.py\n"
+                                "--- a/tests/test_ranges.py\t2024-05-02 10:00:00.000000000 +0000\n"
+                                "+++ b/tests/test_ranges.py\t2024-05-02 10:05:00.000000000 +0000\n"
+                                "@@ -1 +1 @@\n-from calc.ranges import largest, total\n"
+                                "+from calc.ranges import total, largest\n")
     instances = tmp_path / "instances.jsonl"
-    instances.write_text("\n".join(json.dumps(r) for r in [row("calc__calc-1"), row("calc__calc-2", wrong)]))
-    with pytest.raises(CommandError, match="1 instance\\(s\\) refused"):
+    instances.write_text("\n".join(json.dumps(r) for r in [row("calc__calc-1"), row("calc__calc-2", wrong),
+                                                           row("calc__calc-3", plain),
+                                                           row("calc__calc-4", CONTEXT_GOLD_PATCH)]))
+    with pytest.raises(CommandError, match="2 instance\\(s\\) refused"):
         call_command("import_tasks", str(instances), "--template", "repo-fix", "--format", "swe-bench",
                      "--repos", str(repos))
     out = capsys.readouterr().out
-    assert "calc__calc-1: pass" in out and "calc__calc-2: test_failed" in out
+    assert "calc__calc-1: pass\n" in out and "calc__calc-2: test_failed" in out
+    assert ("calc__calc-3: pass (left out of its gold patch: line 1 (not part of any file's diff: 'Only in b/calc: "
+            "__pycache__'); tests/test_ranges.py (a test file))") in out
+    assert ("calc__calc-4: gold_nothing_to_apply (left out of the diff: lines 1-11 (not part of any file's diff: "
+            "'*** calc/ranges.py.orig") in out  # a context diff, which git apply does not read
     version = Version.objects.filter(definition__slug="repo-fix").order_by("-number").first()
-    (member,) = InstanceSetMember.objects.filter(instance_set_id=version.instance_set_id).select_related("instance")
-    assert member.key == "calc__calc-1"
+    member, plain_member = InstanceSetMember.objects.filter(instance_set_id=version.instance_set_id) \
+        .select_related("instance").order_by("key")
+    assert member.key == "calc__calc-1" and plain_member.key == "calc__calc-3"
     assert sorted(snapshot_contents(member.instance.inputs["repository"])) == sorted(FILES)  # no .git
     assert member.instance.hidden["FAIL_TO_PASS"] == FAIL_TO_PASS and member.instance.hidden["base_commit"] == "abc123"
 
@@ -90,8 +116,8 @@ def test_the_upload_page_takes_an_archive_validates_it_and_publishes_the_good_in
             info.size = len(content)
             tar.addfile(info, io.BytesIO(content))
 
-        add("instances.jsonl", "\n".join(json.dumps(r) for r in [row("calc__calc-1"), row("calc__calc-2", wrong)])
-            .encode())
+        add("instances.jsonl", "\n".join(json.dumps(r) for r in [row("calc__calc-1", PLAIN_GOLD_PATCH),
+                                                                 row("calc__calc-2", wrong)]).encode())
         for instance_id in ("calc__calc-1", "calc__calc-2"):
             for name, content in FILES.items():
                 add(f"repos/{instance_id}/{name}", content)
@@ -109,6 +135,7 @@ def test_the_upload_page_takes_an_archive_validates_it_and_publishes_the_good_in
         time.sleep(0.1)
     text = client.get(preview_url).content.decode()
     assert "1 good, 1 bad" in text and "calc__calc-2: test_failed" in text
+    assert "calc__calc-1: pass (left out of its gold patch: line 1 (not part of any file" in text  # diff -ru's
     job = text.split('name="job" value="')[1].split('"')[0]
     client.post(preview_url.split("?")[0] + "publish/", {"job": job, "expected_head": 1, "message": "calc tasks",
                                                          "query": "format=swe-bench", "skip_bad_rows": "on"})
