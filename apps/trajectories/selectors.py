@@ -2,8 +2,10 @@
 
 Pages are keyset-paginated (WHERE (key, id) beyond the last row seen, ORDER BY key, id, LIMIT n): the thousandth
 page costs what the first does, where OFFSET would read and throw away every row before it. Each sort walks an
-index that starts with the filter most pages use (project or run) and ends with the sort key and id (migration
-0002). No page counts rows: COUNT(*) over millions of rows is the slow part of a paginated list.
+index that starts with the filters most pages use (the project, and the run or the status or the task) and ends
+with the sort key and id (migrations 0002, 0003): every column of the condition in the index, so that no other
+index costs nearly as little. No page counts rows: COUNT(*) over millions of rows is the slow part of a paginated
+list.
 """
 
 from __future__ import annotations
@@ -114,9 +116,10 @@ def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
     return rows
 
 
-def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent", after: str = "",
-                    limit: int = PAGE_SIZE) -> TrajectoryPage:
-    filters = {k: v for k, v in (filters or {}).items() if k in FILTERS and v not in (None, "")}
+def trajectory_page_rows(*, project, filters: dict, sort: str, after: str = "",
+                         limit: int = PAGE_SIZE) -> QuerySet[Trajectory]:
+    """The query of one page (its `limit` rows and one more, to tell whether a next page exists): what
+    trajectory_page runs, and what `bench ui` and the plan tests explain."""
     column, descending, id_descending = SORTS.get(sort, SORTS["recent"])
     rows = trajectory_filter(project=project, filters=filters)
     if column == "reward":
@@ -128,14 +131,20 @@ def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent
         rows = rows.filter(**{f"{column}__{beyond}e": value}).filter(
             Q(**{f"{column}__{beyond}": value}) | Q(**{column: value, f"id__{tie}": pk}))
     order = [f"{'-' if descending else ''}{column}", f"{'-' if id_descending else ''}id"]
-    page = list(rows.select_related("run").only(*LIST_COLUMNS).order_by(*order)[:limit + 1])
+    return rows.select_related("run").only(*LIST_COLUMNS).order_by(*order)[:limit + 1]
+
+
+def trajectory_page(*, project, filters: dict | None = None, sort: str = "recent", after: str = "",
+                    limit: int = PAGE_SIZE) -> TrajectoryPage:
+    filters = {k: v for k, v in (filters or {}).items() if k in FILTERS and v not in (None, "")}
+    sort = sort if sort in SORTS else "recent"
+    page = list(trajectory_page_rows(project=project, filters=filters, sort=sort, after=after, limit=limit))
     next_cursor = None
     if len(page) > limit:
         page = page[:limit]
         last = page[-1]
-        next_cursor = cursor_encode(getattr(last, column), last.pk)
-    return TrajectoryPage(rows=page, next_cursor=next_cursor, sort=sort if sort in SORTS else "recent",
-                          filters=filters)
+        next_cursor = cursor_encode(getattr(last, SORTS[sort][0]), last.pk)
+    return TrajectoryPage(rows=page, next_cursor=next_cursor, sort=sort, filters=filters)
 
 
 def run_choices(*, project, limit: int = 100) -> QuerySet:

@@ -231,6 +231,9 @@ def _copy_trajectories(*, project, runs, total: int) -> float:
 
 
 def trajectory_list_times(*, trajectories: int, repeats: int = 7) -> dict:
+    """Each page's server time (p50 and max of `repeats` requests) and its query's plan (page_plan)."""
+    from urllib.parse import urlencode
+
     from apps.runs.models import Run
     from apps.trajectories.models import Trajectory
     from apps.trajectories.selectors import cursor_encode
@@ -252,29 +255,31 @@ def trajectory_list_times(*, trajectories: int, repeats: int = 7) -> dict:
             run_deep = Trajectory.objects.filter(run=runs[3]).order_by("-finished_at", "id") \
                 .values_list("finished_at", "id")[trajectories // 40]
             pages = {
-                "first_page": "",
-                "page_at_row_500000": f"?after={cursor_encode(*deep)}",
-                "one_run": f"?run={runs[3].pk}",
-                "one_run_deep": f"?run={runs[3].pk}&after={cursor_encode(*run_deep)}",
-                "one_domain": "?domain=python-coding",
-                "rare_status_infra_error": "?status=infra_error",
-                "timeouts_of_one_run": f"?status=timeout&run={runs[5].pk}",
-                "reward_high": "?sort=reward_high",
-                "reward_high_deep": f"?sort=reward_high&after={cursor_encode(*deep_reward)}",
-                "slowest": "?sort=slowest",
-                "one_task": "?task_key=task-01234",
-                "template_any_version": "?template=task_template/python-functions",
+                "first_page": {},
+                "page_at_row_500000": {"after": cursor_encode(*deep)},
+                "one_run": {"run": str(runs[3].pk)},
+                "one_run_deep": {"run": str(runs[3].pk), "after": cursor_encode(*run_deep)},
+                "one_domain": {"domain": "python-coding"},
+                "rare_status_infra_error": {"status": "infra_error"},
+                "timeouts_of_one_run": {"status": "timeout", "run": str(runs[5].pk)},
+                "reward_high": {"sort": "reward_high"},
+                "reward_high_deep": {"sort": "reward_high", "after": cursor_encode(*deep_reward)},
+                "reward_high_of_one_run": {"sort": "reward_high", "run": str(runs[3].pk)},
+                "slowest": {"sort": "slowest"},
+                "one_task": {"task_key": "task-01234"},
+                "template_any_version": {"template": "task_template/python-functions"},
             }
             times = {}
             for name, query in pages.items():
                 samples = []
                 for _ in range(repeats):
                     began = time.perf_counter()
-                    response = client.get(base + query)
+                    response = client.get(base + (f"?{urlencode(query)}" if query else ""))
                     samples.append((time.perf_counter() - began) * 1000)
                     assert response.status_code == 200, (name, response.status_code)
                 times[name] = {"p50_ms": round(statistics.median(samples), 1), "max_ms": round(max(samples), 1),
-                               "rows": response.content.count(b"data-trajectory=")}
+                               "rows": response.content.count(b"data-trajectory="),
+                               "plan": page_plan(project=project, query=query)}
             out["pages"] = times
             out["worst_p50_ms"] = max(t["p50_ms"] for t in times.values())
             raise _Rollback
@@ -282,3 +287,28 @@ def trajectory_list_times(*, trajectories: int, repeats: int = 7) -> dict:
         pass
     return out
 
+
+def page_plan(*, project, query: dict) -> dict:
+    """How PostgreSQL answered a page of the list (EXPLAIN ANALYZE of the selector's query): the indexes it walked
+    and the trajectories it read to find the page's rows (those its filters threw away included). A page that
+    reads far more rows than it shows walks the wrong index: the one-run first page walked along the project's
+    newest-first index reads every newer run's rows before its own (294 ms at 200,000 rows, where the run's own
+    index reads its 51)."""
+    from apps.trajectories.selectors import trajectory_page_rows
+
+    filters = {k: v for k, v in query.items() if k not in ("sort", "after")}
+    rows = trajectory_page_rows(project=project, filters=filters, sort=query.get("sort", "recent"),
+                                after=query.get("after", ""))
+    indexes, read = [], 0
+    nodes = [(json.loads(rows.explain(format="json", analyze=True))[0]["Plan"], False)]
+    while nodes:  # (node, whether it is a bitmap index scan of the archive's table)
+        node, of_archive = nodes.pop()
+        archive = of_archive or node.get("Relation Name") == "trajectories_trajectory"
+        nodes += [(child, archive and node["Node Type"] == "Bitmap Heap Scan") for child in node.get("Plans", [])]
+        if archive and "Index Name" in node:
+            indexes.append(node["Index Name"])
+        elif archive and node["Node Type"] == "Seq Scan":
+            indexes.append("sequential scan")
+        if node.get("Relation Name") == "trajectories_trajectory":
+            read += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
+    return {"indexes": sorted(indexes), "rows_read": read}
