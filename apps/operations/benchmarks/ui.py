@@ -301,10 +301,10 @@ def page_plan(*, project, query: dict) -> dict:
                                 after=query.get("after", ""))
     indexes, read = [], 0
     nodes = [(json.loads(rows.explain(format="json", analyze=True))[0]["Plan"], False)]
-    while nodes:  # (node, whether it is a bitmap index scan of the archive's table)
+    while nodes:  # (node, whether it is part of a bitmap scan of the archive's table)
         node, of_archive = nodes.pop()
         archive = of_archive or node.get("Relation Name") == "trajectories_trajectory"
-        nodes += [(child, archive and node["Node Type"] == "Bitmap Heap Scan") for child in node.get("Plans", [])]
+        nodes += [(child, archive and node["Node Type"].startswith("Bitmap")) for child in node.get("Plans", [])]
         if archive and "Index Name" in node:
             indexes.append(node["Index Name"])
         elif archive and node["Node Type"] == "Seq Scan":
