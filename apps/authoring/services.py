@@ -92,5 +92,5 @@ def reference_try(*, template: Version, key: str) -> dict | None:
         pool.close()
     return {"turns": [{"role": t.role, "content": t.content} for t in trajectory.turns],
             "status": str(trajectory.status), "status_reason": trajectory.status_reason,
-            "verdict": trajectory.verdict or None,
+            "verdict": trajectory.verdict.to_json() if trajectory.verdict else None,
             "notes": [note for note in [judge_note(task.template.verifier_spec)] if note]}

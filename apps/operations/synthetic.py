@@ -17,7 +17,7 @@ from functools import cache
 from apps.runs.models import Run
 from apps.runs.services import run_claim, run_create, run_finish, run_step_record
 from workers.rl.models.chat_formats import CharTokenizer
-from workers.rl.types import ToolCall, Trajectory, Turn, trajectory_id
+from workers.rl.types import ToolCall, ToolResult, Trajectory, Turn, trajectory_id
 from workers.verifiers import Verdict
 from workers.verifiers.types import Component
 
@@ -154,7 +154,7 @@ def _arithmetic(rng: random.Random):
     trajectory.verdict = Verdict(reward=reward, status=status, layers_run=["exact"], stopped_because="decided",
                                  latency_ms=0.4, components=[
                                      _component("exact", "answer", "numeric", reward, status,
-                                                "" if reward else f"expected {a + b}, got {answer}", 0.4)]).to_json()
+                                                "" if reward else f"expected {a + b}, got {answer}", 0.4)])
     trajectory.timings = {"queue": 0.01, "environment_assembly": 0.0, "generation": 0.02, "tools": 0.0,
                           "verification": 0.001, "total": 0.04}
     trajectory.costs = {"policy_seconds": 0.02, "sandbox_cpu_seconds": 0.0, "judge": 0.0, "total": 0.00002}
@@ -176,8 +176,8 @@ def _coding(rng: random.Random):
                             finish="tool_calls"))
     turns.append(Turn(role="tool", content=stdout, token_ids=TOKENIZER.encode(stdout), tool_call_id="call_1",
                       name="run_python", started_s=0.95, duration_s=0.31,
-                      result={"status": "ok", "exit_code": 0, "stdout": stdout, "stderr": "", "wall_seconds": 0.31,
-                              "cpu_seconds": 0.02, "reason": "", "files": ["main.py"]}))
+                      result=ToolResult(status="ok", text=stdout, exit_code=0, stdout=stdout, wall_seconds=0.31,
+                                        cpu_seconds=0.02, files=["main.py"])))
     bad = "print(running_max(None))\n"
     call2 = ToolCall(id="call_2", name="run_python", arguments={"code": CODE + bad})
     turns.append(_assistant("And the empty case:", rng, started=1.3, duration=0.6, tool_calls=[call2],
@@ -186,9 +186,8 @@ def _coding(rng: random.Random):
               "  File \"main.py\", line 3, in running_max\nTypeError: 'NoneType' object is not iterable\n")
     turns.append(Turn(role="tool", content=stderr, token_ids=TOKENIZER.encode(stderr), tool_call_id="call_2",
                       name="run_python", started_s=1.95, duration_s=0.28,
-                      result={"status": "error", "exit_code": 1, "stdout": "", "stderr": stderr,
-                              "wall_seconds": 0.28, "cpu_seconds": 0.02, "reason": "exit code 1",
-                              "files": ["main.py"]}))
+                      result=ToolResult(status="error", text=stderr, exit_code=1, stderr=stderr, wall_seconds=0.28,
+                                        cpu_seconds=0.02, reason="exit code 1", files=["main.py"])))
     answer = "```python\n" + (CODE.replace("best = x if", "best = x if best is None and") if failing else CODE) + "```"
     turns.append(_assistant(answer, rng, started=2.3, duration=1.4))
     trajectory.turns = turns
@@ -201,7 +200,7 @@ def _coding(rng: random.Random):
     trajectory.verdict = Verdict(reward=reward, status=status, layers_run=["exact"], stopped_because="decided",
                                  latency_ms=412.0, components=[
                                      _component("exact", "hidden tests", "unit_tests", reward, status, evidence,
-                                                412.0)]).to_json()
+                                                412.0)])
     trajectory.timings = {"queue": 0.05, "environment_assembly": 0.12, "generation": 2.9, "tools": 0.59,
                           "verification": 0.41, "total": 4.1}
     trajectory.costs = {"policy_seconds": 2.9, "sandbox_cpu_seconds": 0.5, "judge": 0.0, "total": 0.0031}
@@ -223,8 +222,8 @@ def _modelling(rng: random.Random):
                    finish="tool_calls"),
         Turn(role="tool", content=stdout, token_ids=TOKENIZER.encode(stdout), tool_call_id="call_1",
              name="run_python", started_s=1.2, duration_s=0.8,
-             result={"status": "ok", "exit_code": 0, "stdout": stdout, "stderr": "", "wall_seconds": 0.8,
-                     "cpu_seconds": 0.6, "reason": "", "files": ["out.stl"]}),
+             result=ToolResult(status="ok", text=stdout, exit_code=0, stdout=stdout, wall_seconds=0.8, cpu_seconds=0.6,
+                               files=["out.stl"])),
         _assistant("The box is in out.stl.", rng, started=2.05, duration=0.3)]
     iou = round(0.9 + rng.random() * 0.1, 3)
     components = [
@@ -234,7 +233,7 @@ def _modelling(rng: random.Random):
     trajectory.reward = iou
     trajectory.verdict = Verdict(reward=iou, status=components[-1].status, components=components,
                                  layers_run=["exact", "environment"], stopped_because="decided",
-                                 latency_ms=645.0).to_json()
+                                 latency_ms=645.0)
     trajectory.timings = {"queue": 0.02, "environment_assembly": 0.4, "generation": 1.4, "tools": 0.8,
                           "verification": 0.65, "total": 3.3}
     trajectory.costs = {"policy_seconds": 1.4, "sandbox_cpu_seconds": 1.3, "judge": 0.0, "total": 0.0024}

@@ -15,6 +15,7 @@ from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from workers.definitions.specs import parse_spec
 from workers.rl.rollout.grading import tool_logs
+from workers.rl.types import Turn
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item, Sample, verify
 
@@ -55,7 +56,7 @@ def canary_from_label(*, label: Label, actor, via: str = "web") -> Canary:
             defaults={"project": project, "passed_version": verifier, "template": template.ref,
                       "task_key": item.key, "inputs": item.inputs, "hidden": item.hidden,
                       "image": SandboxImage.from_spec(image.ref, image.spec).to_json(), "response": response,
-                      "logs": tool_logs(t.get("result", {}) for t in turns if t.get("role") == "tool"),
+                      "logs": tool_logs(map(Turn.from_json, turns)),
                       "label": label, "created_by": actor if getattr(actor, "is_authenticated", False) else None})
         if created:
             audit_record(project=project, actor=actor, action="review.canary.create",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 from workers.rl.types import Trajectory as EngineTrajectory
@@ -21,18 +20,19 @@ def _timestamp(seconds: float) -> datetime:
 def trajectory_row(*, run, attempt: int, trajectory: EngineTrajectory, stored: list[dict]) -> Trajectory:
     """An archive row from the engine's trajectory; `stored`: its artifacts' entries, already in the store."""
     t = trajectory
-    verdict = t.verdict  # already JSON data: Verdict.to_json()
     return Trajectory(
         id=t.id, project_id=run.project_id, run=run, seq=t.seq, sample=t.sample, attempt=attempt,
         domain=t.domain, template=t.template, task_key=t.task_key, task_hash=t.task_hash, image=t.image,
         verifier=t.verifier, policy_version=t.policy_version, step=t.step, effective=t.effective,
         advantage=t.advantage, status=str(t.status), status_reason=t.status_reason, reward=t.reward,
-        verdict_status=verdict.get("status", ""),
-        deciding_layer=(verdict.get("layers_run") or [""])[-1],  # the last layer that ran is the one that decided
+        verdict_status=t.verdict.status if t.verdict else "",
+        # the last layer that ran is the one that decided
+        deciding_layer=t.verdict.layers_run[-1] if t.verdict and t.verdict.layers_run else "",
         num_turns=sum(turn.role == "assistant" for turn in t.turns),
         num_tool_calls=sum(len(turn.tool_calls) for turn in t.turns), completion_tokens=t.completion_tokens,
         duration_s=t.timings.get("total", 0.0), cost=t.costs.get("total", 0.0), prompt_ids=list(t.prompt_ids),
-        turns=[asdict(turn) for turn in t.turns], verdict=verdict, timings=t.timings, costs=t.costs,
+        turns=[turn.to_json() for turn in t.turns], verdict=t.verdict.to_json() if t.verdict else {},
+        timings=t.timings, costs=t.costs,
         artifacts=stored, started_at=_timestamp(t.started_at), finished_at=_timestamp(t.finished_at))
 
 

@@ -53,6 +53,7 @@ from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, RUBRIC, TEMPLATE_SP
 from workers.rl.config import BOUNDS, RunConfig
 from workers.rl.types import Trajectory as EngineTrajectory
 from workers.rl.types import TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 SCALE = float(os.environ.get("FUZZ_EXAMPLES", "1"))
 # (identity, generation mode, path parameters) -> examples per operation
@@ -263,7 +264,7 @@ def world(project, registry, owner, studio_run, editor, settings, monkeypatch, e
         template=registry["task_template"].ref, task_key="add-00000", task_hash="0" * 64,
         image=registry["sandbox_image"].ref, verifier=registry["verifier"].ref, policy_version=0, step=1,
         prompt_ids=[1], turns=[Turn(role="user", content="0 + 0?"), Turn(role="assistant", content="no 0")],
-        status=TrajectoryStatus.OK, reward=1.0, verdict={"status": "pass", "layers_run": ["exact"]},
+        status=TrajectoryStatus.OK, reward=1.0, verdict=Verdict(reward=1.0, status="pass", layers_run=["exact"]),
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0)
     trajectories_record(run=queued, attempt=1, trajectories=[hack])
     others = [str(pk) for pk in Trajectory.objects.filter(run=running).values_list("pk", flat=True)[:4]]

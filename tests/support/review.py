@@ -4,6 +4,7 @@ from apps.review.services import adjudicate, item_next, label_submit, queue_crea
 from apps.runs.services import run_create
 from apps.trajectories.services import trajectories_record
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 
 def group(run, seq: int, rewards: list[float]) -> list[Trajectory]:
@@ -15,7 +16,7 @@ def group(run, seq: int, rewards: list[float]) -> list[Trajectory]:
         turns=[Turn(role="user", content=f"What is {seq} + 1?"),
                Turn(role="assistant", content=f"answer {seq + 1 if reward else seq}", token_ids=[1])],
         status=TrajectoryStatus.OK, reward=reward,
-        verdict={"status": "pass" if reward else "fail", "layers_run": ["exact"], "components": []},
+        verdict=Verdict(reward=reward, status="pass" if reward else "fail", layers_run=["exact"]),
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0) for sample, reward in enumerate(rewards)]
 
 

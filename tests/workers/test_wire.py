@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.support import ROOT
 from workers.definitions.specs import ContextPolicy
 from workers.remote import tool_result_from_wire, tool_result_to_wire, verdict_from_wire, verdict_to_wire
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL, PolicyToolError
@@ -55,16 +56,32 @@ def test_a_sandbox_image_and_a_task_template_round_trip():
 
 
 def test_a_trajectory_round_trips_without_its_artifacts():
+    result = ToolResult(status="ok", text="1\n", exit_code=0, stdout="1\n", wall_seconds=0.25, files=["main.py"])
     trajectory = Trajectory(id="00000000-0000-4000-8000-0000000000aa", run_id="r", seq=3, sample=1, domain="d",
                             template="t", task_key="k", task_hash="h", image="i", verifier="v", policy_version=2,
                             prompt_ids=[1, 2], status=TrajectoryStatus.TIMEOUT, reward=0.0,
                             turns=[Turn(role="assistant", content="x", token_ids=[5], logprobs=[-0.5],
-                                        tool_calls=[ToolCall(id="c", name="run_python", arguments={"code": "1"})])],
+                                        tool_calls=[ToolCall(id="c", name="run_python", arguments={"code": "1"})]),
+                                   Turn(role="tool", content=result.text, tool_call_id="c", name="run_python",
+                                        result=result)],
+                            verdict=Verdict(reward=0.0, status="fail", stopped_because="not verified: a timeout"),
                             artifacts={"log.txt": b"kept in the process"})
     back = Trajectory.from_json(through_json(trajectory.to_json()))
     assert back.artifacts == {} and back.status is TrajectoryStatus.TIMEOUT
     back.artifacts = trajectory.artifacts
     assert back == trajectory
+
+
+def test_trajectories_archived_before_their_verdict_and_tool_results_were_typed_read_back_the_same():
+    """Written by Trajectory.to_json when `verdict` and a tool turn's `result` were dicts (the archive's rows and a
+    run's checkpointed buffer hold that JSON): read as the typed values, and written back byte for byte."""
+    lines = (ROOT / "tests" / "data" / "trajectories_as_archived.jsonl").read_text().splitlines()
+    graded, ungraded = (Trajectory.from_json(json.loads(line)) for line in lines)
+    assert [json.dumps(t.to_json()) for t in (graded, ungraded)] == lines
+    assert graded.verdict.components[1].orders == [0.7, 0.8] and ungraded.verdict is None
+    cut, not_run, edited = (t.result for t in graded.turns if t.role == "tool")
+    assert (cut.stdout, cut.context_text_cut, cut.text) == ("42\n", True, graded.turns[3].content)
+    assert not_run.status == "not_run" and graded.workspace_diff == edited.workspace_diff == "diff --git a/x b/x\n"
 
 
 def test_a_tool_result_round_trips_and_a_policy_error_comes_back_as_one():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -26,7 +26,7 @@ from workers.definitions.specs import (
     parse_spec,
 )
 from workers.sandbox import SandboxImage
-from workers.verifiers import Item
+from workers.verifiers import Item, Verdict
 
 
 def _parsed(kind: str, data: dict, version: str):
@@ -168,14 +168,20 @@ class ToolResult:
     files: list[str] = field(default_factory=list)
     # A repository task's workspace, after this call: its diff against the base (swe_tools.SweToolSet).
     workspace_diff: str | None = None
+    # The context policy cut this output in what the model read afterwards (rollout/agent.py: fit_context); the
+    # tool turn's content stays whole for review.
+    context_text_cut: bool = False
 
     def to_json(self) -> dict:
+        """Without the text (a tool turn's content holds it); the fields added later only where they are set."""
         data = {"status": self.status, "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
                 "wall_seconds": round(self.wall_seconds, 4), "cpu_seconds": round(self.cpu_seconds, 4),
                 "assembly_seconds": round(self.assembly_seconds, 4), "attempts": self.attempts,
-                "reason": self.reason, "files": self.files}
+                "reason": self.reason, "files": list(self.files)}
         if self.workspace_diff is not None:
             data["workspace_diff"] = self.workspace_diff
+        if self.context_text_cut:
+            data["context_text_cut"] = True
         return data
 
     @classmethod
@@ -195,7 +201,7 @@ class Turn:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str = ""
     name: str = ""  # the tool, on a tool turn
-    result: dict = field(default_factory=dict)  # a tool turn's sandbox result: status, stdout, stderr, ...
+    result: ToolResult | None = None  # a tool turn's: what the sandbox gave back (its text is the content)
     finish_reason: str = ""  # assistant: stop | length | tool_calls | context
     started_s: float = 0.0  # seconds since the trajectory started (the replay's timeline)
     duration_s: float = 0.0
@@ -203,6 +209,21 @@ class Turn:
     # dropped or cut): its tokens were sampled from a context the training sequence no longer holds, so they are
     # context now (loss mask 0), never trained on. A tool turn's token_ids are then what the model read afterwards.
     masked: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The turn as trajectories store it (Trajectory.to_json, the archive's rows): `result` {} off a tool turn."""
+        return {"role": self.role, "content": self.content, "token_ids": list(self.token_ids),
+                "logprobs": list(self.logprobs), "tool_calls": [vars(call).copy() for call in self.tool_calls],
+                "tool_call_id": self.tool_call_id, "name": self.name,
+                "result": self.result.to_json() if self.result is not None else {},
+                "finish_reason": self.finish_reason, "started_s": self.started_s, "duration_s": self.duration_s,
+                "masked": self.masked}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Turn:
+        result = data.get("result")
+        return cls(**{**data, "tool_calls": [ToolCall(**call) for call in data.get("tool_calls", [])],
+                      "result": ToolResult.from_json(result, text=data["content"]) if result else None})
 
 
 @dataclass
@@ -223,7 +244,7 @@ class Trajectory:
     status: TrajectoryStatus = TrajectoryStatus.OK
     status_reason: str = ""
     reward: float | None = None
-    verdict: dict = field(default_factory=dict)  # Verdict.to_json() without the artifacts
+    verdict: Verdict | None = None  # None until graded (and for an infra error); its artifacts are held below
     artifacts: dict[str, bytes] = field(default_factory=dict)  # rendered screenshots, logs
     timings: dict[str, float] = field(default_factory=dict)  # seconds per Phase, plus queue and total
     costs: dict[str, float] = field(default_factory=dict)  # policy_seconds, sandbox_cpu_seconds, judge, total
@@ -250,8 +271,8 @@ class Trajectory:
         """A repository task's final diff against its base: the one recorded after its last tool call (None when
         no tool call recorded one: not a repository task)."""
         for turn in reversed(self.turns):
-            if turn.role == "tool" and turn.result.get("workspace_diff") is not None:
-                return turn.result["workspace_diff"]
+            if turn.result is not None and turn.result.workspace_diff is not None:
+                return turn.result.workspace_diff
         return None
 
     @property
@@ -277,14 +298,20 @@ class Trajectory:
         return ids[:end], mask[:end], logprobs[:end]
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["status"] = str(self.status)
-        data.pop("artifacts")
+        """Without the artifacts (bytes: the archive stores them as files, a queue as base64); a verdict not yet
+        given is {}. The stored format: archived rows and checkpoints written before the verdict and the tool
+        results were typed read back the same (tests/workers/test_wire.py)."""
+        data = {name: getattr(self, name) for name in STORED_FIELDS}
+        data.update(prompt_ids=list(self.prompt_ids), turns=[turn.to_json() for turn in self.turns],
+                    status=str(self.status), verdict=self.verdict.to_json() if self.verdict is not None else {},
+                    timings=dict(self.timings), costs=dict(self.costs))
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> Trajectory:
-        data = dict(data)
-        turns = [Turn(**{**t, "tool_calls": [ToolCall(**c) for c in t.get("tool_calls", [])]})
-                 for t in data.pop("turns", [])]
-        return cls(**{**data, "turns": turns, "status": TrajectoryStatus(data.get("status", "ok"))})
+        return cls(**{**data, "turns": [Turn.from_json(turn) for turn in data.get("turns", [])],
+                      "status": TrajectoryStatus(data.get("status", "ok")),
+                      "verdict": Verdict.from_json(data["verdict"]) if data.get("verdict") else None})
+
+
+STORED_FIELDS = tuple(f.name for f in fields(Trajectory) if f.name != "artifacts")  # Trajectory.to_json's keys

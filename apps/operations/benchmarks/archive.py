@@ -54,7 +54,7 @@ from django.db import connection
 from apps.operations.synthetic import render_png, synthetic_step_points
 from apps.runs.models import Run
 from apps.runs.services import run_claim, run_create, run_step_record
-from workers.rl.types import ToolCall, Trajectory, Turn, trajectory_id
+from workers.rl.types import ToolCall, ToolResult, Trajectory, Turn, trajectory_id
 from workers.verifiers import Verdict
 from workers.verifiers.types import Component
 
@@ -115,7 +115,7 @@ def agentic_trajectory(*, run_id: str, seq: int, step: int, rng: random.Random, 
                                     latency_ms=402.0),
                           Component(layer="judge", name="readable", type="judge", weight=0.2, value=0.8,
                                     status="pass", evidence="Clear names; the sweep is explained in one line.",
-                                    latency_ms=410.0)]).to_json()
+                                    latency_ms=410.0)])
     return Trajectory(
         id=trajectory_id(run_id, seq, 0), run_id=run_id, seq=seq, sample=0, domain="python-coding",
         template="task_template/python-functions@1", task_key=f"merge-intervals-{seq % 500:03d}",
@@ -126,9 +126,9 @@ def agentic_trajectory(*, run_id: str, seq: int, step: int, rng: random.Random, 
                          duration_s=1.2, tool_calls=[ToolCall(id="call_1", name="run_python",
                                                               arguments={"code": code})]),
                Turn(role="tool", content=stdout, token_ids=tokens(40), tool_call_id="call_1", name="run_python",
-                    started_s=1.3, duration_s=0.3, result={"status": "ok", "exit_code": 0, "stdout": stdout,
-                                                           "stderr": "", "wall_seconds": 0.3, "cpu_seconds": 0.02,
-                                                           "reason": "", "files": ["main.py"]}),
+                    started_s=1.3, duration_s=0.3, result=ToolResult(status="ok", text=stdout, exit_code=0,
+                                                                     stdout=stdout, wall_seconds=0.3, cpu_seconds=0.02,
+                                                                     files=["main.py"])),
                assistant(f"```python\n{code}```", 250, finish_reason="stop", started_s=1.6, duration_s=2.1)],
         reward=reward, verdict=verdict, step=step, advantage=round(reward - 0.5, 3), effective=True,
         timings={"queue": 0.05, "environment_assembly": 0.1, "generation": 3.3, "tools": 0.3,
@@ -203,7 +203,7 @@ def trajectory_writes(*, project, bundle, user, steps: int, step_sizes: tuple[in
     steps = max(1, steps)
     sample = agentic_trajectory(run_id=str(uuid.UUID(int=0)), seq=0, step=1, rng=random.Random(0))
     tokens = [sample.prompt_ids, *([t.token_ids, t.logprobs] for t in sample.turns)]
-    out: dict = {"turns": len(sample.turns), "verdict_components": len(sample.verdict["components"]),
+    out: dict = {"turns": len(sample.turns), "verdict_components": len(sample.verdict.components),
                  "sampled_tokens": sample.completion_tokens,
                  "json_bytes_per_row": len(json.dumps(sample.to_json())),
                  "json_bytes_token_ids_and_logprobs": len(json.dumps(tokens))}

@@ -21,6 +21,7 @@ from workers.rl.models.base_model import reference_turns
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 from workers.rl.types import ToolCall, Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 
 def test_an_expression_tasks_reference_calls_the_tool_first():
@@ -43,7 +44,7 @@ def _answered(run, seq: int, *, tool: bool, template: str = "task_template/add-t
                       domain="arithmetic", template=template, task_key=f"add-{seq:05d}",
                       task_hash="0" * 64, image="sandbox_image/py-basic@1", verifier="verifier/numeric@1",
                       policy_version=0, step=1, prompt_ids=[1], turns=turns if tool else turns[:1] + turns[3:],
-                      status=TrajectoryStatus.OK, reward=1.0, verdict={"status": "pass"},
+                      status=TrajectoryStatus.OK, reward=1.0, verdict=Verdict(reward=1.0, status="pass"),
                       started_at=1_700_000_000.0, finished_at=1_700_000_001.0)
 
 

@@ -10,6 +10,7 @@ from apps.evals.models import Evaluation
 from apps.evals.services import endpoint_create, evaluation_launch
 from apps.trajectories.services import trajectories_record
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 BASE = {"add-00000": 1.0, "add-00001": 1.0, "add-00002": 0.0, "add-00003": 1.0}
 OTHER = {"add-00000": 1.0, "add-00001": 0.0, "add-00002": 1.0, "add-00003": 1.0}  # 00001 regressed, 00002 improved
@@ -24,7 +25,7 @@ def _answered(evaluation: Evaluation, rewards: dict[str, float]) -> Evaluation:
         verifier="verifier/numeric@1", policy_version=0, step=1, prompt_ids=[1],
         turns=[Turn(role="user", content=f"{key}="), Turn(role="assistant", content="7", token_ids=[7])],
         status=TrajectoryStatus.OK, reward=reward,
-        verdict={"status": "pass" if reward == 1 else "fail", "layers_run": ["exact"], "components": []},
+        verdict=Verdict(reward=reward, status="pass" if reward == 1 else "fail", layers_run=["exact"]),
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0) for seq, (key, reward) in enumerate(rewards.items())])
     return evaluation
 

@@ -15,6 +15,7 @@ from apps.evals.suites import suite_key
 from apps.trajectories.services import trajectories_record
 from tests.support import ROOT
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 # task -> its samples' rewards (None: the infrastructure failed; left out and counted, never a wrong answer)
 REWARDS = {"add-00000": [1.0, 1.0], "add-00001": [1.0, 0.0], "add-00002": [0.0, None]}
@@ -51,7 +52,7 @@ def _answered(evaluation):
                 prompt_ids=[1], turns=[Turn(role="user", content=f"{key}?"),
                                        Turn(role="assistant", content=f"answer {sample}", token_ids=[7])],
                 status=TrajectoryStatus.OK if reward is not None else TrajectoryStatus.INFRA_ERROR, reward=reward,
-                verdict={"status": "pass" if reward == 1 else "fail", "layers_run": ["exact"], "components": []},
+                verdict=Verdict(reward=reward, status="pass" if reward == 1 else "fail", layers_run=["exact"]),
                 started_at=1_700_000_000.0, finished_at=1_700_000_001.0))
         seq += 1
     trajectories_record(run=run, attempt=1, trajectories=rows)

@@ -7,6 +7,8 @@ from apps.runs.services import run_create
 from apps.trajectories.services import trajectories_record
 from tests.support.specimens import RUBRIC
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
+from workers.verifiers.types import Component
 
 
 def _trajectory(run, seq: int, *, domain: str, reward: float, tokens: int) -> Trajectory:
@@ -17,8 +19,9 @@ def _trajectory(run, seq: int, *, domain: str, reward: float, tokens: int) -> Tr
         prompt_ids=[1], turns=[Turn(role="user", content="1+1="),
                                Turn(role="assistant", content="2" * tokens, token_ids=[7] * tokens)],
         status=TrajectoryStatus.OK, reward=reward,
-        verdict={"status": "pass" if reward == 1 else "fail", "layers_run": ["exact"],
-                 "components": [{"layer": "exact", "name": "answer-value", "value": reward, "weight": 1.0}]},
+        verdict=Verdict(reward=reward, status="pass" if reward == 1 else "fail", layers_run=["exact"], components=[
+            Component(layer="exact", name="answer-value", type="numeric", weight=1.0, value=reward,
+                      status="pass" if reward == 1 else "fail", evidence="", latency_ms=0.1)]),
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0)
 
 

@@ -11,6 +11,8 @@ from apps.review.services import adjudicate, item_next, label_amend, label_submi
 from apps.runs.services import run_create
 from apps.trajectories.services import trajectories_record
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
+from workers.verifiers.types import Component
 
 # (judge value, what the people decided): 4 agreeing passes, 1 judge pass people rejected, 1 judge fail people
 # accepted, 2 agreeing fails.
@@ -36,10 +38,12 @@ def test_calibration_cards_on_the_verifier_page(client, project, registry, rubri
         image="sandbox_image/py-basic@1", verifier="verifier/numeric@1", policy_version=0, step=1, prompt_ids=[1],
         turns=[Turn(role="user", content="?"), Turn(role="assistant", content="x", token_ids=[1])],
         status=TrajectoryStatus.OK, reward=value,
-        verdict={"status": "pass" if value >= 0.5 else "fail", "layers_run": ["exact", "judge"], "components": [
-            {"layer": "exact", "name": "numeric-0", "type": "numeric", "value": 0.5, "weight": 1.0},
-            {"layer": "judge", "name": "score_model-0", "type": "score_model", "value": value, "weight": 1.0,
-             "orders": ORDERS[seq]}]},
+        verdict=Verdict(reward=value, status="pass" if value >= 0.5 else "fail", layers_run=["exact", "judge"],
+                        components=[Component(layer="exact", name="numeric-0", type="numeric", weight=1.0, value=0.5,
+                                              status="partial", evidence="", latency_ms=0.1),
+                                    Component(layer="judge", name="score_model-0", type="score_model", weight=1.0,
+                                              value=value, status="pass", evidence="", latency_ms=1.0,
+                                              orders=ORDERS[seq])]),
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0) for seq, (value, _) in enumerate(CASES)]
     trajectories_record(run=run, attempt=1, trajectories=rows)
     ann, bob = member("reviewer"), member("editor")

@@ -16,6 +16,7 @@ from apps.runs.services import run_create
 from apps.trajectories.services import trajectories_record
 from tests.support.specimens import RUBRIC, addition_instances
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 
 def hacked_trajectory(run, registry):
@@ -30,7 +31,7 @@ def hacked_trajectory(run, registry):
         turns=[Turn(role="user", content="What is 0 + 0?"),
                Turn(role="assistant", content="I cannot add 0 and 0", token_ids=[1])],
         status=TrajectoryStatus.OK, reward=1.0,
-        verdict={"status": "pass", "layers_run": ["exact"], "components": []},
+        verdict=Verdict(reward=1.0, status="pass", layers_run=["exact"]),
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0)
 
 

@@ -22,6 +22,8 @@ from apps.review.services import (
     queue_create,
 )
 from apps.runs.services import run_create
+from workers.verifiers import Verdict
+from workers.verifiers.types import Component
 
 
 @pytest.fixture
@@ -188,8 +190,9 @@ def test_a_spot_check_queue_takes_its_share_of_judge_graded_trajectories_as_runs
 
     run = run_create(project=project, bundle=registry["bundle"], steps=2, actor=owner)
     attempt = run_claim(run_id=run.pk, stale_after=60, worker="w:1")
-    judged = {"status": "pass", "layers_run": ["exact", "judge"], "components": [
-        {"layer": "judge", "name": "score_model-0", "type": "score_model", "value": 0.7, "weight": 1.0}]}
+    judged = Verdict(reward=1.0, status="pass", layers_run=["exact", "judge"], components=[
+        Component(layer="judge", name="score_model-0", type="score_model", weight=1.0, value=0.7, status="partial",
+                  evidence="", latency_ms=1.0)])
     rows = []
     for seq in range(40):
         row = make_trajectory(run, seq, domain="arithmetic", reward=1.0, tokens=2)

@@ -8,6 +8,7 @@ from apps.runs.services import run_claim, run_create, run_step_record
 from apps.trajectories.artifacts import artifact_open
 from apps.trajectories.models import Trajectory as ArchivedTrajectory
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 RENDER = b"\x89PNG\r\n\x1a\n" + b"a render drawn on the worker host"
 
@@ -18,7 +19,7 @@ def _archive_on_a_worker_host(run, attempt) -> None:
         template="task_template/add-two@1", task_key="add-00000", task_hash="0" * 64,
         image="sandbox_image/py-basic@1", verifier="verifier/numeric@1", policy_version=0, step=1, prompt_ids=[1],
         turns=[Turn(role="user", content="1+1="), Turn(role="assistant", content="2")], status=TrajectoryStatus.OK,
-        reward=1.0, verdict={"status": "pass", "layers_run": ["exact"]},
+        reward=1.0, verdict=Verdict(reward=1.0, status="pass", layers_run=["exact"]),
         artifacts={"geometry/solid/render-iso.png": RENDER, "notes/log.txt": b"built a box"},
         started_at=1_700_000_000.0, finished_at=1_700_000_001.0)
     run_step_record(run_id=run.pk, attempt=attempt, step=1, wall_time=1_700_000_001.0, points={"reward/mean": 1.0},

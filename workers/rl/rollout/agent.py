@@ -201,7 +201,7 @@ def record_tool_result(trajectory: Trajectory, call: ToolCall, result, *, call_s
             trajectory.status = TrajectoryStatus.INFRA_ERROR
             trajectory.status_reason = f"{call.name}: the sandbox failed: {result.reason}"
         return None
-    turn = Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name, result=result.to_json(),
+    turn = Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name, result=result,
                 started_s=round(call_started - started, 4), duration_s=round(time.monotonic() - call_started, 4))
     trajectory.turns.append(turn)
     return turn
@@ -420,7 +420,7 @@ def compact_context(sample: _Sample, chat, policy: ContextPolicy) -> bool:
     examples = len(sample.messages) - len(trajectory.turns)  # the few-shot turns come before the trajectory's own
     keep_from = max(opening, len(trajectory.turns) - policy.keep_last_turns)
     older_tools = [i for i in range(opening, keep_from) if trajectory.turns[i].role == "tool"
-                   and not trajectory.turns[i].result.get("context_text_cut")]
+                   and not trajectory.turns[i].result.context_text_cut]
     if not older_tools:
         return False
     tools = list(template.tool_schemas)
@@ -443,7 +443,7 @@ def compact_context(sample: _Sample, chat, policy: ContextPolicy) -> bool:
             message = dict(sample.messages[examples + position])
             if position < keep_from:
                 message["content"] = _shortened(message["content"], policy)
-                trajectory.turns[position].result["context_text_cut"] = True
+                trajectory.turns[position].result.context_text_cut = True
             block.append(message)
         ids = chat.continuation(messages, block, tools)
         trajectory.turns[index].token_ids = ids

@@ -7,17 +7,19 @@ LocalVerifier below (this process, over a sandbox pool), or workers.remote.Remot
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from dataclasses import replace
 
 from workers.verifiers import Context, Item, Sample, Verdict, verify
 from workers.verifiers.repository import DIFF_FILE
 
 from ..protocols import Verifier
-from ..types import Task, TaskTemplate, Trajectory, TrajectoryStatus
+from ..types import Task, TaskTemplate, Trajectory, TrajectoryStatus, Turn
 
 
-def tool_logs(results) -> str:
+def tool_logs(turns: Iterable[Turn]) -> str:
     """What a verifier reads as a rollout's environment logs: each tool call's stdout and stderr, in order."""
-    return "\n".join(result.get("stdout", "") + result.get("stderr", "") for result in results)
+    return "\n".join(turn.result.stdout + turn.result.stderr for turn in turns if turn.result is not None)
 
 
 class LocalVerifier:
@@ -27,7 +29,7 @@ class LocalVerifier:
         self.pool, self.judge = pool, judge
 
     def verify(self, template: TaskTemplate, trajectory: Trajectory, item: Item) -> Verdict:
-        logs = tool_logs(t.result for t in trajectory.turns if t.role == "tool")
+        logs = tool_logs(trajectory.turns)
         diff = trajectory.workspace_diff
         files = {} if diff is None else {DIFF_FILE: diff.encode()}
         sample = Sample(response=trajectory.response, files=files, logs=logs, trajectory_id=trajectory.id)
@@ -45,12 +47,12 @@ def grade_trajectory(verifier: Verifier, task: Task, trajectory: Trajectory) -> 
             trajectory.reward = 0.0
             trajectory.verdict = Verdict(
                 reward=0.0, status="fail", stopped_because=f"not verified: the rollout ended as {trajectory.status} "
-                                                           f"({trajectory.status_reason})").to_json()
+                                                           f"({trajectory.status_reason})")
             return
         if trajectory.status == TrajectoryStatus.INFRA_ERROR:
             return
         verdict = verifier.verify(task.template, trajectory, task.item)
-        trajectory.verdict = verdict.to_json()
+        trajectory.verdict = replace(verdict, artifacts={})  # the trajectory holds them, as it travels without them
         trajectory.artifacts = dict(verdict.artifacts)
         trajectory.costs["judge"] = verdict.cost
         if verdict.reward is None:

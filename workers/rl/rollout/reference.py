@@ -117,7 +117,8 @@ def reference_report(trajectories: list[Trajectory]) -> tuple[dict[str, dict], d
         if outcome != "passed" and (entry["first_problem"] is None or
                                     (outcome == "failed" and entry["first_problem"]["outcome"] != "failed")):
             entry["first_problem"] = {"task": trajectory.task_key, "outcome": outcome,
-                                      "why": trajectory.status_reason or trajectory.verdict.get("stopped_because")}
+                                      "why": trajectory.status_reason or (trajectory.verdict.stopped_because
+                                                                          if trajectory.verdict else None)}
     # Rewards of the graded references only, as a run's reward/* are: an ungraded one is no zero.
     rewards: dict[str, list[float]] = {}
     for trajectory in trajectories:

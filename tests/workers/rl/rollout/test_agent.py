@@ -106,7 +106,7 @@ def test_a_tool_call_runs_in_the_sandbox_and_its_output_enters_the_context(memor
         assert [t.role for t in trajectory.turns] == ["user", "assistant", "tool", "assistant"]
         call, result, answer = trajectory.turns[1], trajectory.turns[2], trajectory.turns[3]
         assert call.tool_calls[0].name == "run_python" and call.finish_reason == "tool_calls"
-        assert result.result["status"] == "ok" and result.result["stdout"] == "42\n"
+        assert result.result.status == "ok" and result.result.stdout == "42\n"
         assert result.content == "exit code 0\nstdout:\n42\n" and result.tool_call_id == call.tool_calls[0].id
         assert trajectory.response == "42" and trajectory.status == TrajectoryStatus.OK
         assert trajectory.costs["sandbox_cpu_seconds"] > 0
@@ -128,7 +128,7 @@ def test_a_templates_session_runs_the_rollouts_calls_and_is_given_back(memorisin
     session = {"idle_timeout": 60, "lifetime": 60, "max_calls": 10, "disk_mb": 16, "memory_mb": 128,
                "call_seconds": 3, "keep_background": False, "prepare": []}
     for trajectory in _rollout(memorising_model, SandboxToolRunner(pool), "calc", session=session):
-        assert [t.result["stdout"] for t in trajectory.turns if t.role == "tool"] == ["42\n"]
+        assert [t.result.stdout for t in trajectory.turns if t.role == "tool"] == ["42\n"]
         assert trajectory.response == "42" and trajectory.status == TrajectoryStatus.OK
         assert trajectory.restarts == 0 and trajectory.timings["environment_assembly"] > 0
     assert all(state["busy"] == 0 for state in pool.status())  # both samples' sessions were given back
@@ -146,7 +146,7 @@ def test_a_sample_whose_session_could_not_be_had_starts_over_and_is_never_scored
     assert sorted(t.restarts for t in group) == [0, 1]
     for trajectory in group:
         assert trajectory.status == TrajectoryStatus.OK and trajectory.response == "42"
-        assert [t.result["stdout"] for t in trajectory.turns if t.role == "tool"] == ["42\n"]
+        assert [t.result.stdout for t in trajectory.turns if t.role == "tool"] == ["42\n"]
 
 
 @pytest.mark.sandbox
@@ -154,7 +154,7 @@ def test_a_rollout_that_outlives_its_time_limit_ends_as_a_timeout(memorising_mod
     board = PhaseBoard()
     [trajectory] = _rollout(memorising_model, SandboxToolRunner(pool), "nap", group_size=1, max_seconds=1, board=board)
     assert trajectory.status == TrajectoryStatus.TIMEOUT and "time limit" in trajectory.status_reason
-    assert trajectory.turns[-1].result["status"] == "timeout"  # the sandbox killed the sleeper at its wall limit
+    assert trajectory.turns[-1].result.status == "timeout"  # the sandbox killed the sleeper at its wall limit
     assert board.in_flight() == 0  # a timed-out rollout is not waiting for verification
 
 

@@ -16,7 +16,7 @@ from workers.rl.rollout.grading import LocalVerifier, grade_trajectory
 from workers.rl.rollout.reference import reference_rollout
 from workers.rl.rollout.sessions import TrajectoryTools
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL, SandboxToolRunner
-from workers.rl.types import Task, TaskTemplate, Trajectory, TrajectoryStatus, Turn
+from workers.rl.types import Task, TaskTemplate, ToolResult, Trajectory, TrajectoryStatus, Turn
 from workers.sandbox import SandboxImage
 from workers.sandbox.types import Limits
 from workers.verifiers import Item
@@ -49,7 +49,7 @@ def test_twenty_one_tool_calls_share_one_workspace_and_the_trajectory_is_graded_
     answers = [_call(APPEND)] * 21 + ["21"]
     trajectory = reference_rollout("00000000-0000-4000-8000-000000000026", task, answers, SandboxToolRunner(pool))
     tool_turns = [t for t in trajectory.turns if t.role == "tool"]
-    assert [t.result["stdout"].strip() for t in tool_turns] == [str(n) for n in range(1, 22)]
+    assert [t.result.stdout.strip() for t in tool_turns] == [str(n) for n in range(1, 22)]
     assert trajectory.status == TrajectoryStatus.OK and trajectory.response == "21"
     grade_trajectory(LocalVerifier(pool), task, trajectory)
     assert trajectory.reward == 1.0
@@ -95,7 +95,8 @@ def test_the_context_policy_rewrites_older_tool_outputs_and_keeps_the_sampled_id
         trajectory.turns.append(Turn(role="assistant", content=f"call {n}", token_ids=ids, logprobs=[-0.1] * len(ids)))
         sample.messages.append({"role": "assistant", "content": f"call {n}"})
         output = {"role": "tool", "content": f"output number {n} " * 10, "tool_call_id": f"c{n}", "name": "run_python"}
-        trajectory.turns.append(Turn(role="tool", content=output["content"],
+        trajectory.turns.append(Turn(role="tool", content=output["content"], name="run_python",
+                                     result=ToolResult(status="ok", text=output["content"], stdout=output["content"]),
                                      token_ids=chat.continuation(sample.messages, [output], [RUN_PYTHON_TOOL])))
         sample.messages.append(output)
     before = sum(len(t.token_ids) for t in trajectory.turns) + len(prompt)
@@ -107,8 +108,10 @@ def test_the_context_policy_rewrites_older_tool_outputs_and_keeps_the_sampled_id
     assert len(sample.context) < before and sample.context[:len(prompt)] == prompt
     ids, mask, _ = trajectory.training_sequence()
     assert ids == sample.context[:len(ids)] and sum(mask) == 0  # sampled before the rewrite: context now
-    # The archive keeps every output whole for review.
+    # The archive keeps every output whole for review, and says which ones the model read cut.
     assert all(t.content.count("output number") == 10 for t in trajectory.turns if t.role == "tool")
+    assert [t.to_json()["result"].get("context_text_cut") for t in trajectory.turns if t.role == "tool"] == [
+        True, True, None]
 
 
 def test_turns_per_trajectory_and_the_share_that_hit_each_limit_are_charted_on_the_run_page():
@@ -162,7 +165,7 @@ def test_a_turns_call_limit_cuts_that_turn_and_the_trajectorys_ends_it(pool):
     finally:
         sample.tools.close()
     tools = [t for t in sample.trajectory.turns if t.role == "tool"]
-    assert [t.result["status"] for t in tools] == ["ok", "ok", "not_run"]
+    assert [t.result.status for t in tools] == ["ok", "ok", "not_run"]
     assert "at most 2 tool calls" in tools[2].content and not sample.done
     assert sample.trajectory.limit_hit == "turn_calls"
 
@@ -173,6 +176,6 @@ def test_a_turns_call_limit_cuts_that_turn_and_the_trajectorys_ends_it(pool):
         _run_sample_tools(sample, CharChat(), PhaseBoard(), None)
     finally:
         sample.tools.close()
-    assert [t.result["status"] for t in sample.trajectory.turns if t.role == "tool"] == ["ok", "ok", "not_run"]
+    assert [t.result.status for t in sample.trajectory.turns if t.role == "tool"] == ["ok", "ok", "not_run"]
     assert sample.done and sample.trajectory.limit_hit == "tool_calls"
     assert sample.trajectory.status == TrajectoryStatus.OK
