@@ -26,6 +26,7 @@ from apps.runs.services import (
 from apps.trajectories.artifacts import artifact_open
 from apps.trajectories.models import Trajectory as ArchivedTrajectory
 from workers.rl.types import Trajectory, TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 STALE = 60.0  # seconds without a heartbeat before a running run's worker is presumed lost
 
@@ -53,7 +54,7 @@ def trajectory(run, *, seq: int, sample: int = 0, step: int, reward: float = 1.0
         image="sandbox_image/py-basic@1", verifier="verifier/numeric@1", policy_version=step - 1, step=step,
         prompt_ids=[1, 2, 3], turns=[Turn(role="user", content="1+1="), Turn(role="assistant", content="2",
                                                                                 token_ids=[7], logprobs=[-0.1])],
-        status=TrajectoryStatus.OK, reward=reward, verdict={"status": "pass", "layers_run": ["exact"]},
+        status=TrajectoryStatus.OK, reward=reward, verdict=Verdict(reward=reward, status="pass", layers_run=["exact"]),
         artifacts=artifacts or {}, started_at=1_700_000_000.0, finished_at=1_700_000_001.0)
 
 

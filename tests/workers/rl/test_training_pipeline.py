@@ -70,7 +70,7 @@ def test_every_consumed_trajectory_is_archived_once_with_its_verdict(make_pipeli
     by_draw = {}
     for t in archived:
         by_draw.setdefault(t.seq, []).append(t.sample)
-        assert t.step in (1, 2, 3) and t.verdict["components"][0]["name"] == "answer"
+        assert t.step in (1, 2, 3) and t.verdict.components[0].name == "answer"
         assert t.reward == (1.0 if t.response.strip() == str(sum(int(x) for x in t.task_key.split("-")[1:])) else 0.0)
     # Sync draws are consumed in order: every draw 0..n-1 is there with its whole group.
     assert sorted(by_draw) == list(range(len(by_draw)))
