@@ -8,9 +8,9 @@ worker's sandbox pool, and opens sandbox sessions whose later calls come on this
 other two queues by task name (workers/remote.py) when the studio runs on services with remote rollouts on, so
 rollout and verification workers scale apart from the GPU ones.
 
-`runs_watchdog` (Celery beat) queues again the runs whose worker stopped heartbeating; their next attempt
-resumes from the last checkpoint. A train_run delivered twice (acks_late redelivery after a lost worker)
-is harmless: the claim lets only one attempt through.
+`runs_watchdog` (Celery beat) queues again the runs whose worker stopped heartbeating, and the runs whose process
+was asked to stop (interrupted); their next attempt resumes from the last checkpoint. A train_run delivered twice
+(acks_late redelivery after a lost worker) is harmless: the claim lets only one attempt through.
 """
 
 from __future__ import annotations
@@ -77,18 +77,22 @@ def train_run(run_id: str) -> str:
     attempt = run_claim(run_id=run_id, stale_after=settings.RUN_STALE_SECONDS)
     if attempt is None:
         return f"run {run_id} is not claimable (another worker has it, or it is not queued)"
-    summary = run_attempt(run_id=run_id, attempt=attempt)
-    return "taken over" if summary is None else summary["outcome"]
+    ending = run_attempt(run_id=run_id, attempt=attempt)
+    return ending if isinstance(ending, str) else ending["outcome"]  # a summary, or attempts.Unfinished
 
 
 @shared_task(name="workers.tasks.runs_watchdog")
 def runs_watchdog() -> list[str]:
-    from apps.runs.services import runs_requeue_lost
+    from apps.runs.models import Run, RunStatus
+    from apps.runs.services import run_request, runs_requeue_lost
 
     requeued = [str(run.pk) for run in runs_requeue_lost(stale_after=settings.RUN_STALE_SECONDS)]
     for run_id in requeued:
         train_run.apply_async((run_id,))
-    return requeued
+    interrupted = list(Run.objects.filter(status=RunStatus.INTERRUPTED))
+    for run in interrupted:  # queued again for the gpu workers (run_request sends it once queued)
+        run_request(run=run, action="resume", actor=None, via="watchdog")
+    return requeued + [str(run.pk) for run in interrupted]
 
 
 @shared_task(name="workers.tasks.execute_tool_call", acks_late=True)
@@ -113,7 +117,7 @@ def open_tool_session(self, template: dict, item: dict, max_output_chars: int) -
             _sessions.pop(session_id, None)
     runner = SandboxToolRunner(sandbox_pool(), max_output_chars=max_output_chars)
     try:
-        session = open_local_session(runner, TaskTemplate.from_json(template), Item(**item))
+        session = open_local_session(runner, TaskTemplate.from_json(template), Item.from_json(item))
     except Exception as exc:  # the pool or the image: an infrastructure error of that trajectory
         return {"error": f"{worker} could not open a session: {type(exc).__name__}: {exc}"}
     _sessions[session.id] = session
@@ -146,7 +150,7 @@ def close_tool_session(session_id: str) -> None:
 def verify_trajectory(template: dict, trajectory: dict, item: dict) -> dict:
     with log_context(run=trajectory.get("run_id"), trajectory=trajectory.get("id")):
         verdict = local_verifier().verify(TaskTemplate.from_json(template), Trajectory.from_json(trajectory),
-                                          Item(**item))
+                                          Item.from_json(item))
     return verdict_to_wire(verdict)
 
 

@@ -2,17 +2,18 @@
 lane: one trains, one evaluates (so a checkpoint's evaluation does not wait for the training run to end).
 
 There is no Celery broker in the embedded studio, so this thread does what the `gpu` workers and the watchdog
-do on services: it claims the oldest queued run, runs its attempt (apps/runs/attempts/), and queues again runs
-whose heartbeat went stale (a process that was killed mid-run), which it then resumes from their last
+do on services: it claims the oldest queued or interrupted run, runs its attempt (apps/runs/attempts/), and queues
+again runs whose heartbeat went stale (a process that was killed mid-run), which it then resumes from their last
 checkpoint. Training in the web process is what lets the in-memory channel layer push live points to the pages.
 On when settings.EMBEDDED_TRAINING is (`make demo` turns it on); never in tests or management commands.
 
 Stopping (SIGTERM or Ctrl-C: the server returns, and the interpreter starts exiting) is bounded: the lanes claim
-nothing more, their attempts are abandoned at their next check and left to be resumed by the next studio (the
-pipeline checks every 50 ms while it waits for rollouts; an update, a checkpoint or an evaluation batch under way
-ends first), their sandboxes are released, and the process exits. Whatever still runs after
-settings.STOP_SECONDS is cut short (the process exits all the same, as after a kill: the run resumes from its
-newest checkpoint); a second signal exits at once.
+nothing more, and their attempts end at their next check (the training loop checks every 50 ms while it waits for
+rollouts; an update, a checkpoint or an evaluation batch under way ends first): a training run checkpoints the last
+step it finished, an evaluation keeps the batches it archived, and the run is marked interrupted, for the next
+studio to resume at once. Their sandboxes are released, and the process exits. Whatever still runs after
+settings.STOP_SECONDS is cut short (the process exits all the same, as after a kill: the run stays running until
+its heartbeat is stale, then resumes from its newest checkpoint); a second signal exits at once.
 """
 
 from __future__ import annotations
@@ -70,13 +71,13 @@ def _stop() -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_at_once)
     stopping.set()
-    process_exiting.set()  # the attempts abandon themselves at their next check
+    process_exiting.set()  # the attempts end interrupted at their next check
     threading.Thread(target=_exit_at_deadline, args=(began + settings.STOP_SECONDS,), name="embedded-stop-deadline",
                      daemon=True).start()
     busy = [lane for lane in _lanes if lane.is_alive()]
     if busy:
-        log.warning("stopping: the runs under way are left to be resumed by the next studio (at most %g s; a second "
-                    "signal exits at once)", settings.STOP_SECONDS)
+        log.warning("stopping: the runs under way checkpoint the step they finished, for the next studio to resume "
+                    "(at most %g s; a second signal exits at once)", settings.STOP_SECONDS)
     for lane in busy:
         lane.join(max(0.0, began + settings.STOP_SECONDS - time.monotonic()))
     log.info("embedded training stopped in %.1f s", time.monotonic() - began)
@@ -107,15 +108,16 @@ LANES = {"training": lambda runs: runs.exclude(kind=RunKind.EVALUATION),
 
 
 def train_next_queued(lane: str = "training") -> bool:
-    """Requeue lost runs, then claim and run the oldest queued one of the lane, or one of its kinds whose worker was
-    lost (a stale heartbeat: the studio before this one stopped mid-attempt). Returns whether one was attempted."""
+    """Requeue lost runs, then claim and run the oldest queued or interrupted one of the lane (the studio before this
+    one was stopped under it), or one of its kinds whose worker was lost (a stale heartbeat: the studio before this
+    one was killed mid-attempt). Returns whether one was attempted."""
     from datetime import timedelta
 
     from django.db.models import Q
     from django.utils import timezone
 
     from .attempts import run_attempt
-    from .models import Run, RunStatus
+    from .models import CLAIMABLE_STATUSES, Run, RunStatus
     from .services import run_claim, runs_requeue_lost
 
     if stopping.is_set():
@@ -127,9 +129,12 @@ def train_next_queued(lane: str = "training") -> bool:
     # A lane also takes over its own kinds' lost runs: the training lane requeues only between its attempts, so an
     # evaluation left behind would otherwise wait for the training run to end.
     lost = Q(status=RunStatus.RUNNING, heartbeat_at__lt=timezone.now() - timedelta(seconds=settings.RUN_STALE_SECONDS))
-    for run in LANES[lane](Run.objects.filter(Q(status=RunStatus.QUEUED) | lost)).order_by("created_at")[:5]:
+    for run in LANES[lane](Run.objects.filter(Q(status__in=CLAIMABLE_STATUSES) | lost)).order_by("created_at")[:5]:
         attempt = run_claim(run_id=run.pk, stale_after=settings.RUN_STALE_SECONDS)
         if attempt is not None:
+            if run.status == RunStatus.INTERRUPTED:
+                log.warning("resuming run %s, interrupted at step %d when the studio before this one stopped",
+                            run.name, run.step)
             run_attempt(run_id=run.pk, attempt=attempt)
             return True
     return False

@@ -21,12 +21,16 @@ class RunStatus(models.TextChoices):
     QUEUED = "queued"  # waiting for a worker (new, resumed, or requeued after its worker was lost)
     RUNNING = "running"
     PAUSED = "paused"  # checkpointed and stopped on request; resume queues it again
+    # Its process was asked to stop (Ctrl-C or SIGTERM of the embedded studio): checkpointed at the last step it
+    # finished, and claimed at once by the next worker or studio that looks for runs to train (no lease to expire).
+    INTERRUPTED = "interrupted"
     COMPLETED = "completed"
     CANCELLED = "cancelled"
     FAILED = "failed"
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+CLAIMABLE_STATUSES = (RunStatus.QUEUED, RunStatus.INTERRUPTED)  # what a worker may claim at once
 FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED)
 
 
@@ -153,6 +157,7 @@ class EventKind(models.TextChoices):
     WORKER_LOST = "worker_lost"  # the heartbeat went stale; the run was queued again
     RETRY = "retry"  # an infrastructure error retried (sandbox, verifier)
     PAUSED = "paused"
+    INTERRUPTED = "interrupted"  # its process was asked to stop; the next start resumes it
     CANCELLED = "cancelled"
     COMPLETED = "completed"
     FAILED = "failed"

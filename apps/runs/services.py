@@ -32,6 +32,7 @@ from .datasets import DatasetRefused, dataset_pin
 from .dispatch import run_enqueue
 from .models import (
     ACTIVE_STATUSES,
+    CLAIMABLE_STATUSES,
     DATASET_KINDS,
     FINISHED_STATUSES,
     Checkpoint,
@@ -196,8 +197,9 @@ def run_request(*, run: Run, action: str, actor, via: str = "web", enqueue: bool
             else:
                 raise RunError(f"a {run.status} run cannot be paused", status=409)
         elif action == "resume":
-            if run.status != RunStatus.PAUSED:
-                raise RunError(f"only a paused run can be resumed; this one is {run.status}", status=409)
+            if run.status not in (RunStatus.PAUSED, RunStatus.INTERRUPTED):
+                raise RunError(f"only a paused or interrupted run can be resumed; this one is {run.status}",
+                               status=409)
             run.status, run.requested = RunStatus.QUEUED, RunRequest.NONE
             _event(run, EventKind.REQUESTED, "resume requested: queued for a worker")
             if enqueue:
@@ -220,15 +222,15 @@ def run_request(*, run: Run, action: str, actor, via: str = "web", enqueue: bool
 
 
 def run_claim(*, run_id, stale_after: float, worker: str | None = None) -> int | None:
-    """Claim a queued run, or a running one whose heartbeat is older than `stale_after` seconds (its worker is
-    presumed dead). Returns the new attempt number, or None if the run is not claimable (someone has it)."""
+    """Claim a queued or interrupted run, or a running one whose heartbeat is older than `stale_after` seconds (its
+    worker is presumed dead). Returns the new attempt number, or None if the run is not claimable (someone has it)."""
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None:
             return None
         stale = run.heartbeat_at is None or run.heartbeat_at < now - timedelta(seconds=stale_after)
-        if not (run.status == RunStatus.QUEUED or (run.status == RunStatus.RUNNING and stale)):
+        if not (run.status in CLAIMABLE_STATUSES or (run.status == RunStatus.RUNNING and stale)):
             return None
         if run.status == RunStatus.RUNNING:
             _event(run, EventKind.WORKER_LOST, f"worker {run.worker or '?'} stopped answering at step {run.step}; "
@@ -356,9 +358,11 @@ def run_event_record(*, run_id, attempt: int, kind: str, message: str, step: int
 
 
 def run_finish(*, run_id, attempt: int, status: str, summary: dict | None = None, error: str = "") -> None:
-    """The worker's last word: completed, paused (on request), cancelled (on request) or failed."""
+    """The worker's last word: completed, paused (on request), cancelled (on request), interrupted (its process was
+    asked to stop) or failed."""
     kinds = {RunStatus.COMPLETED: EventKind.COMPLETED, RunStatus.PAUSED: EventKind.PAUSED,
-             RunStatus.CANCELLED: EventKind.CANCELLED, RunStatus.FAILED: EventKind.FAILED}
+             RunStatus.INTERRUPTED: EventKind.INTERRUPTED, RunStatus.CANCELLED: EventKind.CANCELLED,
+             RunStatus.FAILED: EventKind.FAILED}
     with transaction.atomic():
         run = _fenced(run_id, attempt)
         run.status, run.requested = status, RunRequest.NONE
@@ -368,10 +372,12 @@ def run_finish(*, run_id, attempt: int, status: str, summary: dict | None = None
         if status in FINISHED_STATUSES:
             run.finished_at = timezone.now()
         run.save(update_fields=["status", "requested", "summary", "error", "finished_at"])
-        # A paused run resumes from a checkpoint: the pipeline saves one at the step it pauses at, and the event
-        # says so (or which steps would be trained again, should the newest be older).
+        # A paused or interrupted run resumes from a checkpoint: the training loop saves one at the last step it
+        # finished, and the event says so (or which steps would be trained again, should the newest be older).
         message = {RunStatus.COMPLETED: f"completed {run.step} steps",
                    RunStatus.PAUSED: f"paused at step {run.step}, {_resume_point(run)}",
+                   RunStatus.INTERRUPTED: f"interrupted at step {run.step} (its process was asked to stop), "
+                                          f"{_resume_point(run)}",
                    RunStatus.CANCELLED: f"cancelled at step {run.step}"}.get(status, f"failed: {error[:500]}")
         _event(run, kinds[status], message, step=run.step, attempt=attempt)
         live.broadcast_run(run)

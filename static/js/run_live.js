@@ -150,15 +150,15 @@
   }
 
   // The dot beside the status: is this page getting the run's updates as they happen? Only a queued or running
-  // run (ACTIVE_STATUSES, apps/runs/models.py, written into the page) writes more; a paused one may be resumed,
-  // so the socket stays open, but neither it nor an ended one is live.
+  // run (ACTIVE_STATUSES, apps/runs/models.py, written into the page) writes more; a paused or interrupted one may
+  // be resumed, so the socket stays open, but neither it nor an ended one is live.
   const ACTIVE = root.dataset.activeStatuses.split(" ");
   const state = root.querySelector("[data-live-state]");
   let link = "connecting"; // the socket's state: connecting, live, reconnecting
   function showLiveState() {
     const status = root.dataset.status;
     if (!ACTIVE.includes(status)) {
-      state.textContent = status === "paused" ? "paused" : "ended";
+      state.textContent = status === "paused" || status === "interrupted" ? status : "ended";
       state.className = "live-state ended";
       state.title = "no live updates: the run is " + status;
     } else {

@@ -1,7 +1,9 @@
 """The embedded studio (`make demo`) stopped with SIGTERM, again and again, in each phase of its work: each time it
-exits within 30 s, the run is left running (never failed), and the next studio resumes it from its newest
-checkpoint; a second signal exits at once, and what does not end is cut short at STUDIO_STOP_SECONDS. An attempt
-that stops making progress stops heartbeating and is resumed (apps/runs/embedded.py, workers/rl/pipeline.py).
+exits within 30 s, never failing the run. A run whose attempt could end within STUDIO_STOP_SECONDS is interrupted:
+checkpointed at the last step it finished, and resumed by the next studio at once; a second signal exits at once,
+and what does not end is cut short at STUDIO_STOP_SECONDS, leaving the run running until its heartbeat is stale. An
+attempt that stops making progress stops heartbeating and is resumed (apps/runs/embedded.py,
+workers/rl/training/loop.py).
 
 Real `manage.py runserver` processes with embedded training, on the test database (PostgreSQL). To stop one in a
 given phase, each is started through HELD_STUDIO, which holds that phase's work (a rollout, a verification, an
@@ -30,9 +32,9 @@ pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.django_db
 
 STOP_SECONDS = 6  # the studio's own bound (STUDIO_STOP_SECONDS); the issue's is 30
 # The studio, with one phase held: each call of that phase's function first writes `marker`, then waits `hold`
-# seconds (or until the file `marker`.release appears), then does its work. The pipeline reaches those functions
-# through its module's names (pipeline.py); the evaluation attempt imports its function when its lane first runs,
-# after this replaced it (the lanes start with Django, before runserver).
+# seconds (or until the file `marker`.release appears), then does its work. The pipeline and the training loop reach
+# those functions through their modules' names (pipeline.py, training/loop.py); the evaluation attempt imports its
+# function when its lane first runs, after this replaced it (the lanes start with Django, before runserver).
 HELD_STUDIO = """
 import os, sys, time
 from pathlib import Path
@@ -52,11 +54,12 @@ def held(name, function):
 
 from workers.rl import pipeline
 from workers.rl.rollout import evaluation
+from workers.rl.training import loop
 from workers.rl.training.trainer import GRPOTrainer
 pipeline.rollout_groups = held("rollout", pipeline.rollout_groups)
 pipeline.grade_trajectory = held("verification", pipeline.grade_trajectory)
 GRPOTrainer.train = held("update", GRPOTrainer.train)
-pipeline.write_checkpoint = held("checkpoint", pipeline.write_checkpoint)
+loop.save_checkpoint = held("checkpoint", loop.save_checkpoint)
 evaluation.evaluate_batch = held("evaluation", evaluation.evaluate_batch)  # before apps/runs/attempts imports it
 from django.core.management import execute_from_command_line
 execute_from_command_line(["manage.py", "runserver", "--noreload", address])
@@ -118,11 +121,13 @@ def _evaluation(project, owner):
         return evaluation_launch(project=project, suite=suite, actor=None, model=model, via="cli").run
 
 
-# Each studio stops in one phase, then the next one resumes the run: (phase held, seconds held, signals sent).
-# The update and the checkpoint never end: the first is cut short at STOP_SECONDS, the second by a second signal.
-# The evaluation lane is stopped twice in a row, while the training run goes on beside it.
-CHAIN = [("rollout", 3, 1), ("verification", 3, 1), ("update", 600, 1), ("checkpoint", 600, 2),
-         ("evaluation", 3, 1), ("evaluation", 3, 1)]
+# Each studio stops in one phase, then the next one resumes the run: (phase held, seconds held, signals sent, the
+# training run's status after the stop). A rollout and a verification are left behind: the run is interrupted. The
+# update and the checkpoint never end: the first is cut short at STOP_SECONDS, the second by a second signal, and
+# the run is left running. The evaluation lane is stopped twice in a row, while the training run goes on beside it.
+INTERRUPTED, LEFT_RUNNING = RunStatus.INTERRUPTED, RunStatus.RUNNING
+CHAIN = [("rollout", 3, 1, INTERRUPTED), ("verification", 3, 1, INTERRUPTED), ("update", 600, 1, LEFT_RUNNING),
+         ("checkpoint", 600, 2, LEFT_RUNNING), ("evaluation", 3, 1, INTERRUPTED), ("evaluation", 3, 1, INTERRUPTED)]
 
 
 def test_a_studio_stopped_in_each_phase_again_and_again_exits_in_time_and_the_run_resumes(registry, project, owner,
@@ -134,7 +139,7 @@ def test_a_studio_stopped_in_each_phase_again_and_again_exits_in_time_and_the_ru
     evaluation_run = None
     studio, exits = None, []
     try:
-        for attempt, (phase, hold, signals) in enumerate(CHAIN, start=1):
+        for attempt, (phase, hold, signals, status) in enumerate(CHAIN, start=1):
             name = f"{attempt}-{phase}"
             if phase == "evaluation" and evaluation_run is None:
                 evaluation_run = _evaluation(project, owner)
@@ -146,10 +151,12 @@ def test_a_studio_stopped_in_each_phase_again_and_again_exits_in_time_and_the_ru
                      seconds=60, what=f"attempt {attempt} to start", logs=tmp_path)
             exits.append(_stop(studio, signals=signals))
             stopped = Run.objects.get(pk=run.pk)
-            assert stopped.status == RunStatus.RUNNING and stopped.attempt == attempt, (stopped.status, stopped.error)
+            assert stopped.status == status and stopped.attempt == attempt, (phase, stopped.status, stopped.error)
             if evaluation_run is not None:
+                # Interrupted after the batch under way, or, when that batch outlasts STOP_SECONDS, left running.
                 evaluation_run.refresh_from_db()
-                assert evaluation_run.status == RunStatus.RUNNING, (evaluation_run.status, evaluation_run.error)
+                assert evaluation_run.status in (RunStatus.INTERRUPTED, RunStatus.RUNNING), (
+                    evaluation_run.status, evaluation_run.error)
         log = "".join(path.read_text() for path in sorted(tmp_path.glob("*.log")))
         assert f"did not stop within {STOP_SECONDS} s" in (tmp_path / "3-update.log").read_text(), log[-3000:]
         assert "SIGTERM again: exiting now" in (tmp_path / "4-checkpoint.log").read_text(), log[-3000:]
@@ -173,23 +180,64 @@ def test_a_studio_stopped_in_each_phase_again_and_again_exits_in_time_and_the_ru
     print("seconds from SIGTERM to exit:", [round(seconds, 1) for seconds in exits])
     assert all(seconds < 30 for seconds in exits), exits
     final = Run.objects.get(pk=run.pk)
-    assert final.status == RunStatus.RUNNING
+    assert final.status == RunStatus.INTERRUPTED
     events = list(final.events.values_list("kind", "message"))
     assert not [m for k, m in events if k == EventKind.FAILED]
     # The first attempts stopped before their first checkpoint (held in their first rollout, verification, update
-    # and checkpoint); from the fifth on, each resumed from one.
+    # and checkpoint); from the fifth on, each resumed from one. Only the attempts cut short, and the stuck one, were
+    # taken for lost; the interrupted ones were taken over without waiting.
     assert sum(k == EventKind.RESUMED for k, _ in events) >= 2, events
-    assert len([m for k, m in events if k == EventKind.WORKER_LOST and "from its checkpoint at step" in m]) >= 2
-    assert any("stopped answering" in m for k, m in events if k == EventKind.WORKER_LOST)
+    assert [m for k, m in events if k == EventKind.WORKER_LOST and "from its checkpoint at step" in m]
+    assert sum(k == EventKind.WORKER_LOST for k, _ in events) == 3, events
     evaluation_run.refresh_from_db()
-    assert evaluation_run.attempt >= 2 and evaluation_run.status in (RunStatus.RUNNING, RunStatus.COMPLETED)
+    assert evaluation_run.attempt >= 2 and evaluation_run.status in (RunStatus.RUNNING, RunStatus.INTERRUPTED,
+                                                                      RunStatus.COMPLETED)
     assert not evaluation_run.events.filter(kind=EventKind.FAILED).exists()
+
+
+def test_a_studio_asked_to_stop_checkpoints_the_step_it_finished_and_the_next_resumes_it_at_once(registry, project,
+                                                                                               tmp_path):
+    """No checkpoint is due (checkpoint_every is past the run's end) and no lease expires in the test's time (600 s):
+    the stopped studio checkpoints the last step it finished and marks the run interrupted, and the next studio
+    resumes it there as it starts."""
+    run = run_create(project=project, bundle=registry["bundle"], steps=5000, overrides={
+        "groups_per_step": 2, "group_size": 4, "rollout_concurrency": 4, "dynamic_sampling": False,
+        "checkpoint_every": 5000, "eval_tasks_per_domain": 0})
+    studio = None
+    try:
+        studio = _studio(tmp_path, "first", STUDIO_RUN_STALE_SECONDS="600")
+        wait_for(lambda: _serving(studio) and Run.objects.filter(pk=run.pk, step__gte=2).exists(), seconds=240,
+                 what="the first studio to train two steps", logs=tmp_path)
+        _stop(studio)
+        stopped = Run.objects.get(pk=run.pk)
+        assert stopped.status == RunStatus.INTERRUPTED, (stopped.status, stopped.error)
+        assert list(stopped.checkpoints.values_list("step", flat=True)) == [stopped.step]
+        assert stopped.events.get(kind=EventKind.INTERRUPTED).message == (
+            f"interrupted at step {stopped.step} (its process was asked to stop), to resume from its checkpoint at "
+            f"step {stopped.step}")
+        assert stopped.summary["outcome"] == "interrupted"
+
+        studio = _studio(tmp_path, "next", STUDIO_RUN_STALE_SECONDS="600")
+        wait_for(lambda: Run.objects.filter(pk=run.pk, step__gt=stopped.step, attempt=2).exists(), seconds=240,
+                 what="the next studio to resume the run and train", logs=tmp_path)
+        _stop(studio)
+    finally:
+        if studio is not None and studio.poll() is None:
+            studio.kill()
+            studio.wait(timeout=30)
+    resumed = Run.objects.get(pk=run.pk)
+    events = list(resumed.events.values_list("kind", "message"))
+    assert [m for k, m in events if k == EventKind.RESUMED][0].startswith(
+        f"resumed from the checkpoint at step {stopped.step}: ")
+    assert not [m for k, m in events if k in (EventKind.WORKER_LOST, EventKind.FAILED)], events
+    assert resumed.status == RunStatus.INTERRUPTED
 
 
 # The interpreter exiting under a training thread, as it does when `make demo`'s server returns on Ctrl-C or
 # SIGTERM: the main thread ends while the embedded training thread's dispatcher is submitting rollouts. The
 # exiting interpreter's executors refuse new work first (threading's exit hooks run while the main thread still
-# counts as alive), so the pipeline fails on them; that failure must leave the run to be resumed, never failed.
+# counts as alive), so the pipeline may fail on them; the run is interrupted (the loop saw the stop first) or left to
+# be resumed (the interpreter ended the attempt), never failed.
 EXITING_STUDIO = """
 import os, sys, threading, time
 import django
@@ -209,8 +257,8 @@ print("main thread returning at step", Run.objects.get(pk=sys.argv[1]).step, flu
 
 
 @pytest.mark.parametrize("stop_at_step", [2, 3, 4])
-def test_the_interpreter_exiting_while_rollouts_are_submitted_leaves_the_run_running(registry, project, tmp_path,
-                                                                                    stop_at_step):
+def test_the_interpreter_exiting_while_rollouts_are_submitted_never_fails_the_run(registry, project, tmp_path,
+                                                                                stop_at_step):
     run = run_create(project=project, bundle=registry["bundle"], steps=200, overrides={
         # Async, many groups in flight, tiny steps: the dispatcher is submitting at every moment.
         "groups_per_step": 4, "group_size": 4, "rollout_concurrency": 16, "max_staleness": 3,
@@ -224,7 +272,8 @@ def test_the_interpreter_exiting_while_rollouts_are_submitted_leaves_the_run_run
     output = (tmp_path / "studio.log").read_text()
     assert "main thread returning" in output, output[-3000:]
     stopped = Run.objects.get(pk=run.pk)
-    assert stopped.status == RunStatus.RUNNING, (stopped.status, stopped.error, output[-2000:])
+    assert stopped.status in (RunStatus.INTERRUPTED, RunStatus.RUNNING), (stopped.status, stopped.error,
+                                                                          output[-2000:])
     assert not stopped.events.filter(kind=EventKind.FAILED).exists()
     # How the process ends is torch's business: its threads still running at interpreter teardown sometimes
     # abort it ("terminate called without an active exception"). What matters is that the run was not failed.

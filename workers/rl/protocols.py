@@ -36,9 +36,10 @@ class LeaseLost(Exception):
 
 
 class AttemptAbandoned(Exception):
-    """The attempt stops where it is, without a verdict: its process is stopping, or it made no progress for too
-    long (training/tracking.py's Heartbeat). The run is left running; its heartbeat goes stale, and the watchdog
-    (or the next embedded studio) resumes it from its newest checkpoint on whichever worker claims it."""
+    """The attempt stops where it is, without a verdict: it made no progress for too long (training/tracking.py's
+    Heartbeat). The run is left running; its heartbeat goes stale, and the watchdog (or the next embedded studio)
+    resumes it from its newest checkpoint on whichever worker claims it. (A process asked to stop is not abandoned:
+    its training loop ends the run interrupted at the last step it finished, training/loop.py.)"""
 
 
 class Engine(Protocol):

@@ -30,8 +30,9 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
     """The pipeline of one attempt at a run. `tool_runner` runs the policy's tool calls and `verifier` grades
     its answers (here or on other workers); `tracker` receives what the run reports. Under torchrun (rank 0
     of a process group: distributed.setup) its trainer is data-parallel with the other ranks, and they generate
-    with it when its engine is one of the studio's own. `stop` (set when the process is stopping) and `stuck_after`
-    (seconds without progress) abandon the attempt, leaving the run to be resumed (pipeline.py)."""
+    with it when its engine is one of the studio's own. `stop` (set when the process was asked to stop) ends the
+    run interrupted at its last finished step, checkpointed; `stuck_after` (seconds without progress) abandons the
+    attempt, leaving the run to be resumed (training/loop.py)."""
     if model.engine.shares_weights and config.mode != "sync":
         raise ValueError("an engine that samples from the trainer's own model needs a sync run: an async one "
                          "trains while rollouts sample")

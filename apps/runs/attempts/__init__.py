@@ -11,7 +11,7 @@ from __future__ import annotations
 from workers.telemetry import log_context
 
 from ..models import Run, RunKind
-from .base import Attempt
+from .base import Attempt, Unfinished
 from .evaluation import EvaluationAttempt
 from .reference import ReferenceAttempt
 from .supervised import SupervisedAttempt
@@ -26,9 +26,12 @@ ATTEMPTS: dict[str, type[Attempt]] = {
 }
 
 
-def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) -> dict | None:
-    """Runs the attempt to its end; returns the summary, or None if it stopped without a verdict (taken over, or
-    left to be resumed)."""
+def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) -> dict | Unfinished:
+    """Runs the attempt to its end; returns the summary, or how it stopped without a verdict (taken over, or left
+    to be resumed)."""
     with log_context(run=run_id, attempt=attempt):  # every log line of the attempt names it
         run = Run.objects.select_related("bundle__definition__project", "project").get(pk=run_id)
         return ATTEMPTS[run.kind](run, attempt, progress=progress, pretrain_progress=pretrain_progress).carry_out()
+
+
+__all__ = ["ATTEMPTS", "Unfinished", "run_attempt"]

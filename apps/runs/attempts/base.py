@@ -2,7 +2,8 @@
 
 An attempt is what a worker does with a run it claimed (`run_claim` hands it the attempt number, its fencing
 token): the kinds (training.py, evaluation.py, reference.py) write only their work, `execute`; what happens when
-it stops early is decided here, once, for all of them.
+it stops early is decided here, once, for all of them. It ends with the run's summary (whose outcome is the run's
+last word: completed, paused, cancelled or interrupted), or, without a word on the run, `Unfinished`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import traceback
+from enum import StrEnum
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
@@ -26,17 +28,31 @@ from .tracker import DatabaseTracker, DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
-# Set when the interpreter starts exiting (the embedded studio stopped with Ctrl-C or SIGTERM). Registered with
+# Set when the interpreter starts exiting (the embedded studio stopped with Ctrl-C or SIGTERM): the process was asked
+# to stop, and its attempts end interrupted at their next step or batch (the run resumes there). Registered with
 # threading's exit hooks, the ones concurrent.futures uses to make executors refuse new work at exit: those run
 # while the main thread still counts as alive, and hooks run newest first, so this is set before the pipeline's
 # executors start refusing. (Checking `main_thread().is_alive()` instead raced with them.)
 process_exiting = threading.Event()
 threading._register_atexit(process_exiting.set)
 
-OUTCOME_STATUS = {"completed": RunStatus.COMPLETED, "paused": RunStatus.PAUSED, "cancelled": RunStatus.CANCELLED}
+OUTCOME_STATUS = {"completed": RunStatus.COMPLETED, "paused": RunStatus.PAUSED, "cancelled": RunStatus.CANCELLED,
+                  "interrupted": RunStatus.INTERRUPTED}
+
+
+class Unfinished(StrEnum):
+    """How an attempt ended without a word on the run."""
+
+    TAKEN_OVER = "taken over"  # another attempt holds the run: this one wrote nothing more
+    # The infrastructure stopped it (the database or the object store stayed away, the process exited under it) or it
+    # made no progress for too long: the run is left running, and resumed from its newest checkpoint once its
+    # heartbeat is stale.
+    LEFT_TO_RESUME = "left to resume"
+
+
 # Where the infrastructure, not the run, stopped the attempt: nothing can be written (or nothing should be), and
 # the run is left running, so its heartbeat goes stale and the watchdog (or the next embedded studio) resumes it.
-LEFT_TO_RESUME = (DatabaseUnavailable, OperationalError, InterfaceError, StorageUnavailable)
+INFRASTRUCTURE_AWAY = (DatabaseUnavailable, OperationalError, InterfaceError, StorageUnavailable)
 # The run's own mistakes (a bundle that no longer resolves, a config a worker cannot serve, a checkpoint that is
 # gone): its error says them in their words; anything else also carries the traceback's tail.
 RUN_MISTAKES = (PinnedBundleError, ValueError, FileNotFoundError)
@@ -46,11 +62,14 @@ class Attempt:
     """One attempt at a run; a kind subclasses it and writes `execute`. The failure policy, the same for every
     kind:
 
-    - another attempt took the run over (the lease is lost): stop, write nothing more;
-    - the database or the object store stayed away past their outage windows, the process is exiting, or the
-      attempt made no progress for settings.RUN_STUCK_SECONDS (AttemptAbandoned): stop without a verdict; the run
-      is left to be resumed from where it last recorded progress;
+    - another attempt took the run over (the lease is lost): stop, write nothing more (Unfinished.TAKEN_OVER);
+    - the database or the object store stayed away past their outage windows, the process exited under the work,
+      or the attempt made no progress for settings.RUN_STUCK_SECONDS (AttemptAbandoned): stop without a verdict;
+      the run is left to be resumed from where it last recorded progress (Unfinished.LEFT_TO_RESUME);
     - anything else: the run fails, with the error.
+
+    A stop the process was asked for (`stop_asked`) is not a failure: the kind ends its work at the next step or
+    batch and says so in its summary (outcome "interrupted"), and the run resumes there at the next start.
 
     What `execute` opens it hands to `closing`, which closes it on every way out. While it works, the run's
     heartbeat is beaten on a thread of its own (`heartbeat`), so a long evaluation or reference check is never
@@ -75,17 +94,22 @@ class Attempt:
         self._opened: list = []
 
     def execute(self) -> dict:
-        """The run's work, to its end: returns the summary, whose `outcome` is completed, paused or cancelled."""
+        """The run's work, to its end: returns the summary, whose `outcome` is completed, paused, cancelled or
+        interrupted."""
         raise NotImplementedError
 
     def finished(self, summary: dict) -> None:
         """After the run's last word is written: what the kind leaves tidy."""
 
+    @property
+    def stop_asked(self) -> bool:
+        """Whether the process was asked to stop: a kind that works in batches then returns its summary as
+        interrupted before its next batch (a training loop does the same at its next step)."""
+        return process_exiting.is_set()
+
     def check(self) -> None:
-        """For a kind that works in batches: raises AttemptAbandoned once the process is stopping or the attempt
-        made no progress for too long (the pipeline checks the same itself)."""
-        if process_exiting.is_set():
-            raise AttemptAbandoned("the process is stopping")
+        """For a kind that works in batches: raises AttemptAbandoned once the attempt made no progress for too long
+        (the training loop checks the same itself)."""
         if self.heartbeat.stalled:
             raise AttemptAbandoned(f"no progress for {self.heartbeat.stuck_after:g} s")
 
@@ -94,8 +118,8 @@ class Attempt:
         self._opened.append(resource)
         return resource
 
-    def carry_out(self) -> dict | None:
-        """The attempt to its end. Returns the summary, or None when the attempt stopped without a verdict."""
+    def carry_out(self) -> dict | Unfinished:
+        """The attempt to its end. Returns the summary, or how it stopped without a verdict."""
         run_id, attempt = self.run.pk, self.attempt
         try:
             if not self.beats_itself:
@@ -106,20 +130,20 @@ class Attempt:
             return summary
         except LeaseLost:
             log.warning("run %s attempt %s was taken over; stopping without writing", run_id, attempt)
-            return None
+            return Unfinished.TAKEN_OVER
         except AttemptAbandoned as exc:
             log.warning("run %s attempt %s abandoned: %s; it will be resumed", run_id, attempt, exc)
-            return None
-        except LEFT_TO_RESUME as exc:
+            return Unfinished.LEFT_TO_RESUME
+        except INFRASTRUCTURE_AWAY as exc:
             log.exception("run %s attempt %s stopped: the %s is unavailable; it will be resumed", run_id, attempt,
                           "object store" if isinstance(exc, StorageUnavailable) else "database")
-            return None
+            return Unfinished.LEFT_TO_RESUME
         except Exception as exc:
             if process_exiting.is_set() or not threading.main_thread().is_alive():
                 # The process is exiting: its executors refuse new work and the work fails on that. The run is
                 # not at fault: it is left running, and resumed, as after a kill.
                 log.warning("run %s attempt %s stopped by the process exiting; it will be resumed", run_id, attempt)
-                return None
+                return Unfinished.LEFT_TO_RESUME
             fail_attempt(run_id, attempt, str(exc) if isinstance(exc, RUN_MISTAKES)
                          else f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-4000:]}")
             raise

@@ -41,6 +41,8 @@ class EvaluationAttempt(Attempt):
         for step, batch in enumerate(batches, start=1):
             if step <= run.step:
                 continue  # archived by an earlier attempt
+            if self.stop_asked:  # the next start goes on after the batches archived
+                return {"run": str(run.pk), "outcome": "interrupted", "kind": "evaluation", "batches": step - 1}
             self.check()
             if self.heartbeat.beat() == "cancel":
                 return {"run": str(run.pk), "outcome": "cancelled", "kind": "evaluation", "batches": step - 1}

@@ -242,7 +242,7 @@ def test_a_running_run_is_asked_and_its_worker_decides(editor_api, studio_run):
     assert asked.status_code == 200 and asked.json()["requested"] == "cancel"
     refused = steer(editor_api, run.pk, "resume")
     assert refused.status_code == 409
-    assert detail(refused) == "only a paused run can be resumed; this one is running"
+    assert detail(refused) == "only a paused or interrupted run can be resumed; this one is running"
     assert RunEvent.objects.filter(run=run, kind="requested").count() == 2
 
 
@@ -251,7 +251,7 @@ def test_cancel_then_resume_is_409_with_the_reason(editor_api, registry):
     assert steer(editor_api, run_id, "cancel").json()["status"] == "cancelled"
     resumed = steer(editor_api, run_id, "resume")
     assert resumed.status_code == 409
-    assert detail(resumed) == "only a paused run can be resumed; this one is cancelled"
+    assert detail(resumed) == "only a paused or interrupted run can be resumed; this one is cancelled"
     assert resumed.json()["errors"] == []
     again = steer(editor_api, run_id, "cancel")
     assert again.status_code == 409 and detail(again) == "the run is already cancelled"

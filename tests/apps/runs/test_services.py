@@ -239,12 +239,12 @@ def test_pause_resume_and_cancel_a_queued_run(run, owner):
         run_request(run=run, action="pause", actor=owner)
     run = run_request(run=run, action="resume", actor=owner)
     assert run.status == RunStatus.QUEUED
-    with pytest.raises(RunError, match="^only a paused run can be resumed; this one is queued$"):
+    with pytest.raises(RunError, match="^only a paused or interrupted run can be resumed; this one is queued$"):
         run_request(run=run, action="resume", actor=owner)
     run = run_request(run=run, action="cancel", actor=owner, via="api")
     assert run.status == RunStatus.CANCELLED and run.finished_at is not None
     for action, message in (("cancel", "the run is already cancelled"), ("pause", "a cancelled run cannot be paused"),
-                            ("resume", "only a paused run can be resumed; this one is cancelled"),
+                            ("resume", "only a paused or interrupted run can be resumed; this one is cancelled"),
                             ("stop", "unknown action 'stop'; use pause, resume or cancel")):
         with pytest.raises(RunError, match=f"^{message}$"):
             run_request(run=run, action=action, actor=owner)
@@ -275,6 +275,23 @@ def test_a_running_run_is_asked_and_its_worker_decides_at_the_step_boundary(run,
     assert run.status == RunStatus.CANCELLED and run.requested == RunRequest.NONE and run.finished_at is not None
     messages = list(RunEvent.objects.filter(run=run, kind=EventKind.REQUESTED).values_list("message", flat=True))
     assert messages[0].startswith("pause requested") and messages[-1].startswith("cancel requested")
+
+
+def test_an_interrupted_run_says_where_it_resumes_and_is_claimed_at_once_by_the_next_worker(run, owner):
+    attempt = claimed(run)
+    step(run, attempt, 3)
+    run_checkpoint_record(run_id=run.pk, attempt=attempt, step=2, path="/ckpt/2", size=1)
+    run_finish(run_id=run.pk, attempt=attempt, status=RunStatus.INTERRUPTED, summary={"outcome": "interrupted"})
+    run.refresh_from_db()
+    assert (run.status, run.requested, run.finished_at) == (RunStatus.INTERRUPTED, RunRequest.NONE, None)
+    assert RunEvent.objects.get(run=run, kind=EventKind.INTERRUPTED).message == (
+        "interrupted at step 3 (its process was asked to stop), to resume from its checkpoint at step 2 "
+        "(step 3 is trained again)")
+    # Its heartbeat is fresh, yet nobody holds it: the next worker takes it without waiting, and no worker was lost.
+    assert claimed(run, "next:2") == attempt + 1
+    assert not RunEvent.objects.filter(run=run, kind=EventKind.WORKER_LOST).exists()
+    with pytest.raises(RunLeaseLost):
+        run_heartbeat(run_id=run.pk, attempt=attempt)
 
 
 # --- a worker's writes -----------------------------------------------------------------------------------------

@@ -1,5 +1,9 @@
-"""The pipeline end to end on the CPU: sync resume is bit-identical, async respects its staleness bound, every
-consumed trajectory is archived once with the step that consumed it."""
+"""The pipeline end to end on the CPU: sync resume is bit-identical (after a pause, and after a stop its process was
+asked for), async respects its staleness bound, every consumed trajectory is archived once with the step that
+consumed it."""
+
+import threading
+import time
 
 import pytest
 import torch
@@ -12,22 +16,49 @@ def _weights(pipeline):
     return {k: v.clone() for k, v in pipeline.policy.model.state_dict().items()}
 
 
-def test_sync_mode_resumed_from_a_checkpoint_continues_bit_identically(make_pipeline, tmp_path):
-    straight, straight_tracker = make_pipeline(4, mode="sync", checkpoint_dir=tmp_path / "straight")
+class StopsTheProcessAt:
+    """The run's own verifier, which asks the process to stop as its `answers`+1st verdict is wanted: a Ctrl-C that
+    comes while a step's groups are being graded."""
+
+    def __init__(self, verifier, stop: threading.Event, answers: int):
+        self.verifier, self.stop, self.answers = verifier, stop, answers
+        self._lock = threading.Lock()
+
+    def verify(self, template, trajectory, item):
+        with self._lock:
+            self.answers -= 1
+            stopping = self.answers == -1
+        if stopping:
+            self.stop.set()
+            time.sleep(1.0)  # a slow verdict: the collector, checking every 50 ms, sees the stop while it waits
+        return self.verifier.verify(template, trajectory, item)
+
+
+@pytest.mark.parametrize("stopped_by", ["pause", "stop"])
+def test_sync_mode_resumed_from_a_checkpoint_continues_bit_identically(make_pipeline, tmp_path, stopped_by):
+    """Paused at the end of step 2, or its process asked to stop while step 3 is graded: either way the run's
+    checkpoint is step 2's (none was due: checkpoint_every 4), and the run resumed from it trains as if it had never
+    stopped."""
+    config = {"mode": "sync", "checkpoint_every": 4, "groups_per_step": 4, "group_size": 6, "dynamic_sampling": False}
+    straight, straight_tracker = make_pipeline(4, checkpoint_dir=tmp_path / "straight", **config)
     summary = straight.run()
     assert summary["outcome"] == "completed" and summary["steps"] == 4
 
-    first, tracker = make_pipeline(4, mode="sync", checkpoint_dir=tmp_path / "resumed", tracker=pause_after(2))
-    paused = first.run()  # a pause lands at the end of the step it was asked in
-    assert paused["outcome"] == "paused" and paused["steps"] == 2
-    paused_at = 2
-    assert [c.step for c in checkpoints(tmp_path / "resumed")][-1] == paused_at
+    first, tracker = make_pipeline(4, checkpoint_dir=tmp_path / "resumed", tracker=pause_after(2), **config)
+    if stopped_by == "stop":
+        tracker.on_step = None
+        first.stop = threading.Event()
+        first.verifier = StopsTheProcessAt(first.verifier, first.stop, answers=2 * 4 * 6)
+    stopped = first.run()
+    assert (stopped["outcome"], stopped["steps"]) == ({"pause": "paused", "stop": "interrupted"}[stopped_by], 2)
+    assert [s["step"] for s in tracker.steps] == [1, 2]  # step 3's groups were being graded: dropped
+    assert [c.step for c in checkpoints(tmp_path / "resumed")] == tracker.checkpoints == [2]
 
     tracker.requested = ""
     tracker.on_step = None
-    second, _ = make_pipeline(4, mode="sync", checkpoint_dir=tmp_path / "resumed", tracker=tracker)
+    second, _ = make_pipeline(4, checkpoint_dir=tmp_path / "resumed", tracker=tracker, **config)
     resumed = second.run()
-    assert resumed["outcome"] == "completed" and resumed["resumed_from_step"] == paused_at
+    assert resumed["outcome"] == "completed" and resumed["resumed_from_step"] == 2
 
     expected, actual = _weights(straight), _weights(second)
     assert expected.keys() == actual.keys()

@@ -165,13 +165,12 @@ def step_events(consumed: list[Trajectory]) -> list[tuple[str, str, dict]]:
     return events
 
 
-def run_summary(*, run_id: str, outcome: str, steps: int, mode: str, max_staleness: int, counters: RunCounters,
-                eval_start: dict, eval_end: dict, wall_seconds: float, resumed_from: int | None) -> dict:
-    """What an attempt reports at its end (the run's page and `train --json` show it)."""
+def run_summary(*, mode: str, max_staleness: int, counters: RunCounters, eval_start: dict, eval_end: dict) -> dict:
+    """GRPO's part of what an attempt reports at its end (the run's page and `train --json` show it; the training
+    loop adds the run, outcome, steps and times: training/loop.py)."""
     hours = max(counters.active_seconds, 1e-9) / 3600
     return {
-        "run": run_id, "outcome": outcome, "steps": steps, "mode": mode,
-        "resumed_from_step": resumed_from, "wall_seconds": round(wall_seconds, 1),
+        "mode": mode,
         "reward": {"start": eval_start, "end": eval_end,
                    "lift": {d: round(eval_end[d] - eval_start[d], 4) for d in eval_end if d in eval_start}},
         "trajectories": {"total": counters.trajectories, "effective": counters.effective_trajectories,

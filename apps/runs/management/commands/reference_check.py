@@ -15,7 +15,7 @@ from apps.accounts.selectors import project_for_command
 from apps.registry.errors import VersionNotFound
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.attempts import run_attempt
+from apps.runs.attempts import Unfinished, run_attempt
 from apps.runs.models import Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create
 from workers.rl.config import REFERENCE_MODEL
@@ -55,7 +55,7 @@ class Command(BaseCommand):
                 summary = run_attempt(run_id=run.pk, attempt=attempt)
             except ValueError as exc:
                 raise CommandError(str(exc))
-        if summary is None:
+        if isinstance(summary, Unfinished):
             raise CommandError(f"the check stopped before its end (see the log); run {run.name} is left to be "
                                "checked again by a worker")
         if as_json:

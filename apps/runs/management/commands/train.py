@@ -31,10 +31,10 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.attempts import run_attempt
+from apps.runs.attempts import Unfinished, run_attempt
 from apps.runs.datasets import dataset_here
 from apps.runs.dispatch import run_enqueue
-from apps.runs.models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS, Run, RunKind, RunStatus
+from apps.runs.models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS, EventKind, Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create, run_request
 from workers.rl.models.packaged import PACKAGED_MODELS
 from workers.rl.training import distributed
@@ -66,8 +66,8 @@ class Command(BaseCommand):
         # Not --run: torchrun's own parser would take it for an abbreviation of its --run-path.
         parser.add_argument("--resume", dest="run_id", metavar="ID",
                             help="train this existing run here (with --headless) from its newest checkpoint: a "
-                                 "queued one, a paused one (resumed first), or one whose worker stopped "
-                                 "heartbeating")
+                                 "queued or interrupted one, a paused one (resumed first), or one whose worker "
+                                 "stopped heartbeating")
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--name", default="", help="the run's name (default: bundle and time)")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
@@ -75,7 +75,8 @@ class Command(BaseCommand):
         parser.add_argument("--headless", action="store_true", help="train in this process until the run ends")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the summary as one JSON object")
         parser.add_argument("--if-idle", action="store_true",
-                            help="queue nothing if the project already has a queued or running run (make demo)")
+                            help="queue nothing if the project already has a queued or running training run; resume "
+                                 "its interrupted one instead of queueing a new one (make demo)")
         parser.add_argument("--prepare", action="store_true",
                             help="before queueing, pretrain (demo-tiny) or convert (packaged models) the built-in "
                                  "base model here if it is not cached, so the worker starts training at once")
@@ -110,9 +111,16 @@ class Command(BaseCommand):
             scope = project_for_command(slug=project)
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(bundle))) if bundle else None
             # Training runs only: an evaluation queued meanwhile (a run that trains nothing) does not count.
-            active = Run.objects.filter(project=scope, status__in=ACTIVE_STATUSES, kind__in=TRAINING_KINDS).first()
+            training = Run.objects.filter(project=scope, kind__in=TRAINING_KINDS)
+            active = training.filter(status__in=ACTIVE_STATUSES).first()
             if if_idle and active is not None:
                 console.print(f"run [bold]{active.name}[/] is already {active.status}; queued nothing")
+                return
+            interrupted = training.filter(status=RunStatus.INTERRUPTED).order_by("created_at").first()
+            if if_idle and interrupted is not None:
+                stopped = interrupted.events.filter(kind=EventKind.INTERRUPTED).last()
+                run_request(run=interrupted, action="resume", actor=None, via="cli")
+                console.print(f"resuming run [bold]{interrupted.name}[/]: {stopped.message}; queued nothing new")
                 return
             settings_given = dict(parse_setting(s) for s in overrides)
             if dataset:
@@ -140,15 +148,19 @@ class Command(BaseCommand):
             run = run_request(run=run, action="resume", actor=None, via="cli", enqueue=False)
         attempt = run_claim(run_id=run.pk, stale_after=settings.RUN_STALE_SECONDS)
         if attempt is None:
-            raise CommandError(f"run {run.name} is {run.status}: only a queued or paused run, or a running one whose "
-                               f"worker has not heartbeaten for {settings.RUN_STALE_SECONDS:g} s, can train here")
+            raise CommandError(f"run {run.name} is {run.status}: only a queued, paused or interrupted run, or a "
+                               f"running one whose worker has not heartbeaten for {settings.RUN_STALE_SECONDS:g} s, "
+                               "can train here")
         self.train_and_report(run, attempt, console, as_json)
 
     def train_and_report(self, run, attempt, console, as_json):
-        summary = self.train(run, attempt, console)
-        if summary is None:
+        ending = self.train(run, attempt, console)
+        if ending == Unfinished.TAKEN_OVER:
             raise CommandError("another worker took this run over")
-        self.stdout.write(_dumps(summary, indent=None if as_json else 2))
+        if ending == Unfinished.LEFT_TO_RESUME:
+            raise CommandError(f"the attempt stopped before its end (see the log); run {run.name} is left to be "
+                               f"resumed from its newest checkpoint (train --resume {run.pk} --headless)")
+        self.stdout.write(_dumps(ending, indent=None if as_json else 2))
 
     def prepare(self, run, console):
         config = run.run_config

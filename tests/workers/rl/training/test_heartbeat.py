@@ -1,6 +1,7 @@
 """A heartbeat means progress: an attempt that stops making any stops heartbeating (so the watchdog takes its run
-for lost and resumes it elsewhere) and is abandoned at its next check; a process that is stopping abandons its
-attempt at the next check too. No Django: the studio's side is in tests/e2e/test_embedded_stop.py."""
+for lost and resumes it elsewhere) and is abandoned at its next check. No Django: the studio's side is in
+tests/e2e/test_embedded_stop.py; a process asked to stop ends its run interrupted instead
+(tests/workers/rl/test_training_pipeline.py)."""
 
 import threading
 import time
@@ -64,13 +65,3 @@ def test_a_pipeline_stuck_in_verification_is_abandoned_and_stops_heartbeating(ma
     beats = tracker.heartbeats
     time.sleep(0.3)
     assert tracker.heartbeats == beats
-
-
-def test_a_pipeline_whose_process_is_stopping_is_abandoned_at_its_next_check(make_pipeline):
-    stop = threading.Event()
-    tracker = MemoryTracker(on_step=lambda step, _points: step == 2 and stop.set())
-    pipeline, _ = make_pipeline(50, tracker=tracker, mode="async", groups_per_step=2, group_size=4)
-    pipeline.stop = stop
-    with pytest.raises(AttemptAbandoned, match="the process is stopping at step 2"):
-        pipeline.run()
-    assert [s["step"] for s in tracker.steps] == [1, 2]
