@@ -1,11 +1,14 @@
 """torchrun's entry point for a data-parallel attempt the studio already claimed (attempts/training.py starts it):
 
-    python -m torch.distributed.run --standalone --nproc-per-node N --module apps.runs.ranks RUN:ATTEMPT SUMMARY
+    python -m torch.distributed.run --standalone --nproc-per-node N --module apps.runs.ranks RUN:ATTEMPT ENDING
 
 Rank 0 runs the attempt as a worker's process would (workers/rl/training/distributed.py leads the others through each
-step) and writes the run's summary to SUMMARY (JSON), where the waiting worker reads it; the other ranks compute
-gradients on their shard and sample rollouts for rank 0. It sits beside the attempts package, not in it: torchrun
-imports the module before Django is set up, and the package imports the models.
+step) and writes how it ended to ENDING (JSON), where the waiting worker reads it: the run's summary, or, for an
+attempt that stopped without a verdict, "taken over" or "left to resume" (attempts.Unfinished). Either way rank 0
+releases the other ranks and exits 0: it ended as the attempt decided, and torchrun would report any other status
+as its own 1, the same for every cause. The other ranks compute gradients on their shard and sample rollouts for
+rank 0. It sits beside the attempts package, not in it: torchrun imports the module before Django is set up, and the
+package imports the models.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ def main(argv: list[str]) -> int:
     django.setup()
     from workers.rl.training import distributed
 
-    from .attempts import run_attempt
+    from .attempts import Unfinished, run_attempt
 
     run_id, _, attempt = argv[0].partition(":")
-    summary_path = Path(argv[1])
+    ending_path = Path(argv[1])
     topology = distributed.setup()
     try:
         if not topology.leader:  # no database, no archive, no checkpoints: gradients and rollouts for rank 0
@@ -37,13 +40,12 @@ def main(argv: list[str]) -> int:
             print(f"rank {topology.rank}: took part in {updates} updates", file=sys.stderr)
             return 0
         with distributed.leading():
-            summary = run_attempt(run_id=run_id, attempt=int(attempt))
-        if summary is None:
-            print(f"run {run_id} attempt {attempt} was taken over", file=sys.stderr)
-            return 1
-        written = summary_path.with_suffix(".partial")
-        written.write_text(json.dumps(summary, default=str))
-        written.replace(summary_path)  # the waiting worker never reads half a summary
+            ending = run_attempt(run_id=run_id, attempt=int(attempt))
+        if isinstance(ending, Unfinished):
+            print(f"run {run_id} attempt {attempt}: {ending}", file=sys.stderr)
+        written = ending_path.with_suffix(".partial")
+        written.write_text(json.dumps(ending, default=str))
+        written.replace(ending_path)  # the waiting worker never reads half of it
         return 0
     finally:
         distributed.teardown()

@@ -1,13 +1,13 @@
 """A run whose config asks for `data_parallel: 2` trains on two processes wherever it is trained: the attempt the
 worker claimed starts torchrun (apps/runs/ranks.py), rank 0 trains it — the database, the archive and
 the checkpoints — and rank 1 takes part in every update and samples rollouts; the worker gets the summary from
-the file rank 0 wrote."""
+the file rank 0 wrote. An attempt rank 0 leaves to be resumed is left to be resumed by the worker too, not failed."""
 
 import os
 
 import pytest
 
-from apps.runs.attempts import run_attempt
+from apps.runs.attempts import Unfinished, run_attempt
 from apps.runs.models import Run, RunStatus
 from apps.runs.services import run_claim, run_create
 from apps.trajectories.models import Trajectory
@@ -29,6 +29,14 @@ def test_a_run_asking_for_two_processes_trains_on_two_ranks(project, registry, o
     run = run_create(project=project, bundle=registry["bundle"], steps=STEPS, name="two-ranks", actor=owner,
                      overrides={"data_parallel": 2, "groups_per_step": GROUPS, "group_size": GROUP_SIZE,
                                 "dynamic_sampling": False, "eval_tasks_per_domain": 0, "checkpoint_every": 1})
+    # The first attempt makes no progress in the 1 ms its heartbeat allows: rank 0 abandons it, leaving the run to
+    # be resumed (as when the database or the object store stays away).
+    monkeypatch.setenv("STUDIO_RUN_STUCK_SECONDS", "0.001")
+    abandoned = run_claim(run_id=run.pk, stale_after=0)
+    assert run_attempt(run_id=run.pk, attempt=abandoned) == Unfinished.LEFT_TO_RESUME
+    left = Run.objects.get(pk=run.pk)
+    assert (left.status, left.attempt, left.error) == (RunStatus.RUNNING, abandoned, "")
+    monkeypatch.delenv("STUDIO_RUN_STUCK_SECONDS")
     attempt = run_claim(run_id=run.pk, stale_after=0)
 
     summary = run_attempt(run_id=run.pk, attempt=attempt)

@@ -20,7 +20,7 @@ from workers.rl.training import distributed
 
 from ..models import RunStatus
 from ..stages import start_weights
-from .base import Attempt, fail_attempt, process_exiting, remove_weights
+from .base import Attempt, Unfinished, fail_attempt, process_exiting, remove_weights
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 class TrainingAttempt(Attempt):
     beats_itself = True
 
-    def carry_out(self) -> dict | None:
+    def carry_out(self) -> dict | Unfinished:
         if self.config.data_parallel > 1 and distributed.current() is None:
             return self.run_on_ranks(self.config.data_parallel)
         return super().carry_out()
@@ -51,32 +51,35 @@ class TrainingAttempt(Attempt):
         return pipeline.run()
 
     def finished(self, summary: dict) -> None:
-        if summary["outcome"] != "paused":  # a paused run publishes its weights again when it resumes
+        if summary["outcome"] not in ("paused", "interrupted"):  # those publish their weights again as they resume
             remove_weights(self.run.pk)
 
-    def run_on_ranks(self, processes: int) -> dict | None:
+    def run_on_ranks(self, processes: int) -> dict | Unfinished:
         """`processes` processes on this host started by torchrun (apps/runs/ranks.py), whose rank 0 runs this very
-        attempt (the lease, heartbeats, archive, checkpoints, the run's last word) and writes its summary to a file;
-        this process waits for them. They inherit this process's environment (database, storage, devices); their output
-        goes to a log file in the data directory. If they exit without finishing the run — a rank killed, out of
-        memory — the attempt fails with the log's tail, unless another worker has taken the run over meanwhile."""
+        attempt (the lease, heartbeats, archive, checkpoints, the run's last word) and writes how it ended to a file:
+        the summary, or how it stopped without a verdict (taken over, left to resume), which this process, waiting for
+        them, returns as its own. (A file, not rank 0's exit status: torchrun exits 1 whichever status a rank exits
+        with.) They inherit this process's environment (database, storage, devices); their output goes to a log
+        file in the data directory. If they exit without rank 0 saying how — a rank killed, out of memory — the
+        attempt fails with the log's tail, unless another worker has taken the run over meanwhile."""
         run, attempt = self.run, self.attempt
         logs = Path(settings.DATA_DIR) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"run-{run.pk}-attempt-{attempt}.log"
-        summary_path = logs / f"run-{run.pk}-attempt-{attempt}.summary.json"
-        summary_path.unlink(missing_ok=True)
+        ending_path = logs / f"run-{run.pk}-attempt-{attempt}.ending.json"
+        ending_path.unlink(missing_ok=True)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-                   "--module", "apps.runs.ranks", f"{run.pk}:{attempt}", str(summary_path)]
+                   "--module", "apps.runs.ranks", f"{run.pk}:{attempt}", str(ending_path)]
         log.info("run %s attempt %s: training on %d processes (%s)", run.pk, attempt, processes, log_path)
         with log_path.open("w") as output:
             done = subprocess.run(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
-        if done.returncode == 0 and summary_path.is_file():
-            return json.loads(summary_path.read_text())
+        if ending_path.is_file():
+            ending = json.loads(ending_path.read_text())
+            return Unfinished(ending) if isinstance(ending, str) else ending
         run.refresh_from_db()
         if run.attempt != attempt:
             log.warning("run %s attempt %s was taken over while its processes trained", run.pk, attempt)
-            return None
+            return Unfinished.TAKEN_OVER
         tail = log_path.read_text(errors="replace")[-3000:]
         if run.status == RunStatus.RUNNING:  # rank 0 did not get to say why: a rank was killed, or torchrun failed
             fail_attempt(run.pk, attempt, f"the {processes} trainer processes exited with {done.returncode} "
