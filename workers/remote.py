@@ -100,12 +100,11 @@ class RemoteToolRunner:
             return ToolResult(status=INFRA_ERROR, text=reason, reason=reason)
 
 
-    def open_session(self, template: TaskTemplate, item):
+    def open_session(self, template: TaskTemplate, item: Item):
         """Opens the trajectory's session on whichever rollout worker takes the request; later calls go to that
         worker's own queue. Raises SessionLost when none answers or the worker could not open it."""
-        reply = self.app.send_task(OPEN_TOOL_SESSION, (template.to_json(), {"key": item.key, "inputs": item.inputs,
-                                                                            "hidden": item.hidden},
-                                                       self.max_output_chars), queue="rollout")
+        reply = self.app.send_task(OPEN_TOOL_SESSION, (template.to_json(), item.to_json(), self.max_output_chars),
+                                   queue="rollout")
         try:
             answer = reply.get(timeout=self.session_open_timeout, disable_sync_subtasks=False)
         except CeleryTimeout:
@@ -175,9 +174,7 @@ class RemoteVerifier:
         self.app, self.timeout = app, timeout
 
     def verify(self, template: TaskTemplate, trajectory: Trajectory, item: Item) -> Verdict:
-        reply = self.app.send_task(VERIFY_TRAJECTORY, (template.to_json(), trajectory.to_json(),
-                                                       {"key": item.key, "inputs": item.inputs,
-                                                        "hidden": item.hidden}))
+        reply = self.app.send_task(VERIFY_TRAJECTORY, (template.to_json(), trajectory.to_json(), item.to_json()))
         try:
             return verdict_from_wire(reply.get(timeout=self.timeout, disable_sync_subtasks=False))
         except CeleryTimeout:

@@ -12,7 +12,7 @@ from workers.remote import tool_result_from_wire, tool_result_to_wire, verdict_f
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL, PolicyToolError
 from workers.rl.types import TaskTemplate, ToolCall, ToolResult, Trajectory, TrajectoryStatus, Turn
 from workers.sandbox import Limits, SandboxImage
-from workers.verifiers import Verdict
+from workers.verifiers import Item, Verdict
 from workers.verifiers.types import Component
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\xff binary"
@@ -39,8 +39,11 @@ def test_a_verdict_round_trips_and_its_artifacts_cross_the_queue_as_base64():
     assert verdict_from_wire(wire) == verdict
 
 
-def test_a_sandbox_image_and_a_task_template_round_trip():
+def test_a_sandbox_image_a_task_template_and_a_task_instance_round_trip():
+    """What a remote tool session and a remote verification send (workers/remote.py) and their tasks read back."""
     assert SandboxImage.from_json(through_json(IMAGE.to_json())) == IMAGE
+    item = Item(key="box-2", inputs={"w": 2}, hidden={"volume": 2.0, "bounds": [[0, 0, 0], [2, 1, 1]]})
+    assert Item.from_json(through_json(item.to_json())) == item
     template = TaskTemplate.from_spec(
         key="task_template/solids@1", domain="3d", image=IMAGE, verifier_key="verifier/mesh@1",
         verifier_spec={"layers": [{"name": "shape", "kind": "environment", "checks": [{"type": "mesh_geometry"}]}]},

@@ -30,6 +30,7 @@ from workers.verifiers import Item, Verdict
 
 
 def _parsed(kind: str, data: dict, version: str):
+    """The spec of `version` as its typed object; SpecError names each field that does not validate after it."""
     try:
         return parse_spec(kind, data)
     except SpecError as exc:

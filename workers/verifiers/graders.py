@@ -28,7 +28,7 @@ def python_grader_check(spec: PythonGrader, sample, item, context) -> Outcome:
     if context.pool is None or context.image is None:
         return Outcome(value=None, status=INFRA_ERROR, evidence="no sandbox to run the grader in")
     nonce = secrets.token_hex(16)
-    request = {"nonce": nonce, "item": {"key": item.key, "inputs": item.inputs, "hidden": item.hidden},
+    request = {"nonce": nonce, "item": item.to_json(),
                "sample": {"response": sample.response,
                           "files": {n: b.decode("utf-8", "replace") for n, b in sample.files.items()}}}
     limits = replace(context.image.limits, wall_seconds=spec.timeout_seconds, cpu_seconds=spec.timeout_seconds)

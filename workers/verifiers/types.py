@@ -32,9 +32,18 @@ class Sample:
 
 @dataclass
 class Item:
+    """A task instance: what the prompt is filled from (`inputs`) and what only the verifier sees (`hidden`)."""
+
     key: str
     inputs: dict[str, Any]
     hidden: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "inputs": self.inputs, "hidden": self.hidden}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Item:
+        return cls(key=data["key"], inputs=data["inputs"], hidden=data["hidden"])
 
 
 @dataclass
