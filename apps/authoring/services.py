@@ -18,7 +18,7 @@ from apps.common import wiring
 from apps.registry.models import Version
 from apps.registry.pins import pinned_template, task_item
 from workers.definitions.specs import VerifierSpec, parse_spec
-from workers.rl.config import RunConfig
+from workers.rl.config import SandboxConfig
 from workers.rl.rollout.reference import check_references, reference_answers
 from workers.rl.types import Task, TaskTemplate
 from workers.verifiers import Sample, verify
@@ -85,7 +85,7 @@ def reference_try(*, template: Version, key: str) -> dict | None:
         return None
     pool = wiring.sandbox_pool()
     try:
-        tool_runner, verifier = wiring.local_runners(pool, RunConfig())
+        tool_runner, verifier = wiring.local_runners(pool, SandboxConfig())
         trajectory, = check_references(str(uuid.uuid4()), [(task, answers)], tool_runner=tool_runner,
                                        verifier=verifier, prices=wiring.prices(), concurrency=1)
     finally:

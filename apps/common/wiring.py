@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 from workers.egress import EgressPolicy, EgressRefused
-from workers.rl.config import REFERENCE_MODEL, RunConfig
+from workers.rl.config import GRPOConfig, PolicyConfig, SandboxConfig
 from workers.rl.models.packaged import (
     PACKAGED_MODELS,
     TRAINABLE_BUILTINS,
@@ -89,13 +89,13 @@ def verification_context(*, pool: SandboxPool | None, image: SandboxImage | None
     return Context(pool=pool, image=image, judge=judge_client())
 
 
-def local_runners(pool: SandboxPool, config: RunConfig) -> tuple[SandboxToolRunner, LocalVerifier]:
+def local_runners(pool: SandboxPool, config: SandboxConfig) -> tuple[SandboxToolRunner, LocalVerifier]:
     """Tool calls and verifications in this process, over `pool`."""
     return (SandboxToolRunner(pool, max_output_chars=config.max_tool_output_chars),
             LocalVerifier(pool, judge_client()))
 
 
-def run_runners(pool: SandboxPool, config: RunConfig) -> tuple[ToolRunner, Verifier]:
+def run_runners(pool: SandboxPool, config: GRPOConfig) -> tuple[ToolRunner, Verifier]:
     """A training run's tool runner and verifier: on the `rollout` and `verify` queues when the studio runs on
     services with REMOTE_ROLLOUTS on, else in this process over `pool`."""
     if settings.REMOTE_ROLLOUTS:
@@ -179,7 +179,7 @@ def model_problem(model: str) -> str | None:
                 gguf_file(PACKAGED_MODELS[model])
             except ModelUnavailable as exc:
                 return str(exc)
-        elif model not in (REFERENCE_MODEL, *TRAINABLE_BUILTINS):
+        elif model not in TRAINABLE_BUILTINS:
             return f"unknown built-in model {model!r}; the built-in ones are " + ", ".join(TRAINABLE_BUILTINS)
         return None
     if "\x00" in model:  # no file system takes it (Path.resolve raises ValueError)
@@ -200,31 +200,34 @@ def weights_storage(run_id) -> Storage:
     return blob_storage().child(f"weights/{run_id}")
 
 
-def run_model(config: RunConfig, tasks: TaskSet | None, *, progress=None, run_id=None, sampling: bool = True) -> Model:
-    """The run's model (policy, engine, chat format) on the device its config asks for; `tasks` are what the
-    built-in demo model is pretrained on (None: an SFT or DPO run's dataset, alone). A training run (`run_id`)
-    with inference_servers in its config generates on those servers; anything else samples in this process, unless
-    it samples nothing (`sampling` False: SFT and DPO, no engine)."""
+def run_model(config: PolicyConfig, tasks: TaskSet | None, *, dataset_file: str = "", progress=None, run_id=None,
+              sampling: bool = True) -> Model:
+    """The run's model (policy, engine, chat format) on the device its config asks for; `tasks`, or without them
+    the conversations of `dataset_file` (an SFT or DPO run's dataset, alone), are what the built-in demo model is
+    pretrained on. A GRPO run (`run_id`) with inference_servers in its config generates on those servers; anything
+    else samples in this process (its config a RolloutConfig), unless it samples nothing (`sampling` False: SFT and
+    DPO, no engine)."""
     from workers.rl.models import build  # torch: only where a model is built, not in rollout and verify workers
 
-    weights = weights_storage(run_id) if run_id is not None and config.inference_servers else None
-    return build.build_model(config, _demo_corpus(config, tasks), models_dir=models_dir(),
+    on_servers = run_id is not None and isinstance(config, GRPOConfig) and config.inference_servers
+    weights = weights_storage(run_id) if on_servers else None
+    return build.build_model(config, _demo_corpus(config.model, tasks, dataset_file), models_dir=models_dir(),
                              pretrain_seconds=settings.DEMO_PRETRAIN_SECONDS, progress=progress,
                              shared=shared_models(), weights=weights, server_token=settings.INFERENCE_SERVER_TOKEN,
                              egress=egress_policy(), sampling=sampling)
 
 
-def _demo_corpus(config: RunConfig, tasks: TaskSet | None):
+def _demo_corpus(model: str, tasks: TaskSet | None, dataset_file: str):
     """What the built-in demo model is pretrained on: the tasks' reference answers, or, for an SFT or DPO run
     without tasks, its dataset's conversations. None for any other model, which reads neither."""
     from workers.rl.models import build
     from workers.rl.training.datasets import dataset_corpus
 
-    if config.model != build.DEMO_MODEL:
+    if model != build.DEMO_MODEL:
         return None
     if tasks is not None:
         return build.demo_corpus(tasks)
-    return dataset_corpus(config.dataset_file) if config.dataset_file else None
+    return dataset_corpus(dataset_file) if dataset_file else None
 
 
 def demo_base_model(tasks: TaskSet, *, progress=None) -> Path:

@@ -44,7 +44,7 @@ from apps.runs.models import Run, RunKind, RunStatus
 # GRPO's (each row is a right answer, not a noisy advantage), a batch that covers them in a few steps: 9 steps of 8
 # are one and a half passes over the demo's 48 rows (24 a template, two templates). Longer overfits: after 18 steps
 # on every template the loss was 0.008 and a GRPO group's eight samples mostly one answer, no signal to learn from.
-SFT_SETTINGS = {"learning_rate": 5e-4, "batch_size": 8, "eval_tasks_per_domain": 0}
+SFT_SETTINGS = {"learning_rate": 5e-4, "batch_size": 8}
 STEPS = 9
 
 

@@ -11,7 +11,6 @@ from apps.registry.pins import bundle_tasks
 from apps.registry.refs import split_slug_ref
 from apps.runs.models import Checkpoint, CheckpointAlias, MetricPoint
 from apps.runs.stages import lineage
-from workers.rl.config import RunConfig
 from workers.rl.rollout.evaluation import suite_tasks
 from workers.rl.tasks.overlap import task_id
 
@@ -48,10 +47,9 @@ def training_bundle(*, suite: Version, model: Version) -> Version | None:
 def suite_task_list(*, project: Project) -> list:
     """Every task an eval suite of the project asks (workers.rl.types.Task, one per suite that asks it)."""
     found = []
-    config = RunConfig.resolve({})  # the tasks do not depend on the model
     for suite in suite_list(project=project):
         settings = suite_settings(suite)
-        found += suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
+        found += suite_tasks(bundle_tasks(bundle=suite), per_template=settings["tasks_per_template"],
                              seed=settings["seed"])
     return found
 

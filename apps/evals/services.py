@@ -20,7 +20,6 @@ from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoin
 from apps.runs.models import Checkpoint, RunKind
 from apps.runs.services import RunError, run_create
 from workers.egress import EgressRefused
-from workers.rl.config import RunConfig
 from workers.rl.rollout.evaluation import evaluation_steps, suite_tasks
 from workers.rl.tasks.overlap import overlap
 
@@ -181,8 +180,7 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
         kind, label = TargetKind.ENDPOINT, f"endpoint/{endpoint.slug}"
     pinned["evaluation"] = plan
     try:
-        config = RunConfig.resolve({**suite.spec.get("run_config", {}), **overrides})
-        tasks = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
+        tasks = suite_tasks(bundle_tasks(bundle=suite), per_template=settings["tasks_per_template"],
                             seed=settings["seed"])
     except (PinnedBundleError, ValueError) as exc:
         raise EvalError(f"{suite.ref}: {exc}", field="suite") from None
@@ -192,7 +190,7 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
     if checkpoint is not None and checkpoint.run.bundle is not None:  # the suite's tasks found among its run's
         source = checkpoint.run
         found = {"training": source.bundle.ref,
-                 **overlap(tasks, bundle_tasks(bundle=source.bundle, config=source.run_config))}
+                 **overlap(tasks, bundle_tasks(bundle=source.bundle))}
     with transaction.atomic():
         try:
             run = run_create(project=project, bundle=suite, steps=evaluation_steps(len(tasks)), overrides=overrides,

@@ -20,8 +20,10 @@ log = logging.getLogger(__name__)
 
 
 def due(checkpoint: Checkpoint) -> bool:
+    if checkpoint.run.kind not in TRAINING_KINDS:
+        return False
     config = checkpoint.run.run_config
-    if not config.eval_suite or checkpoint.run.kind not in TRAINING_KINDS:
+    if not config.eval_suite:
         return False
     every = config.eval_suite_every
     return checkpoint.step == checkpoint.run.steps_total or bool(every and checkpoint.step % every == 0)

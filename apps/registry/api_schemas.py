@@ -71,7 +71,7 @@ def _run_config_documented(schema: dict) -> None:
 
 class DocumentedBundleSpec(BundleSpec):
     """A bundle spec whose JSON Schema also describes run_config field by field (the spec model keeps it a free
-    mapping: the definitions kernel does not know the trainer's config, and RunConfig.resolve checks it)."""
+    mapping: the definitions kernel does not know the runs' configs, and check_recommended checks it)."""
 
     model_config = ConfigDict(title="BundleSpec", json_schema_extra=_run_config_documented)
 

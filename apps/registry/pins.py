@@ -18,7 +18,7 @@ from apps.registry.models import InstanceSetMember, Version
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
 from workers.definitions.specs import VerifierSpec, parse_spec
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.rollout.swe_tools import SWE_TOOL_NAMES, offers_swe_tools
 from workers.rl.rollout.tools import BUILTIN_TOOLS, unknown_tools
 from workers.rl.tasks.scheduler import DomainMix, TemplateMix
@@ -32,8 +32,9 @@ class PinnedBundleError(StudioError, ValueError):
     """The bundle cannot be trained on as it stands (in words the run's page shows)."""
 
 
-def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
-    """The tasks of a bundle version, with the domain mix the run's config asks for."""
+def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSet:
+    """The tasks of a bundle version, with the domain mix a GRPO run's config asks for (without one: the domains'
+    own weights, as every other kind of run reads them)."""
     project, lock = bundle.definition.project, bundle.lock
     kinds = ("domain", "task_template", "sandbox_image", "verifier")
     versions = {(v.definition.kind, v.definition.slug): v for v in Version.objects.filter(
@@ -48,6 +49,7 @@ def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
             raise PinnedBundleError(f"{bundle.ref} does not pin {kind}/{slug}")
         return version
 
+    weights, quotas = (config.domain_weights, config.domain_quotas) if config is not None else ({}, {})
     templates, items, hashes, domains = {}, {}, {}, []
     for (kind, slug), domain_version in sorted(versions.items()):
         if kind != "domain":
@@ -78,10 +80,9 @@ def bundle_tasks(*, bundle: Version, config: RunConfig) -> TaskSet:
             if not items[key]:
                 raise PinnedBundleError(f"{key} has no task instances")
             mixes.append(TemplateMix(key=key, weight=draw["weight"], task_keys=tuple(items[key])))
-        weight = config.domain_weights.get(slug, domain_version.spec["sampling_weight"])
-        domains.append(DomainMix(name=slug, weight=weight, templates=tuple(mixes),
-                                 quota=config.domain_quotas.get(slug)))
-    unknown_domains = sorted((set(config.domain_weights) | set(config.domain_quotas)) - {d.name for d in domains})
+        weight = weights.get(slug, domain_version.spec["sampling_weight"])
+        domains.append(DomainMix(name=slug, weight=weight, templates=tuple(mixes), quota=quotas.get(slug)))
+    unknown_domains = sorted((set(weights) | set(quotas)) - {d.name for d in domains})
     if unknown_domains:
         raise PinnedBundleError(f"the config names domains the bundle does not have: {', '.join(unknown_domains)} "
                                 f"(it has {', '.join(d.name for d in domains)})")

@@ -23,7 +23,7 @@ from workers.definitions.specs import (
     prompt_placeholders,
     validate_spec,
 )
-from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, RunConfig
+from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, check_recommended
 from workers.rl.models.packaged import ModelUnavailable
 from workers.rl.models.weights import WeightsMismatch, source_model, weights_sha256
 
@@ -91,7 +91,7 @@ def spec_check(*, project: Project, kind: str, slug: str, spec: dict) -> dict:
                                                               "model definition; name the model instead")
                              for name in studio_set])
         try:
-            RunConfig.resolve(normalised.get("run_config"))
+            check_recommended(normalised.get("run_config"))
         except ConfigError as exc:
             raise SpecError([FieldError("run_config", str(exc))]) from None
         normalised = resolve_bundle(project=project, slug=slug, spec=normalised)

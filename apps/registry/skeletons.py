@@ -48,7 +48,8 @@ templates:
 # What a run trains on: domains (and, pinned through them, their templates, images and verifiers).
 members:
   - domain/arithmetic@latest
-# RunConfig fields a run on this bundle starts from (the run form can still change each), e.g. group_size: 8
+# Settings a run on this bundle starts from, each taken by the kinds of run that have it (the run form can still
+# change each), e.g. group_size: 8 for GRPO runs
 run_config:
   # The model trained: builtin:demo-tiny is the studio's tiny demo model. Others: a packaged model such as
   # builtin:smollm2-135m-instruct, a model definition (model/SLUG, model/SLUG@N), or a local Hugging Face path.

@@ -39,7 +39,9 @@ class RunIn(Schema):
                                                 "and dpo train on config.dataset, a dataset version dataset/SLUG@N")
     name: str = Field("", max_length=200, description="default: the bundle's slug and the time")
     config: dict[str, Any] = Field(default_factory=dict,
-                                   description="RunConfig fields to override (workers/rl/config.py)")
+                                   description="settings of the run's kind to override (GRPOConfig, SFTConfig or "
+                                               "DPOConfig in workers/rl/config.py); a setting of another kind is "
+                                               "refused (400), naming it and the kinds that have it")
 
 
 class RunOut(Schema):

@@ -3,7 +3,7 @@
 A dataset is named as a dataset version (`dataset/SLUG@N`, a registry definition built by apps/datasets), which
 resolves to the file the studio writes for it (apps/registry/datasets.py), from anywhere; or as a JSONL file's
 path — from the command line only: a path typed into a page or the API would let its author read any file of
-the studio's host. Either way the run's config records the file and its hash (RunConfig.dataset_file,
+the studio's host. Either way the run's config records the file and its hash (SFTConfig.dataset_file,
 dataset_sha256), and the file is read and checked row by row now, so a broken line is refused before a worker
 is asked to train on it. A worker on another host writes a dataset version's file again where it is
 (`dataset_here`), from the rows the version pins.
@@ -17,7 +17,7 @@ from pathlib import Path
 from apps.accounts.models import Project
 from apps.registry.datasets import dataset_materialise
 from apps.registry.errors import VersionNotFound
-from workers.rl.config import RunConfig
+from workers.rl.config import SFTConfig
 from workers.rl.training.datasets import DatasetError, file_sha256, read_dataset
 
 FORMAT_OF_KIND = {"sft": "sft", "dpo": "preference"}  # a run kind -> the dataset format it trains on
@@ -57,7 +57,7 @@ def dataset_pin(*, project: Project, dataset: str, kind: str, via: str) -> dict:
     return {"dataset": dataset, "dataset_file": str(path), "dataset_sha256": sha256}
 
 
-def dataset_here(*, project: Project, config: RunConfig) -> RunConfig:
+def dataset_here(*, project: Project, config: SFTConfig) -> SFTConfig:
     """The config with `dataset_file` where this host keeps the dataset version the run pinned (written from the
     rows the version pins if it is not here yet); a file path named on the command line stays as it is."""
     if not config.dataset.startswith("dataset/"):

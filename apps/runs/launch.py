@@ -1,11 +1,13 @@
-"""The run form (/p/<project>/runs/new/): RunConfig's fields as form fields — grouped, each with its default, its
-bounds and its help — and what the review step shows before anything is queued: the resolved config, its hash
-(both from services.run_config_resolve, the code run_create stores them with) and an upper bound of the first
-step's cost.
+"""The run form (/p/<project>/runs/new/): the settings of the kind of run chosen as form fields — grouped, each
+with its default, its bounds and its help — and what the review step shows before anything is queued: the
+resolved config, its hash (both from services.run_config_resolve, the code run_create stores them with) and an
+upper bound of the first step's cost.
 
-Every form field comes from the dataclass (workers/rl/config.py): its type picks the widget, BOUNDS the min and
-max, field_help() the help text, SET_BY_THE_STUDIO the fields shown but never editable. A new RunConfig field
-appears here without an edit; only its group has to be named below.
+Every form field comes from the kinds' config classes (workers/rl/config.py): its type picks the widget, BOUNDS
+the min and max, field_help() the help text, SET_BY_THE_STUDIO the fields shown but never editable. The form holds
+the fields of every kind it starts (TRAINING_KINDS) and shows those of the kind chosen (static/js/run_form.js
+shows the others' when the kind changes); a setting of another kind that is posted changed is refused at its field
+by the kind's config. A new config field appears here without an edit; only its group has to be named below.
 """
 
 from __future__ import annotations
@@ -22,23 +24,24 @@ from apps.common.forms import MultilineField
 from apps.registry.models import Version
 from apps.runs.models import DATASET_KINDS, TRAINING_KINDS, RunKind
 from workers.definitions.specs import Limits
-from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
+from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, config_class, field_help
 from workers.rl.models.packaged import DEMO_MODEL
 
-# The dataclass lists its fields in the order they were added, and workers/ knows nothing of pages; a person
-# starting a run decides them in these groups: which model, how tasks are drawn and sampled, how GRPO updates,
-# how the pipeline overlaps its stages, what bounds a rollout, how the run is evaluated. The grouping is a
-# page's concern, so it lives here, once, for the form and the review alike. A field named in no group is shown
-# under "Other" (never hidden), and tests/apps/runs/test_run_form.py fails until it is given a group.
+# The dataclasses list their fields in the order they were added, and workers/ knows nothing of pages; a person
+# starting a run decides them in these groups: which model, how tasks are drawn and sampled, how GRPO updates, how
+# the optimizer steps, what SFT and DPO train on, how the pipeline overlaps its stages, what bounds a rollout, how
+# the run is evaluated. The grouping is a page's concern, so it lives here, once, for the form and the review alike.
+# A field named in no group is shown under "Other" (never hidden), and tests/apps/runs/test_run_form.py fails until
+# it is given a group.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Model", ("model", "model_version", "model_sha256", "start_from", "chat_template", "engine", "device",
-               "data_parallel", "lora_rank", "lora_alpha")),
-    ("Sampling", ("seed", "temperature", "curriculum", "dynamic_sampling", "oversampling", "domain_weights",
+               "precision", "data_parallel", "lora_rank", "lora_alpha")),
+    ("Sampling", ("temperature", "curriculum", "dynamic_sampling", "oversampling", "domain_weights",
                   "domain_quotas")),
-    ("GRPO", ("groups_per_step", "group_size", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay",
-              "max_grad_norm", "micro_batch_size", "micro_batch_tokens", "precision", "clip_low", "clip_high",
-              "normalize_std", "kl_coef")),
+    ("GRPO", ("groups_per_step", "group_size", "clip_low", "clip_high", "normalize_std", "kl_coef")),
     ("SFT and DPO", ("dataset", "dataset_file", "dataset_sha256", "batch_size", "dpo_beta")),
+    ("Training", ("seed", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay", "max_grad_norm",
+                  "micro_batch_size", "micro_batch_tokens")),
     ("Pipeline", ("mode", "max_staleness", "rollout_concurrency", "verify_concurrency", "inference_servers",
                   "checkpoint_every", "keep_checkpoints")),
     ("Limits", ("context_length", "max_tool_output_chars")),
@@ -46,8 +49,13 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "evaluation")),
 )
 OTHER = "Other"
-DEFAULTS = dataclasses.asdict(RunConfig())
-CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+FORM_CONFIGS = [config_class(kind) for kind in TRAINING_KINDS]  # the kinds the form starts, GRPO first
+# Every field of those kinds, in their classes' order, with its default and the kinds that have it (a field is
+# declared in one class, so its default is the same in every kind that has it).
+DEFAULTS = {name: value for cls in FORM_CONFIGS for name, value in dataclasses.asdict(cls()).items()}
+CONFIG_FIELDS = tuple(DEFAULTS)
+KINDS_OF = {name: tuple(cls.kind for cls in FORM_CONFIGS if name in cls.names()) for name in CONFIG_FIELDS}
+HINTS = {name: hint for cls in FORM_CONFIGS for name, hint in typing.get_type_hints(cls).items() if name in DEFAULTS}
 RUN_FIELDS = ("bundle", "kind", "steps", "name", "from_run", "reviewed")  # the form's own fields, beside the config's
 MULTILINE = ("chat_template",)
 
@@ -89,11 +97,11 @@ class ObjectField(forms.JSONField):
 
 
 def config_field(name: str, hint) -> forms.Field:
-    """The form field for RunConfig field `name` of type `hint`."""
-    default = DEFAULTS[name]
-    low, high = BOUNDS.get(name, (None, None))
+    """The form field for config field `name` of type `hint`."""
     if name in SET_BY_THE_STUDIO:
         return forms.CharField(required=False, disabled=True)
+    default = DEFAULTS[name]
+    low, high = BOUNDS.get(name, (None, None))
     if typing.get_origin(hint) is typing.Literal:
         return forms.ChoiceField(choices=[(v, v) for v in typing.get_args(hint)])
     if isinstance(default, bool):
@@ -111,7 +119,9 @@ def config_field(name: str, hint) -> forms.Field:
 
 @dataclass(frozen=True)
 class ConfigInput:
-    """One config field on the page: the bound field and what the page says about it."""
+    """One config field on the page: the bound field, what the page says about it, the kinds that have it, and
+    whether it shows (a field of the chosen kind, or one with an error to read); a hidden one is disabled too, so
+    the browser does not post it."""
 
     field: forms.BoundField
     name: str
@@ -119,19 +129,25 @@ class ConfigInput:
     default: str
     bounds: str
     studio: bool
+    kinds: str  # space-separated, for run_form.js
+    shown: bool
+
+    def widget(self) -> str:
+        return self.field.as_widget(attrs=None if self.shown else {"disabled": True})
 
 
 class RunForm(forms.Form):
-    """A bundle, steps, a name and every RunConfig field. Started fresh, each config field starts at its default;
-    started from an earlier run (`earlier`), at that run's value. The overrides are the fields whose value is not
-    the default: on a fresh form exactly the ones the user changed, from an earlier run its settings and the
-    user's changes."""
+    """A bundle, a kind, steps, a name and the config fields of every kind the form starts, those of the chosen kind
+    shown. Started fresh, each config field starts at its default; started from an earlier run (`earlier`), at that
+    run's value. The overrides are the chosen kind's fields whose value is not the default — on a fresh form exactly
+    the ones the user changed, from an earlier run its settings and the user's changes — and any other kind's field
+    that was posted changed, which the kind's config then refuses at its field."""
 
     bundle = forms.ModelChoiceField(queryset=Version.objects.none(), required=False,
                                     empty_label="none: SFT or DPO on the dataset alone")
     kind = forms.ChoiceField(choices=[(kind, RunKind(kind).label) for kind in TRAINING_KINDS], initial=RunKind.GRPO,
                              help_text="GRPO samples and verifies its own data; SFT and DPO train on the dataset "
-                                       "named under SFT and DPO (dataset/SLUG@N).")
+                                       "named under SFT and DPO (dataset/SLUG@N). Each shows its own settings.")
     steps = forms.IntegerField(min_value=1, max_value=1_000_000, initial=100)
     name = forms.CharField(max_length=200, required=False, help_text="Empty: the bundle's slug and the time.")
     from_run = forms.UUIDField(required=False, widget=forms.HiddenInput)
@@ -143,20 +159,28 @@ class RunForm(forms.Form):
         bundles.queryset = (Version.objects.filter(definition__project=project, definition__kind="bundle")
                             .select_related("definition").order_by("definition__slug", "-number"))
         bundles.label_from_instance = _bundle_label
-        hints = typing.get_type_hints(RunConfig)
+        if earlier is not None:
+            self.initial.setdefault("kind", earlier.kind)
         start = _start_values(earlier)
+        self.chosen_kind = self._chosen_kind()
         for name in CONFIG_FIELDS:
-            self.fields[name] = config_field(name, hints[name])
+            self.fields[name] = config_field(name, HINTS[name])
             self.fields[name].label = name
+            if self.chosen_kind not in KINDS_OF[name]:
+                self.fields[name].required = False  # hidden and disabled: the browser does not post it
             self.initial.setdefault(name, start[name])
         if earlier is None:
             first = bundles.queryset.first()  # a GRPO run, the form's default kind, needs one
             self.initial.setdefault("bundle", first.pk if first else None)
         else:
             self.initial.setdefault("bundle", earlier.bundle_id)
-            self.initial.setdefault("kind", earlier.kind)
             self.initial.setdefault("steps", earlier.steps_total)
             self.initial.setdefault("from_run", earlier.pk)
+
+    def _chosen_kind(self) -> str:
+        """The kind whose settings the form shows and takes: the one posted, else the one it starts with."""
+        posted = self.data.get("kind") if self.is_bound else None
+        return posted if posted in TRAINING_KINDS else self.initial.get("kind", RunKind.GRPO)
 
     def clean(self):
         cleaned = super().clean()
@@ -168,17 +192,31 @@ class RunForm(forms.Form):
     def run_fields(self) -> list[forms.BoundField]:
         return [self["bundle"], self["kind"], self["steps"], self["name"]]
 
-    def groups(self) -> list[tuple[str, list[ConfigInput]]]:
+    def reviewed_fields(self) -> list[forms.BoundField]:
+        """What the review's "Queue run" posts again: the run's fields and the chosen kind's settings."""
+        return [*self.run_fields(), self["from_run"],
+                *(self[name] for name in CONFIG_FIELDS if self.chosen_kind in KINDS_OF[name])]
+
+    def groups(self) -> list[tuple[str, bool, list[ConfigInput]]]:
+        """(title, whether it shows, its inputs) for every group of config fields."""
         docs = field_help()
-        return [(title, [ConfigInput(
-            field=self[name], name=name, help=docs.get(name, ""), default=show(DEFAULTS[name]),
-            bounds=" to ".join(_number(x) for x in BOUNDS[name]) if name in BOUNDS else "",
-            studio=name in SET_BY_THE_STUDIO) for name in names]) for title, names in grouped(CONFIG_FIELDS)]
+        groups = []
+        for title, names in grouped(CONFIG_FIELDS):
+            inputs = [ConfigInput(
+                field=self[name], name=name, help=docs.get(name, ""), default=show(DEFAULTS[name]),
+                bounds=" to ".join(_number(x) for x in BOUNDS[name]) if name in BOUNDS else "",
+                studio=name in SET_BY_THE_STUDIO, kinds=" ".join(KINDS_OF[name]),
+                shown=self.chosen_kind in KINDS_OF[name] or bool(self[name].errors)) for name in names]
+            groups.append((title, any(i.shown for i in inputs), inputs))
+        return groups
 
     def overrides(self) -> dict:
-        """The editable config fields whose value is not RunConfig's default (call after is_valid)."""
+        """The editable config fields whose value is not the default (call after is_valid): the chosen kind's, and
+        another kind's only where the browser posted it (a checkbox left unticked is not posted)."""
+        kind = self.cleaned_data["kind"]
         return {name: self.cleaned_data[name] for name in CONFIG_FIELDS
-                if name not in SET_BY_THE_STUDIO and self.cleaned_data[name] != DEFAULTS[name]}
+                if name not in SET_BY_THE_STUDIO and (kind in KINDS_OF[name] or name in self.data)
+                and self.cleaned_data[name] not in (None, DEFAULTS[name])}
 
     def add_config_error(self, error: StudioError) -> None:
         """A refusal from run_config_resolve or run_create: each problem at the config field it names; one about
@@ -193,7 +231,7 @@ class RunForm(forms.Form):
                 self.add_error(None, f"config: {problem}")
 
 
-assert not set(RUN_FIELDS) & set(CONFIG_FIELDS), "a RunConfig field shares its name with the run form's own"
+assert not set(RUN_FIELDS) & set(CONFIG_FIELDS), "a config field shares its name with the run form's own"
 
 
 BUNDLE_LABEL_CHARS = 90  # a long run_config must not widen the page: the review shows all of it
@@ -277,7 +315,7 @@ def origin(name: str, value, *, overrides: dict, bundle: Version | None) -> str:
 
 def default_model_note(*, config: dict, overrides: dict, bundle: Version | None) -> str:
     """The review's warning when neither the bundle's run_config nor the form names a model: the run then trains
-    RunConfig's default, which is easy to miss among fifty settings marked "default"."""
+    the config's default, which is easy to miss among fifty settings marked "default"."""
     if origin("model", config["model"], overrides=overrides, bundle=bundle) != "default":
         return ""
     described = " (the studio's tiny demo model)" if config["model"] == DEMO_MODEL else ""

@@ -14,7 +14,7 @@ from django.db import models
 
 from apps.accounts.models import Project
 from apps.registry.models import Version
-from workers.rl.config import RunConfig
+from workers.rl.config import RunConfig, config_class
 
 
 class RunStatus(models.TextChoices):
@@ -39,14 +39,14 @@ class RunKind(models.TextChoices):
     picks it up, how its pages read it."""
 
     GRPO = "grpo", "GRPO training"
-    SFT = "sft", "supervised fine-tuning"  # on a dataset's conversations (RunConfig.dataset); nothing is sampled
+    SFT = "sft", "supervised fine-tuning"  # on a dataset's conversations (SFTConfig.dataset); nothing is sampled
     DPO = "dpo", "DPO preference training"  # on a dataset's preference pairs; nothing is sampled
     EVALUATION = "evaluation", "evaluation"  # an eval suite's tasks answered by a model; nothing is trained
     REFERENCE = "reference", "reference check"  # a bundle's own reference answers verified; nothing is trained
 
 
 TRAINING_KINDS = (RunKind.GRPO, RunKind.SFT, RunKind.DPO)  # the kinds that train a model (and have checkpoints)
-DATASET_KINDS = (RunKind.SFT, RunKind.DPO)  # the kinds that train on a dataset (RunConfig.dataset)
+DATASET_KINDS = (RunKind.SFT, RunKind.DPO)  # the kinds that train on a dataset (SFTConfig.dataset)
 
 
 class RunRequest(models.TextChoices):
@@ -65,7 +65,7 @@ class Run(models.Model):
     # None only for an SFT or DPO run on a dataset alone (train --kind sft --dataset ... without --bundle): the
     # dataset's pinned hash and the config then say everything it trained on.
     bundle = models.ForeignKey(Version, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
-    config = models.JSONField()  # the resolved RunConfig (workers/rl/config.py), every field present
+    config = models.JSONField()  # the resolved config of its kind (workers/rl/config.py), every field present
     config_hash = models.CharField(max_length=64)  # sha256 of the bundle's content hash (if any) and the config
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     requested = models.CharField(max_length=16, choices=RunRequest.choices, default=RunRequest.NONE, blank=True)
@@ -101,8 +101,8 @@ class Run(models.Model):
 
     @property
     def run_config(self) -> RunConfig:
-        """The resolved config as the engine reads it (`config` is its stored form)."""
-        return RunConfig.from_dict(self.config)
+        """The resolved config as the engine reads it, of its kind's class (`config` is its stored form)."""
+        return config_class(self.kind).from_dict(self.config)
 
 
 class Checkpoint(models.Model):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,7 +24,15 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.models import Version
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
-from workers.rl.config import REFERENCE_MODEL, SET_BY_THE_STUDIO, ConfigError, RunConfig, config_hash
+from workers.rl.config import (
+    SET_BY_THE_STUDIO,
+    ConfigError,
+    GRPOConfig,
+    PolicyConfig,
+    SFTConfig,
+    config_class,
+    config_hash,
+)
 from workers.rl.models.weights import source_model
 from workers.rl.types import Trajectory
 
@@ -69,36 +78,15 @@ def run_create(*, project: Project, bundle: Version | None, steps: int, override
                kind: str = RunKind.GRPO, actor=None, via: str = "web", pinned: dict | None = None,
                enqueue: bool = False) -> Run:
     """A queued run of `kind` pinned to `bundle` (an exact bundle version; None for an SFT or DPO run on its dataset
-    alone, whose settings are then the defaults and `overrides`) and the resolved config. `pinned` holds
-    settings only the studio sets (an evaluation's plan, the model of the checkpoint it evaluates): callers pass
-    them from what they resolved themselves, never from a request. With `enqueue`, it is handed to whatever
-    runs queued runs once the transaction commits (dispatch.run_enqueue); without, the caller runs it itself
-    (`train --headless`) or leaves it queued."""
+    alone, whose settings are then the defaults and `overrides`) and its config, resolved once
+    (run_config_resolve). `pinned` holds settings only the studio sets (an evaluation's plan, the model of the
+    checkpoint it evaluates): callers pass them from what they resolved themselves, never from a request. With
+    `enqueue`, it is handed to whatever runs queued runs once the transaction commits (dispatch.run_enqueue);
+    without, the caller runs it itself (`train --headless`) or leaves it queued."""
     if not isinstance(steps, int) or steps < 1:
         raise RunError(f"steps must be a whole number of at least 1, not {steps!r}")
-    if bundle is None and kind not in DATASET_KINDS:
-        raise RunError(f"a {kind} run needs a bundle (its tasks); only SFT and DPO runs train on a dataset alone",
-                       errors=[FieldError("bundle", "required")])
-    config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides, pinned=pinned)
-    if (config["model"] == REFERENCE_MODEL) != (kind == RunKind.REFERENCE):
-        problem = (f"{REFERENCE_MODEL} is the model of a reference check (manage.py reference_check), and a "
-                   "reference check's only" if kind != RunKind.REFERENCE else
-                   f"a reference check answers with {REFERENCE_MODEL}")
-        raise _config_refused([FieldError("model", problem)])
-    if bool(config["evaluation"]) != (kind == RunKind.EVALUATION):
-        raise RunError("an evaluation is launched from its eval suite (apps/evals), with its plan")
-    if kind in DATASET_KINDS:
-        try:
-            dataset = dataset_pin(project=project, dataset=config["dataset"], kind=kind, via=via)
-        except DatasetRefused as exc:
-            raise _config_refused([FieldError("dataset", str(exc))]) from None
-        config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides,
-                                            pinned={**(pinned or {}), **dataset})
-        if config["data_parallel"] > 1:
-            raise _config_refused([FieldError("data_parallel", f"a {kind} run trains in one process: 1")])
-    elif config["dataset"]:
-        raise _config_refused([FieldError("dataset", f"a {kind} run trains on no dataset; SFT and DPO runs do "
-                                                     "(train --kind sft|dpo --dataset PATH)")])
+    config, hashed = run_config_resolve(project=project, bundle=bundle, kind=kind, overrides=overrides,
+                                        pinned=pinned, via=via)
     start_keep(config)  # out of its own run's retention before this run can ask for it
     with transaction.atomic():
         run = Run.objects.create(
@@ -108,37 +96,56 @@ def run_create(*, project: Project, bundle: Version | None, steps: int, override
         _event(run, EventKind.CREATED, f"created: {steps} steps on {run.trained_on}",
                details={"config": overrides or {}})
         audit_record(project=project, actor=actor, action="run.create", target=f"run/{run.id}",
-                     details={"bundle": bundle.ref if bundle else None, "dataset": config["dataset"] or None,
+                     details={"bundle": bundle.ref if bundle else None, "dataset": config.get("dataset") or None,
                               "steps": steps, "config_hash": run.config_hash}, via=via)
         if enqueue:
             run_enqueue(run)
     return run
 
 
-def run_config_resolve(*, project: Project, bundle: Version | None, overrides: dict | None = None,
-                       pinned: dict | None = None) -> tuple[dict, str]:
-    """The config a run on `bundle` (or none: a dataset run's defaults) with `overrides` stores, and its config hash,
-    or RunError: what run_create stores, so a page can show both before anything is queued (the run form's review
-    step)."""
+def run_config_resolve(*, project: Project, bundle: Version | None, kind: str = RunKind.GRPO,
+                       overrides: dict | None = None, pinned: dict | None = None, via: str = "web") -> tuple[dict, str]:
+    """The config a run of `kind` on `bundle` (None: an SFT or DPO run on its dataset alone) with `overrides` stores,
+    and its config hash, or RunError with each problem at its field: what run_create stores, resolved once, so a
+    page can show both before anything is queued (the run form's review step).
+
+    The kind's config class (workers/rl/config.py) resolves, in this order: the bundle's run_config (the settings
+    of this kind it names: a bundle recommends settings to runs of every kind), the overrides (a setting of another
+    kind is refused by name), the model definition's or the starting checkpoint's pins, then `pinned`. An SFT or
+    DPO run's dataset is pinned after (its file and sha256; the rows read and checked): from the command line
+    (`via` cli) a file's path may name it, elsewhere a dataset version only."""
     if bundle is not None and (bundle.definition.kind != "bundle" or bundle.definition.project_id != project.pk):
         raise RunError(f"{bundle.ref} is not a bundle of project {project.slug}")
+    if bundle is None and kind not in DATASET_KINDS:
+        raise RunError(f"a {kind} run needs a bundle (its tasks); only SFT and DPO runs train on a dataset alone",
+                       errors=[FieldError("bundle", "required")])
     studio_set = sorted(set(overrides or {}) & set(SET_BY_THE_STUDIO))
     if studio_set:
         raise RunError(f"config: {', '.join(studio_set)}: set by the studio from the model definition; "
                        "name the model (model/SLUG) instead")
-    try:  # the bundle's recommended settings, then the run's own, with the model definition's pins
-        recommended = bundle.spec.get("run_config", {}) if bundle is not None else {}
-        config = RunConfig.resolve({**_model_pinned(start_pinned({**recommended, **(overrides or {})},
-                                                                 project=project),
-                                                    project=project, bundle=bundle), **(pinned or {})})
+    kind_config = config_class(kind)
+    try:
+        recommended = kind_config.own(bundle.spec.get("run_config", {})) if bundle is not None else {}
+        config = kind_config.resolve({**_model_pinned(start_pinned({**recommended, **(overrides or {})},
+                                                                   project=project),
+                                                      project=project, bundle=bundle), **(pinned or {})})
     except ConfigError as exc:
         raise _config_refused(exc.errors) from None
-    problem = wiring.model_problem(config.model)
-    if problem:
-        raise RunError(f"config: {problem}", errors=[FieldError("model", problem)])
-    problem = wiring.inference_servers_problem(config.server_urls())
-    if problem:
-        raise _config_refused([FieldError("inference_servers", problem)])
+    if kind == RunKind.EVALUATION and not config.evaluation:
+        raise RunError("an evaluation is launched from its eval suite (apps/evals), with its plan")
+    if isinstance(config, PolicyConfig):
+        problem = wiring.model_problem(config.model)
+        if problem:
+            raise RunError(f"config: {problem}", errors=[FieldError("model", problem)])
+    if isinstance(config, GRPOConfig):
+        problem = wiring.inference_servers_problem(config.server_urls())
+        if problem:
+            raise _config_refused([FieldError("inference_servers", problem)])
+    if isinstance(config, SFTConfig):
+        try:
+            config = replace(config, **dataset_pin(project=project, dataset=config.dataset, kind=kind, via=via))
+        except DatasetRefused as exc:
+            raise _config_refused([FieldError("dataset", str(exc))]) from None
     stored = config.to_dict()
     return stored, config_hash(bundle_hash=bundle.content_hash if bundle is not None else "", config=stored)
 

@@ -73,7 +73,8 @@ def run_new(request, project):
         return render(request, "runs/run_new.html", context, status=400)
     bundle, overrides = form.cleaned_data["bundle"], form.overrides()
     try:
-        config, hashed = run_config_resolve(project=project, bundle=bundle, overrides=overrides)
+        config, hashed = run_config_resolve(project=project, bundle=bundle, kind=form.cleaned_data["kind"],
+                                            overrides=overrides)
     except RunError as exc:
         form.add_config_error(exc)
         return render(request, "runs/run_new.html", context, status=400)

@@ -39,7 +39,6 @@ from apps.registry.services import version_publish
 from apps.runs.models import RunKind
 from apps.runs.services import run_create
 from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
-from workers.rl.config import REFERENCE_MODEL
 
 owner = get_user_model().objects.create_user("olive", password="pw-for-tests")
 project = project_create(team_slug="acme", slug="acme-rl", name="Acme RL", owner=owner)
@@ -67,8 +66,7 @@ else:
     publish("domain", "coding", {{"templates": [{{"template": "slow-code", "weight": 1.0}}]}})
     bundle = publish("bundle", "code-bundle", {{"members": ["domain/coding@latest"]}})
     run = run_create(project=project, bundle=bundle, steps=1, kind=RunKind.REFERENCE, enqueue=True,
-                     overrides={{"model": REFERENCE_MODEL, "reference_per_template": {REFERENCES},
-                                "verify_concurrency": 1}})
+                     overrides={{"reference_per_template": {REFERENCES}, "verify_concurrency": 1}})
 print(run.pk)
 """
 

@@ -53,9 +53,9 @@ def test_a_run_asking_for_two_processes_trains_on_two_ranks(project, registry, o
 
 
 def test_a_data_parallel_run_names_a_device_per_process():
-    from workers.rl.config import ConfigError, RunConfig
+    from workers.rl.config import ConfigError, GRPOConfig
 
     with pytest.raises(ConfigError, match="data-parallel run gives each process a device of its own"):
-        RunConfig.resolve({"data_parallel": 2, "device": "cuda:1"})
+        GRPOConfig.resolve({"data_parallel": 2, "device": "cuda:1"})
     with pytest.raises(ConfigError, match="data_parallel"):
-        RunConfig.resolve({"data_parallel": 0})
+        GRPOConfig.resolve({"data_parallel": 0})

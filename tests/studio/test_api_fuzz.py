@@ -5,7 +5,7 @@ kind and two runs — so the cases reach the real handlers, not only 404s:
 
 - as a member (an editor's write token): path parameters are the project's real slug, kinds, slugs, version
   references, alias names, run ids, review queue and items (and, in a smaller pass, whatever schemathesis
-  generates for them); half the bodies name what exists (a bundle, RunConfig fields with values at and past
+  generates for them); half the bodies name what exists (a bundle, config fields with values at and past
   their bounds, a spec of the definition's kind, a version, a rubric, answers), so the cases get past the body
   schema into the services;
 - as the owner with an admin token, briefly (the audit log is theirs only);
@@ -50,7 +50,7 @@ from apps.runs.services import run_create
 from apps.trajectories.models import Trajectory
 from apps.trajectories.services import trajectories_record
 from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, RUBRIC, TEMPLATE_SPEC, VERIFIER_SPEC
-from workers.rl.config import BOUNDS, RunConfig
+from workers.rl.config import BOUNDS, CONFIGS
 from workers.rl.types import Trajectory as EngineTrajectory
 from workers.rl.types import TrajectoryStatus, Turn, trajectory_id
 from workers.verifiers import Verdict
@@ -67,7 +67,8 @@ PASSES = [
 ]
 DEFINITIONS = [("sandbox_image", "py-basic"), ("verifier", "numeric"), ("task_template", "add-two"),
                ("domain", "arithmetic"), ("bundle", "arith-bundle"), ("dataset", "uploaded")]
-CONFIG_FIELDS = sorted(RunConfig.__dataclass_fields__)
+CONFIG_DEFAULTS = {name: value for cls in CONFIGS.values() for name, value in cls().to_dict().items()}
+CONFIG_FIELDS = sorted(CONFIG_DEFAULTS)  # every kind's: a run of one kind is refused another's
 SPECIMENS = {"sandbox_image": IMAGE_SPEC, "verifier": VERIFIER_SPEC, "task_template": TEMPLATE_SPEC,
              "domain": DOMAIN_SPEC, "bundle": {"members": ["domain/arithmetic@latest"]}}
 
@@ -135,9 +136,9 @@ DEVICES = ["auto", "cpu", "cuda:1", "cuda;rm -rf", "cpu\n", "cuda:99", "cuda:", 
 
 
 def config_value(name: str) -> st.SearchStrategy:
-    """Values for one RunConfig field: the edges of its bounds and beyond, any JSON, and for the model and the
+    """Values for one config field: the edges of its bounds and beyond, any JSON, and for the model and the
     device the strings that must be refused."""
-    default = getattr(RunConfig(), name)
+    default = CONFIG_DEFAULTS[name]
     if name == "model":
         return st.sampled_from(MODELS) | st.text(max_size=20).map(lambda text: "/" + text)
     if name == "device":
@@ -152,7 +153,7 @@ def config_value(name: str) -> st.SearchStrategy:
 
 
 def config_overrides() -> st.SearchStrategy[dict]:
-    """Run configs that name real RunConfig fields (the schema says only "an object"), the model and the device
+    """Run configs that name real config fields (the schema says only "an object"), the model and the device
     most often."""
     names = st.lists(st.sampled_from(CONFIG_FIELDS + ["model", "device"] * 6), max_size=4, unique=True)
     return names.flatmap(lambda chosen: st.fixed_dictionaries({name: config_value(name) for name in chosen}))

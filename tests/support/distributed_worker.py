@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.models.policies import TinyLMPolicy
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM
 from workers.rl.training import distributed
@@ -36,8 +36,8 @@ CONFIG = {"micro_batch_size": 5, "kl_coef": 0.05, "warmup_steps": 2, "learning_r
 GROUPS = {0: [4, 6, 3, 5, 4], 1: [6, 2, 5], 2: [5]}
 
 
-def make_config() -> RunConfig:
-    return RunConfig.resolve(CONFIG)
+def make_config() -> GRPOConfig:
+    return GRPOConfig.resolve(CONFIG)
 
 
 def make_policy() -> TinyLMPolicy:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from workers.storage import Storage
 
-from .config import RunConfig
+from .config import GRPOConfig
 from .protocols import ChatFormat, Engine, Policy, ToolRunner, Tracker, Verifier
 from .rollout.agent import rollout_groups
 from .rollout.collectors import Draws, Group, collector_for, too_stale
@@ -36,7 +36,7 @@ from .types import Task, Trajectory, TrajectoryStatus
 
 
 class Pipeline(TrainingLoop):
-    def __init__(self, *, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, scheduler: Scheduler,
+    def __init__(self, *, run_id: str, config: GRPOConfig, total_steps: int, tasks: TaskSet, scheduler: Scheduler,
                  engine: Engine, chat: ChatFormat, policy: Policy, trainer: GRPOTrainer, tool_runner: ToolRunner,
                  verifier: Verifier, tracker: Tracker, checkpoint_dir: Path | Storage, prices: Prices,
                  eval_tasks: list[tuple[str, str]], progress: Callable | None = None,

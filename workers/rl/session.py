@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import RunConfig
+from .config import GRPOConfig, SFTConfig
 from .pipeline import Pipeline
 from .protocols import Model, ToolRunner, Tracker, Verifier
 from .rollout.metrics import Prices
@@ -23,7 +23,7 @@ from .training.distributed import rollout_engine, trainer_for
 from .training.supervised_pipeline import SupervisedPipeline
 
 
-def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: TaskSet, model: Model,
+def build_pipeline(*, run_id: str, config: GRPOConfig, total_steps: int, tasks: TaskSet, model: Model,
                    tool_runner: ToolRunner, verifier: Verifier, tracker: Tracker, checkpoint_dir: Path,
                    prices: Prices | None = None, progress: Callable | None = None,
                    stop: threading.Event | None = None, stuck_after: float | None = None) -> Pipeline:
@@ -47,7 +47,7 @@ def build_pipeline(*, run_id: str, config: RunConfig, total_steps: int, tasks: T
         stop=stop, stuck_after=stuck_after)
 
 
-def build_supervised_pipeline(*, run_id: str, kind: str, config: RunConfig, total_steps: int, model: Model,
+def build_supervised_pipeline(*, run_id: str, kind: str, config: SFTConfig, total_steps: int, model: Model,
                               tracker: Tracker, checkpoint_dir: Path, progress: Callable | None = None,
                               stop: threading.Event | None = None,
                               stuck_after: float | None = None) -> SupervisedPipeline:

@@ -21,7 +21,6 @@ from apps.registry.refs import Ref, parse_ref
 from apps.registry.selectors import version_resolve
 from apps.runs.attempts import run_attempt
 from apps.runs.services import run_claim
-from workers.rl.config import RunConfig
 
 
 def run(*, paired_items: int = 10_000, **_) -> dict:
@@ -36,12 +35,11 @@ def _demo_suite() -> dict:
     project = seed().project
     suite = version_resolve(project=project, ref=Ref("bundle", "demo-suite"))
     model = version_resolve(project=project, ref=parse_ref("model/demo-tiny"))
-    config = RunConfig.resolve({})
     began = time.perf_counter()
     # Pretrained once per data directory, from the tasks of the bundle the demo run trains on (as the evaluation
     # builds it), not the suite's held-out ones.
     trains = training_bundle(suite=suite, model=model) or suite
-    wiring.demo_base_model(bundle_tasks(bundle=trains, config=config))
+    wiring.demo_base_model(bundle_tasks(bundle=trains))
     pretrain_s = time.perf_counter() - began
     evaluation = evaluation_launch(project=project, suite=suite, actor=None, model=model, via="cli")
     began = time.perf_counter()

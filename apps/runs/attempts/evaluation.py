@@ -6,7 +6,6 @@ batch it archived). Nothing is trained. apps/evals launches these runs and reads
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from apps.accounts.credentials import CredentialRefused, credential_value
@@ -14,7 +13,7 @@ from apps.common import wiring
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
-from workers.rl.config import EvaluationPlan, RunConfig
+from workers.rl.config import EvaluationConfig, EvaluationPlan, RolloutConfig
 from workers.rl.rollout.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
 from workers.rl.tasks.taskset import TaskSet
 
@@ -29,7 +28,7 @@ class EvaluationAttempt(Attempt):
     def execute(self) -> dict:
         run, config = self.run, self.config
         plan = config.evaluation_plan
-        tasks = bundle_tasks(bundle=run.bundle, config=config)
+        tasks = bundle_tasks(bundle=run.bundle)
         chosen = suite_tasks(tasks, per_template=plan.tasks_per_template, seed=plan.seed)
         engine, chat = evaluation_engine(config, model_tasks(run, plan, tasks), opened=self.closing,
                                          project=run.project)
@@ -69,11 +68,10 @@ def model_tasks(run: Run, plan: EvaluationPlan, suite: TaskSet) -> TaskSet:
     seen the answers it is scored on, and would not be the model those runs start from."""
     if not plan.pretrained_on:
         return suite
-    return bundle_tasks(bundle=version_resolve(project=run.project, ref=parse_ref(plan.pretrained_on)),
-                        config=RunConfig.resolve({}))  # the tasks do not depend on the settings
+    return bundle_tasks(bundle=version_resolve(project=run.project, ref=parse_ref(plan.pretrained_on)))
 
 
-def evaluation_engine(config: RunConfig, tasks: TaskSet, *, opened, project):
+def evaluation_engine(config: EvaluationConfig, tasks: TaskSet, *, opened, project):
     """(engine, chat) answering for the evaluation: an endpoint's client, or the model at the checkpoint the plan
     names (the base model without one), built from `tasks` (model_tasks). What it opens goes to `opened`, which
     closes it when the attempt ends. An endpoint's address and credential are checked again here, before any
@@ -103,11 +101,14 @@ def evaluation_engine(config: RunConfig, tasks: TaskSet, *, opened, project):
 
 def checkpoint_model(checkpoint):
     """The model of a run at one of its checkpoints (what `serve --checkpoint` serves); the caller closes it."""
-    config = dataclasses.replace(checkpoint.run.run_config, mode="sync")  # no weight copy: nothing trains
     source = checkpoint.run
-    if source.bundle is None:  # an SFT or DPO run on a dataset alone: its base model was pretrained on the dataset
-        config = dataset_here(project=source.project, config=config)
-    model = wiring.run_model(config, bundle_tasks(bundle=source.bundle, config=config) if source.bundle else None)
+    # The run's model, sampled as an evaluation samples one: sync, so no copy of the weights (nothing trains).
+    config = RolloutConfig.from_dict({**source.config, "mode": "sync"})
+    tasks = bundle_tasks(bundle=source.bundle) if source.bundle is not None else None
+    # An SFT or DPO run on a dataset alone: its base model was pretrained on the dataset's conversations.
+    dataset_file = "" if tasks is not None else dataset_here(project=source.project,
+                                                             config=source.run_config).dataset_file
+    model = wiring.run_model(config, tasks, dataset_file=dataset_file)
     try:
         checkpoint_weights(model, checkpoint.path, checkpoint.step)
     except Exception:

@@ -22,7 +22,7 @@ class ReferenceAttempt(Attempt):
         and archive them as the run's one step. The summary: per template, references checked, passed, failed
         (graded below 1) and ungraded (the verifier could not decide), and the first that did not pass."""
         run, config = self.run, self.config
-        tasks = bundle_tasks(bundle=run.bundle, config=config)
+        tasks = bundle_tasks(bundle=run.bundle)
         chosen = reference_tasks(tasks, per_template=config.reference_per_template)
         if not chosen:
             raise ValueError(f"no task of {run.bundle.ref} has a reference answer to check")

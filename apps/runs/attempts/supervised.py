@@ -20,12 +20,11 @@ class SupervisedAttempt(Attempt):
     beats_itself = True  # the pipeline beats it, on its own thread and at every step's end
 
     def execute(self) -> dict:
-        run, config = self.run, self.config
-        if config.data_parallel > 1:
-            raise ValueError("SFT and DPO runs train in one process: set data_parallel to 1")
-        config = dataset_here(project=run.project, config=config)  # a dataset version's file on this host
-        tasks = bundle_tasks(bundle=run.bundle, config=config) if run.bundle is not None else None
-        model = self.closing(wiring.run_model(config, tasks, progress=self.pretrain_progress, sampling=False))
+        run = self.run
+        config = dataset_here(project=run.project, config=self.config)  # a dataset version's file on this host
+        tasks = bundle_tasks(bundle=run.bundle) if run.bundle is not None else None
+        model = self.closing(wiring.run_model(config, tasks, dataset_file=config.dataset_file,
+                                              progress=self.pretrain_progress, sampling=False))
         start_weights(model, run)  # another run's checkpoint (SFT, then DPO), before the reference is computed
         pipeline = build_supervised_pipeline(run_id=str(run.pk), kind=run.kind, config=config,
                                              total_steps=run.steps_total, model=model, tracker=self.tracker,

@@ -97,8 +97,7 @@ def test_preference_pairs_from_review_labels(project, owner, labelled):
 
 
 def test_a_reference_checks_tool_calling_trajectories(project, registry, owner):
-    check = run_create(project=project, bundle=registry["bundle"], steps=1, kind=RunKind.REFERENCE, actor=owner,
-                       overrides={"model": "builtin:reference"})
+    check = run_create(project=project, bundle=registry["bundle"], steps=1, kind=RunKind.REFERENCE, actor=owner)
     answered = group(check, 7, [1.0, 0.0])
     answered[0].turns[1].tool_calls = []
     trajectories_record(run=check, attempt=1, trajectories=answered)

@@ -57,8 +57,7 @@ def test_the_cold_start_trains_once_and_the_rl_run_starts_from_it(project, regis
         "run_config": {"model": str(base), "engine": "transformers", "lora_rank": 2}}).version
     with pytest.raises(DatasetError, match="no cold start for tools: bundle tools has no completed reference check"):
         cold_start(project=project, bundle="tools", steps=2)
-    check = run_create(project=project, bundle=tools, steps=1, kind=RunKind.REFERENCE, actor=owner,
-                       overrides={"model": "builtin:reference"})
+    check = run_create(project=project, bundle=tools, steps=1, kind=RunKind.REFERENCE, actor=owner)
     trajectories_record(run=check, attempt=1, trajectories=[_answered(check, seq, tool=seq % 2 == 0)
                                                             for seq in range(6)]
                         + [_answered(check, seq, tool=False, template="task_template/bare@1") for seq in (6, 7)])

@@ -22,7 +22,7 @@ from apps.registry.refs import Ref
 from apps.registry.selectors import version_resolve
 from apps.runs.management.commands.train import parse_setting
 from workers.definitions.specs import parse_spec, prompt_placeholders
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.models.packaged import SMOLLM2_135M, file_sha256, gguf_file
 from workers.rl.rollout.evaluation import suite_tasks
 from workers.rl.tasks.overlap import overlap
@@ -125,13 +125,13 @@ def test_the_demo_suite_asks_only_tasks_the_demo_run_never_trains_on(seeded):
     sharing a 13-word sequence, so the leaderboard's cells are clean scores."""
     project, _ = seeded
     bundle, suite = latest(project, "bundle", "demo"), latest(project, "bundle", "demo-suite")
-    config = RunConfig.resolve(bundle.spec["run_config"])
     settings = suite_settings(suite)
-    asked = suite_tasks(bundle_tasks(bundle=suite, config=config), per_template=settings["tasks_per_template"],
+    asked = suite_tasks(bundle_tasks(bundle=suite), per_template=settings["tasks_per_template"],
                         seed=settings["seed"])
     assert len(asked) == 10 * len(DOMAINS)
     assert {task.domain for task in asked} == {f"{domain}-held-out" for domain in DOMAINS}
-    assert overlap(asked, bundle_tasks(bundle=bundle, config=config)) == {"exact": [], "near": []}
+    assert overlap(asked, bundle_tasks(bundle=bundle, config=GRPOConfig.resolve(bundle.spec["run_config"]))) == {
+        "exact": [], "near": []}
     for templates in DOMAINS.values():  # the held-out instances left the training templates
         for slug in templates:
             training = {m.instance.content_hash for m in InstanceSetMember.objects.filter(
@@ -321,6 +321,6 @@ def test_the_real_model_demos_grpo_stage_settings_resolve_and_weight_the_bundles
     assert settings.pop("model") == "checkpoint demo-smollm-sft@latest"
     domains = {draft.slug for draft in smollm.drafts() if draft.kind == "domain"}
     assert set(settings["domain_weights"]) == domains and all(w > 0 for w in settings["domain_weights"].values())
-    resolved = RunConfig.resolve({**smollm.RUN_CONFIG, **settings})
+    resolved = GRPOConfig.resolve({**smollm.RUN_CONFIG, **settings})
     assert resolved.domain_weights == settings["domain_weights"]
     assert resolved.learning_rate == settings["learning_rate"] > smollm.RUN_CONFIG["learning_rate"]

@@ -24,7 +24,7 @@ def test_the_demo_base_model_on_the_held_out_suite_is_pretrained_from_the_demo_b
     evaluation = evaluation_launch(project=project, suite=suite, actor=None, model=model, via="cli")
     config = evaluation.run.run_config
     assert config.evaluation_plan.pretrained_on == bundle.ref  # the bundle whose run_config names the model and suite
-    asked = bundle_tasks(bundle=suite, config=config)
+    asked = bundle_tasks(bundle=suite)
     built_from = model_tasks(evaluation.run, config.evaluation_plan, asked)
-    assert demo_corpus(built_from) == demo_corpus(bundle_tasks(bundle=bundle, config=config))
+    assert demo_corpus(built_from) == demo_corpus(bundle_tasks(bundle=bundle))
     assert not {prompt for prompt, _ in demo_corpus(asked)} & {prompt for prompt, _ in demo_corpus(built_from)}

@@ -1,7 +1,6 @@
 """A bundle version's lock (apps/registry/lock.py): parsed once on the version, and what every reader of what a
 bundle pins reads — so after a newer version is published they all still name the pinned one."""
 
-from dataclasses import asdict
 
 from apps.authoring.selectors import verifier_usage
 from apps.registry.closure import dependents
@@ -12,7 +11,7 @@ from apps.registry.refs import Ref
 from apps.registry.services import version_publish
 from apps.runs.launch import first_step_estimate
 from tests.support.specimens import TEMPLATE_SPEC, VERIFIER_SPEC
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 
 
 def test_a_bundles_lock_pins_its_closure_exactly_and_is_parsed_once(registry):
@@ -41,9 +40,9 @@ def test_every_reader_keeps_to_the_lock_after_newer_versions_are_published(regis
     publish("task_template", "add-two", {**TEMPLATE_SPEC, "limits": {**TEMPLATE_SPEC["limits"], "max_tokens": 99}})
     bundle = Version.objects.get(pk=registry["bundle"].pk)  # a fresh row: its lock parsed from the database
 
-    [template] = bundle_tasks(bundle=bundle, config=RunConfig()).templates.values()
+    [template] = bundle_tasks(bundle=bundle).templates.values()
     assert (template.key, template.verifier_key) == ("task_template/add-two@1", "verifier/numeric@1")
-    estimate = first_step_estimate(bundle=bundle, config=asdict(RunConfig()))
+    estimate = first_step_estimate(bundle=bundle, config=GRPOConfig().to_dict())
     assert estimate.templates == [("task_template/add-two@1", 16, 1)] and estimate.domains == 1
     assert dependents(project=project, kind="verifier", slug="numeric")["pinned"] == [
         "bundle/arith-bundle@1 (pins verifier/numeric@1)"]

@@ -155,6 +155,18 @@ def test_a_config_out_of_bounds_is_400_naming_the_field(editor_api, registry):
     assert not Run.objects.exists()
 
 
+def test_a_setting_of_another_kind_is_400_at_that_setting_naming_the_kind_that_has_it(editor_api, registry):
+    response = start(editor_api, kind="sft", config={"dataset": "dataset/chats@1", "group_size": 4})
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == [
+        {"field": "group_size", "problem": "group_size is a GRPO setting; an SFT run does not use it"}]
+    response = start(editor_api, config={"batch_size": 4, "dpo_beta": 0.2})
+    assert [e["problem"] for e in response.json()["errors"]] == [
+        "batch_size is an SFT and DPO setting; a GRPO run does not use it",
+        "dpo_beta is a DPO setting; a GRPO run does not use it"]
+    assert not Run.objects.exists()
+
+
 def test_steps_out_of_range_and_unknown_fields_are_422_naming_them(editor_api, registry):
     for body, field in (({"steps": 0}, "steps"), ({"steps": 10**7}, "steps"), ({"colour": "red"}, "colour"),
                         ({"bundle": "../etc"}, "bundle")):

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 from apps.registry.errors import SpecError
 from apps.registry.services import version_publish
 from apps.runs.services import RunError, run_create
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.models.weights import WeightsMismatch, directory_weights_sha256
@@ -51,7 +51,7 @@ def test_a_run_on_a_model_definition_pins_its_version_and_the_hash_of_its_weight
     run = run_create(project=project, bundle=bundle, steps=2, actor=owner)
     assert run.config["model"] == str(tiny) and run.config["model_version"] == "model/tiny@1"
     assert run.config["model_sha256"] == model.spec["weights_sha256"] and run.config["context_length"] == 48
-    built = build_model(RunConfig.from_dict({**run.config, "device": "cpu"}), None, models_dir=tmp_path,
+    built = build_model(GRPOConfig.from_dict({**run.config, "device": "cpu"}), None, models_dir=tmp_path,
                         pretrain_seconds=0)
     assert built.engine.max_context == 48  # the definition's bound, below the model's own 64
     built.engine.close()

@@ -1,7 +1,7 @@
 """`manage.py reference_check` on the demo bundle: the references run in real sandboxes (bubblewrap), through
 the real verifiers; they are archived as a run's trajectories (a 3D answer with its rendered views); a
-template whose reference is wrong fails the command and is named in the run's events. That a reference check is
-never trained needs no sandbox."""
+template whose reference is wrong fails the command and is named in the run's events. That a reference check has no
+model, and that no run with a model answers with the references, needs no sandbox."""
 
 import ast
 import json
@@ -12,7 +12,8 @@ from django.core.management import CommandError, call_command
 from apps.accounts.models import Project
 from apps.registry.models import Version
 from apps.registry.services import version_publish
-from apps.runs.models import EventKind, Run, RunStatus
+from apps.runs.models import EventKind, Run, RunKind, RunStatus
+from apps.runs.services import RunError, run_create
 from apps.trajectories.artifacts import artifact_open
 from apps.trajectories.models import Trajectory
 
@@ -33,7 +34,7 @@ def _check(capsys, *args):
 def test_the_demo_references_pass_and_are_archived_with_their_renders(demo, capsys):
     summary = _check(capsys, "--bundle", "demo", "--per-template", "1")
     run = Run.objects.get(pk=summary["run"])
-    assert run.status == RunStatus.COMPLETED and run.config["model"] == "builtin:reference"
+    assert run.status == RunStatus.COMPLETED and run.kind == RunKind.REFERENCE
     rows = {row.domain: row for row in Trajectory.objects.filter(run=run)}
     assert set(rows) == {"arithmetic", "word-problems", "python-coding", "3d-modelling", "document-qa"}
     assert summary["checked"] == summary["passed"] == 5 and summary["failed"] == summary["ungraded"] == 0
@@ -65,7 +66,7 @@ def test_the_demo_references_pass_and_are_archived_with_their_renders(demo, caps
 
     # Once is enough: a second `--if-absent` creates no run.
     call_command("reference_check", "--bundle", "demo", "--if-absent")
-    assert Run.objects.filter(config__model="builtin:reference").count() == 1
+    assert Run.objects.filter(kind=RunKind.REFERENCE).count() == 1
 
 
 @pytest.mark.sandbox
@@ -87,7 +88,7 @@ def test_a_wrong_reference_fails_the_command_and_is_named(demo, capsys):
 
     with pytest.raises(CommandError, match="1 of 1 references failed their verifier"):
         call_command("reference_check", "--bundle", "broken", "--per-template", "1")
-    run = Run.objects.get(config__model="builtin:reference", bundle__definition__slug="broken")
+    run = Run.objects.get(kind=RunKind.REFERENCE, bundle__definition__slug="broken")
     assert run.status == RunStatus.COMPLETED
     assert Trajectory.objects.get(run=run).reward < 1.0  # its one test of the arguments still passes
     event = run.events.get(kind=EventKind.REFERENCE_FAILED)
@@ -122,10 +123,18 @@ def test_a_reference_only_a_judge_could_grade_is_ungraded_not_a_zero(demo, capsy
     assert "reward/judged" not in rewards and "reward/mean" not in rewards  # ungraded is not a zero
 
 
-def test_a_reference_check_is_never_trained(demo, tmp_path):
-    from workers.rl.config import RunConfig
-    from workers.rl.models.build import build_model
-
-    config = RunConfig.resolve({"model": "builtin:reference"})
-    with pytest.raises(ValueError, match="trains nothing: run it with `manage.py reference_check`"):
-        build_model(config, None, models_dir=tmp_path, pretrain_seconds=1)
+def test_a_reference_check_has_no_model_and_no_run_with_one_answers_with_the_references(project, registry, owner):
+    check = run_create(project=project, bundle=registry["bundle"], steps=1, kind=RunKind.REFERENCE, actor=owner,
+                       overrides={"reference_per_template": 2})
+    assert check.config == {"reference_per_template": 2, "verify_concurrency": 4, "max_tool_output_chars": 2000}
+    with pytest.raises(RunError) as refused:
+        run_create(project=project, bundle=registry["bundle"], steps=1, kind=RunKind.REFERENCE, actor=owner,
+                   overrides={"model": "builtin:reference"})
+    assert [(e.field, e.problem) for e in refused.value.errors] == [
+        ("model", "model is a GRPO, SFT, DPO and evaluation setting; a reference check does not use it")]
+    for kind in (RunKind.GRPO, RunKind.SFT):
+        with pytest.raises(RunError, match="builtin:reference is no model: a reference check answers with the "
+                                           "tasks' own references"):
+            run_create(project=project, bundle=registry["bundle"], steps=1, kind=kind, actor=owner,
+                       overrides={"model": "builtin:reference"})
+    assert Run.objects.filter(kind__in=[RunKind.GRPO, RunKind.SFT]).count() == 0

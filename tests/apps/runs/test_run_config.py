@@ -1,4 +1,4 @@
-"""A run's config at its creation (run_create): the bounds of RunConfig (tests/workers/rl/test_config.py) reach
+"""A run's config at its creation (run_create): the bounds of its kind's config (tests/workers/rl/test_config.py) reach
 the person who asked, each problem naming its field; a model is built in or a Hugging Face directory (one with
 a config.json) inside settings.MODEL_DIRS (STUDIO_MODEL_DIRS), never any other path of the worker's machine."""
 

@@ -1,8 +1,9 @@
-"""The run form (/p/<project>/runs/new/, apps/runs/launch.py): RunConfig's fields grouped with their defaults,
-bounds and help; a review that shows the resolved config and its hash before anything is queued, the hash then
-being the created run's; refusals at their field; a start from an earlier run."""
+"""The run form (/p/<project>/runs/new/, apps/runs/launch.py): the chosen kind's config fields grouped with their
+defaults, bounds and help, another kind's hidden; a review that shows the resolved config of the kind and its hash
+before anything is queued, the hash then being the created run's; refusals at their field, a setting of another kind
+among them; a start from an earlier run."""
 
-import dataclasses
+import json
 import re
 from html.parser import HTMLParser
 
@@ -10,12 +11,14 @@ import pytest
 from django import forms
 from django.urls import reverse
 
+from apps.datasets.services import dataset_build, dataset_upload
 from apps.registry.services import version_publish
 from apps.runs import launch, services
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import RunError, run_config_resolve, run_create
 from workers.definitions.specs import FieldError
-from workers.rl.config import BOUNDS, SET_BY_THE_STUDIO, RunConfig, field_help
+from workers.rl.bench.supervised import addition_conversations
+from workers.rl.config import BOUNDS, CONFIGS, SET_BY_THE_STUDIO, GRPOConfig, SFTConfig, field_help
 
 
 class _Inputs(HTMLParser):
@@ -82,7 +85,7 @@ def test_review_shows_the_resolved_config_and_the_hash_the_queued_run_then_has(l
     assert page.status_code == 200
     html = page.content.decode()
     assert re.search(r"<script(?![^>]*\bsrc=)", html) is None  # no inline script: the CSP allows none
-    assert [title for title, _ in page.context["form"].groups()] == [title for title, _ in launch.GROUPS]
+    assert [title for title, _, _ in page.context["form"].groups()] == [title for title, _ in launch.GROUPS]
     assert re.search(r'name="group_size" value="8" min="1" max="1024"', html)  # default and bounds
     assert "Samples per task (the GRPO group)." in html  # help from the field's docstring
     assert re.search(r'name="model_sha256"[^>]*disabled', html)  # set by the studio: shown, not editable
@@ -95,7 +98,7 @@ def test_review_shows_the_resolved_config_and_the_hash_the_queued_run_then_has(l
     assert review.context["overrides"] == {"group_size": 4}  # only what was changed
     rows = {name: (value, origin) for _, group in review.context["resolved"] for name, value, origin in group}
     assert rows["group_size"] == ("4", "changed") and rows["groups_per_step"] == ("8", "default")
-    assert set(rows) == {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(rows) == GRPOConfig.names()
     estimate = review.context["estimate"]
     # 8 groups × oversampling 4 (dynamic sampling) × 4 samples × 16 tokens (add-two's max_tokens), said as a bound
     assert (estimate.groups, estimate.rollouts, estimate.tokens) == (32, 128, 2048)
@@ -124,7 +127,7 @@ def test_a_value_out_of_bounds_is_refused_at_its_field_and_nothing_is_queued(log
     for action in ("review", "queue"):
         page = client.post(url, {**base, "group_size": BOUNDS["group_size"][1] + 1, "action": action})
         assert page.status_code == 400 and "less than or equal to 1024" in page.context["form"].errors["group_size"][0]
-    # Within the input's bounds, refused by RunConfig.check: still at its field.
+    # Within the input's bounds, refused by GRPOConfig's checks: still at its field.
     page = client.post(url, {**base, "group_size": 1, "action": "review"})
     assert page.status_code == 400 and "GRPO compares samples" in page.context["form"].errors["group_size"][0]
     page = client.post(url, {**base, "device": "cuda;rm -rf", "action": "review"})
@@ -192,9 +195,9 @@ def test_only_editors_open_the_form(client, member, outsider, url):
 
 
 def test_every_config_field_has_a_group_and_help_and_the_studios_are_not_editable():
-    names = [f.name for f in dataclasses.fields(RunConfig)]
+    names = sorted(set().union(*(cls.names() for cls in CONFIGS.values())))
     grouped = [name for _, members in launch.grouped(names) for name in members]
-    assert launch.OTHER not in dict(launch.grouped(names)), "give the new RunConfig field a group in GROUPS"
+    assert launch.OTHER not in dict(launch.grouped(names)), "give the new config field a group in GROUPS"
     assert sorted(grouped) == sorted(names) and len(grouped) == len(set(grouped))
     assert not [name for name in names if not field_help().get(name)], "document the field under it"
     for name in SET_BY_THE_STUDIO:
@@ -242,8 +245,8 @@ def test_a_refusal_puts_each_problem_at_the_field_it_names_read_from_the_error_n
     assert form.non_field_errors() == ["steps must be a whole number of at least 1, not 0"]
 
 
-def test_without_a_bundle_only_sft_and_dpo_are_reviewed_and_they_sample_nothing(login, owner, registry, url,
-                                                                                enqueued):
+def test_without_a_bundle_only_sft_and_dpo_are_reviewed_and_their_dataset_is_pinned_at_the_review(
+        login, owner, registry, url, enqueued, chats):
     client = login(owner)
     form = client.get(url).context["form"]
     assert form.initial["bundle"] == registry["bundle"].pk  # a new form starts on a bundle: GRPO needs one
@@ -251,12 +254,64 @@ def test_without_a_bundle_only_sft_and_dpo_are_reviewed_and_they_sample_nothing(
     page = client.post(url, base)
     assert page.status_code == 400 and "a GRPO run samples its bundle's tasks" in page.context["form"].errors[
         "bundle"][0]
-    review = client.post(url, {**base, "kind": "sft", "dataset": "dataset/missing@1"})
+    # The dataset is pinned, and checked, where the config is resolved: the review already refuses a missing one.
+    refused = client.post(url, {**base, "kind": "sft", "dataset": "dataset/missing@1"})
+    assert refused.status_code == 400
+    assert refused.context["form"].errors["dataset"] == ["No dataset named 'missing' in project 'acme-rl'."]
+    review = client.post(url, {**base, "kind": "sft", "dataset": chats.ref})
     html = review.content.decode()
     assert review.status_code == 200 and review.context["estimate"] is None
     assert "none: the dataset alone" in html and "A sft run samples nothing" in html and "upper bound" not in html
-    confirm = submitted(review, "data-queue-form")
-    refused = client.post(url, {**confirm, "action": "queue"})  # the dataset is pinned, and checked, when queued
-    assert refused.status_code == 400
-    assert refused.context["form"].errors["dataset"] == ["No dataset named 'missing' in project 'acme-rl'."]
     assert not Run.objects.exists() and enqueued == []
+
+
+@pytest.fixture
+def chats(project, owner):
+    """dataset/sums@1: four SFT conversations."""
+    content = "".join(json.dumps(row) + "\n" for row in addition_conversations(4)).encode()
+    upload = dataset_upload(project=project, name="sums.jsonl", fmt="sft", content=content, actor=owner)
+    return dataset_build(project=project, slug="sums", fmt="sft", sources=[upload.source()], actor=owner).version
+
+
+def test_an_sft_run_shows_and_takes_only_its_own_settings(login, owner, registry, url, enqueued, chats):
+    """An SFT run's form and review once showed GRPO's settings (group_size, clip_high) and took them."""
+    client = login(owner)
+    form = client.get(url).context["form"]
+    sft = filled(form, bundle=registry["bundle"].pk, kind="sft", dataset=chats.ref, batch_size=4, steps=3,
+                 action="review")
+    # A GRPO setting changed on an SFT run (a browser without the form's script posts it) is refused at its field.
+    refused = client.post(url, {**sft, "group_size": 4, "clip_high": 0.3})
+    assert refused.status_code == 400
+    assert refused.context["form"].errors["group_size"] == ["group_size is a GRPO setting; an SFT run does not use it"]
+    assert refused.context["form"].errors["clip_high"] == ["clip_high is a GRPO setting; an SFT run does not use it"]
+    html = refused.content.decode()
+    assert re.search(r'<p data-setting="group_size" data-kinds="grpo">', html)  # shown, to read its error
+    assert re.search(r'<p data-setting="temperature" data-kinds="grpo" hidden>', html)
+    assert re.search(r'<p data-setting="batch_size" data-kinds="sft dpo">', html)
+    assert not Run.objects.exists()
+
+    # The review: SFT's settings alone, the dataset pinned (its file and hash), and the hash the queued run carries.
+    review = client.post(url, sft)
+    assert review.status_code == 200
+    rows = {name: (value, origin) for _, group in review.context["resolved"] for name, value, origin in group}
+    assert set(rows) == SFTConfig.names()
+    assert rows["batch_size"] == ("4", "changed") and rows["dataset"] == (chats.ref, "changed")
+    assert rows["dataset_sha256"] == (chats.spec["content_sha256"], "studio")
+    assert 'data-setting="group_size"' not in review.content.decode()
+    assert 'data-setting="clip_high"' not in review.content.decode()
+    confirm = submitted(review, "data-queue-form")
+    assert "group_size" not in confirm and confirm["batch_size"] == "4"  # only the kind's settings go on
+    queued = client.post(url, {**confirm, "action": "queue"})
+    run = Run.objects.get()
+    assert queued.status_code == 302 and run.kind == "sft" and enqueued == [run]
+    assert set(run.config) == SFTConfig.names() and run.config_hash == review.context["config_hash"]
+
+    # Started again from it, the form shows SFT's settings; GRPO's are hidden and disabled (not posted).
+    again = client.get(url, {"from_run": str(run.pk)})
+    assert again.context["form"].chosen_kind == "sft"
+    html = again.content.decode()
+    assert re.search(r'<p data-setting="group_size" data-kinds="grpo" hidden>[^<]*<label[^>]*>group_size:</label> '
+                     r'<input[^>]*name="group_size"[^>]*disabled', html)
+    assert re.search(r'<fieldset data-group="GRPO" hidden>', html)
+    assert re.search(r'<p data-setting="batch_size" data-kinds="sft dpo">[^<]*<label[^>]*>batch_size:</label> '
+                     r'<input[^>]*name="batch_size" value="4"', html)

@@ -1,10 +1,10 @@
 """`manage.py train --kind sft|dpo --dataset FILE.jsonl --headless --json`: the run trains on the file it pinned
 (its path made absolute and its sha256), writes checkpoints and its metric points, and its page draws them in
 panels of their own (loss, learning rate, gradient norm; DPO's implicit rewards and accuracy). A file that breaks
-the row contract is refused naming its line before anything is queued, a GRPO run takes no dataset, and a file
-path is taken from the command line only. Without --bundle a run is on its dataset alone: the model named by
---set (the built-in demo model then pretrained on the dataset's conversations). Dataset versions (dataset/SLUG@N):
-tests/apps/datasets."""
+the row contract is refused naming its line before anything is queued, a GRPO run takes no dataset (nor an SFT
+run a setting of GRPO's), and a file path is taken from the command line only. Without --bundle a run is on its
+dataset alone: the model named by --set (the built-in demo model then pretrained on the dataset's conversations).
+Dataset versions (dataset/SLUG@N): tests/apps/datasets."""
 
 import json
 from io import StringIO
@@ -30,8 +30,7 @@ def tiny_model(settings, tmp_path):
 
 
 def _settings(model):
-    return ["--set", f"model={model}", "--set", "engine=transformers", "--set", "batch_size=2",
-            "--set", "checkpoint_every=1"]
+    return ["--set", f"model={model}", "--set", "batch_size=2", "--set", "checkpoint_every=1"]
 
 
 @pytest.mark.django_db(transaction=True)  # a training attempt closes its connection at the end, as workers do
@@ -93,8 +92,11 @@ def test_a_dataset_is_refused_where_it_cannot_be_trained_on(project, registry, o
         call_command("train", "--bundle", "arith-bundle", "--kind", "sft", "--dataset", str(broken), "--steps", "1",
                      *_settings(tiny_model))
     good = write_jsonl(tmp_path / "good.jsonl", addition_conversations(2))
-    with pytest.raises(CommandError, match="a grpo run trains on no dataset"):
+    with pytest.raises(CommandError, match="dataset is an SFT and DPO setting; a GRPO run does not use it"):
         call_command("train", "--bundle", "arith-bundle", "--dataset", str(good), "--steps", "1")
+    with pytest.raises(CommandError, match="engine is a GRPO and evaluation setting; an SFT run does not use it"):
+        call_command("train", "--bundle", "arith-bundle", "--kind", "sft", "--dataset", str(good), "--steps", "1",
+                     "--set", "engine=transformers", *_settings(tiny_model))
     with pytest.raises(RunError, match="a grpo run needs a bundle"):
         run_create(project=project, bundle=None, steps=1, overrides={"model": str(tiny_model)})
     with pytest.raises(CommandError, match="a dpo run trains on preference rows|a preference row is"):
@@ -102,6 +104,6 @@ def test_a_dataset_is_refused_where_it_cannot_be_trained_on(project, registry, o
                      *_settings(tiny_model))
     with pytest.raises(RunError, match="taken from the command line only") as refused:
         run_create(project=project, bundle=registry["bundle"], steps=1, kind="sft", actor=owner, via="web",
-                   overrides={"dataset": str(good), "model": str(tiny_model), "engine": "transformers"})
+                   overrides={"dataset": str(good), "model": str(tiny_model)})
     assert refused.value.errors[0].field == "dataset"
     assert not Run.objects.exists()

@@ -10,7 +10,7 @@ import copy
 import pytest
 
 from workers.definitions.specs import Limits, parse_spec
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.base_model import pretrain
 from workers.rl.models.chat_formats import CharChat
@@ -59,7 +59,7 @@ def make_pipeline(addition_base_model, tmp_path):
     otherwise)."""
 
     def make(steps: int, *, checkpoint_dir=None, tracker=None, share: bool | None = None, **overrides):
-        config = RunConfig.resolve({"groups_per_step": 4, "group_size": 6, "micro_batch_size": 32,
+        config = GRPOConfig.resolve({"groups_per_step": 4, "group_size": 6, "micro_batch_size": 32,
                                                         "learning_rate": 3e-3, "eval_tasks_per_domain": 0,
                                                         "checkpoint_every": 2, **overrides})
         policy = TinyLMPolicy(copy.deepcopy(addition_base_model))

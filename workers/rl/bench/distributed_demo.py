@@ -27,7 +27,7 @@ from workers.definitions.specs import Limits, parse_spec
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 
-from ..config import RunConfig
+from ..config import GRPOConfig
 from ..engines.torch_engine import TorchEngine
 from ..models.base_model import pretrain
 from ..models.chat_formats import CharChat
@@ -70,7 +70,7 @@ def base_model(directory: Path | None, *, pretrain_steps: int):
     return model
 
 
-def attempt(base, *, steps: int, checkpoint_dir: Path, config: RunConfig) -> dict:
+def attempt(base, *, steps: int, checkpoint_dir: Path, config: GRPOConfig) -> dict:
     policy = TinyLMPolicy(copy.deepcopy(base), device=config.device if config.device != "auto" else "cpu")
     engine = TorchEngine(policy.model, device=policy.device, share=config.mode == "sync")
     tracker = MemoryTracker()
@@ -105,7 +105,7 @@ def main(argv=None) -> None:
             updates = distributed.follow()
             print(f"rank {topology.rank}: took part in {updates} updates", flush=True)
             return
-        config = RunConfig.resolve({
+        config = GRPOConfig.resolve({
             "mode": args.mode, "groups_per_step": 4, "group_size": 6, "micro_batch_size": 8, "learning_rate": 3e-3,
             "eval_tasks_per_domain": 0, "checkpoint_every": 1, "device": "cpu"})
         with distributed.leading():

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from workers.definitions.specs import Limits, parse_spec
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat
 from workers.rl.models.policies import TinyLMPolicy
@@ -66,7 +66,7 @@ def _world(*, tasks: int, scale: float, verify_concurrency: int):
 def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: ModelConfig, overrides: dict) -> dict:
     import torch
 
-    config = RunConfig.resolve({**overrides, "mode": mode})
+    config = GRPOConfig.resolve({**overrides, "mode": mode})
     torch.manual_seed(0)
     policy = TinyLMPolicy(TinyLM(model_config))
     model = Model(policy=policy, engine=TorchEngine(policy.model), chat=CharChat())

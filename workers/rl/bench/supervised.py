@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.rl.config import RunConfig
+from workers.rl.config import config_class
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.training.datasets import read_dataset
@@ -115,8 +115,8 @@ def _data(work: SupervisedWorkload, directory: Path) -> Path:
 def our_trainer(work: SupervisedWorkload, data: Path, *, steps: int, device: str = "cpu", dtype: str = "fp32"):
     """(trainer, the step's rows) as an SFT or DPO run builds them (models/build.py without an engine), the DPO
     reference precomputed."""
-    config = RunConfig.resolve({
-        "model": str(work.model_dir), "engine": "transformers", "lora_rank": work.lora_rank,
+    config = config_class(work.kind).resolve({
+        "model": str(work.model_dir), "lora_rank": work.lora_rank,
         "lora_alpha": 2 * work.lora_rank if work.lora_rank else 16, "device": device, "precision": dtype,
         "learning_rate": work.learning_rate, "batch_size": work.rows, "micro_batch_size": work.rows,
         "dataset": str(data)})

@@ -50,7 +50,7 @@ from workers.rl.bench.supervised import (
     supervised_workload,
     tiny_model,
 )
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model, pretrain_hf_addition
 from workers.rl.rollout.grading import LocalVerifier
@@ -129,7 +129,7 @@ def _ours(work: Workload, steps: int, target: float, *, device: str = "cpu", dty
                             limits=Limits(max_turns=1, max_tokens=work.new_tokens, max_seconds=60),
                             image=SandboxImage(key="sandbox_image/none@1", layers=()), verifier_key="verifier/sum@1",
                             verifier_spec=verifier)
-    config = RunConfig.resolve({
+    config = GRPOConfig.resolve({
         "mode": "sync", "groups_per_step": work.prompts, "group_size": work.group, "dynamic_sampling": False,
         "curriculum": False, "learning_rate": work.learning_rate,
         "micro_batch_size": work.micro_batch_size or work.prompts * work.group,

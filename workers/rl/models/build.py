@@ -21,7 +21,7 @@ import torch
 from workers.egress import PUBLIC_ONLY, EgressPolicy
 from workers.storage import Storage
 
-from ..config import REFERENCE_MODEL, RunConfig
+from ..config import GRPOConfig, PolicyConfig
 from ..protocols import Model
 from ..tasks.taskset import TaskSet
 from .allocator import return_freed_tensors_to_the_os
@@ -83,7 +83,7 @@ def demo_base_model(corpus: Corpus, *, models_dir: Path, pretrain_seconds: float
     return directory
 
 
-def server_engine(config: RunConfig, *, weights: Storage, token: str, max_context: int | None,
+def server_engine(config: GRPOConfig, *, weights: Storage, token: str, max_context: int | None,
                   egress: EgressPolicy = PUBLIC_ONLY):
     """The engine of a run that generates on inference servers (config.inference_servers): the trainer's weights
     go to `weights` after each step, and every server loads them from there; `egress` lists the servers the
@@ -97,27 +97,25 @@ def server_engine(config: RunConfig, *, weights: Storage, token: str, max_contex
                         egress=egress)
 
 
-def build_model(config: RunConfig, corpus: Corpus | None, *, models_dir: Path, pretrain_seconds: float,
+def build_model(config: PolicyConfig, corpus: Corpus | None, *, models_dir: Path, pretrain_seconds: float,
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
                 server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True) -> Model:
     """The run's model on the device the config asks for. The built-in demo model is pretrained on `corpus` (a
     bundle's tasks' `demo_corpus`, or an SFT or DPO run's dataset's: training/datasets.py); no other model reads
     it. `models_dir` caches built-in base models (and `shared`,
     if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
-    `weights` (where a training run publishes its weights) and config.inference_servers set, the engine is the
-    servers' (engines/server.py, `server_token` the bearer token of their weight endpoint); without `weights`
-    (an evaluation of a checkpoint), the in-process engine samples. `sampling` False (SFT and DPO): no engine."""
+    `weights` (where a GRPO run with inference_servers publishes its weights), the engine is the servers'
+    (engines/server.py, `server_token` the bearer token of their weight endpoint); without (an evaluation of a
+    checkpoint), the in-process engine samples, as the config (a RolloutConfig) says. `sampling` False (SFT and
+    DPO): no engine."""
     return_freed_tensors_to_the_os()  # a run's tensors of changing sizes would fragment malloc's heaps otherwise
     device = resolve_device(config.device)
-    on_servers = bool(config.server_urls()) and weights is not None
+    on_servers = weights is not None
     path = config.model
     if config.model in PACKAGED_MODELS:
         check_weights(config.model, config.model_sha256)  # the installed file, before converting it
         path = str(converted(PACKAGED_MODELS[config.model], models_dir, shared=shared))
     elif config.model.startswith("builtin:"):
-        if config.model == REFERENCE_MODEL:
-            raise ValueError("a reference check answers with the tasks' references and trains nothing: "
-                             "run it with `manage.py reference_check`, not as a training run")
         if config.model != DEMO_MODEL:
             raise ValueError(f"unknown built-in model {config.model!r}; the built-in ones are "
                              f"{', '.join(TRAINABLE_BUILTINS)}")

@@ -19,7 +19,7 @@ from .tiny_lm import ModelConfig, TinyLM
 
 
 def autocast_dtype(precision: str, device: str) -> torch.dtype | None:
-    """The dtype the trainer's passes autocast to (None: fp32 throughout) for RunConfig.precision on `device`."""
+    """The dtype the trainer's passes autocast to (None: fp32 throughout) for a run's precision setting on `device`."""
     kind = torch.device(device).type
     has_bf16 = kind != "cuda" or torch.cuda.is_bf16_supported()
     if precision == "fp32" or (precision == "auto" and (kind != "cuda" or not has_bf16)):

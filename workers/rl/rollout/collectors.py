@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..config import RunConfig
+from ..config import GRPOConfig
 from ..tasks.scheduler import Scheduler
 from ..tasks.taskset import TaskSet
 from ..types import Task, Trajectory
@@ -60,7 +60,7 @@ class Admission:
     groups_per_step: int
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> Admission:
+    def from_config(cls, config: GRPOConfig) -> Admission:
         return cls(config.rollout_concurrency, config.max_staleness, config.groups_per_step)
 
     @property
@@ -104,7 +104,7 @@ def too_stale(trajectories: list[Trajectory], *, version: int, max_staleness: in
     return version - min(t.policy_version for t in trajectories) > max_staleness
 
 
-def step_wants_more(batch: Batch, consumed: list[Group], config: RunConfig) -> bool:
+def step_wants_more(batch: Batch, consumed: list[Group], config: GRPOConfig) -> bool:
     return (len(batch) < config.groups_per_step
             and len(consumed) < config.oversampling * config.groups_per_step)
 
@@ -122,7 +122,7 @@ class _Waiting:
     """What both collectors share: their executors, and waiting on them while the trainer's idle time is shared
     out on the phase board and the run's health is checked."""
 
-    def __init__(self, *, config: RunConfig, draws: Draws, rollout: Rollout, verify: Verify, select: Select,
+    def __init__(self, *, config: GRPOConfig, draws: Draws, rollout: Rollout, verify: Verify, select: Select,
                  board: PhaseBoard, check: Callable[[], None]):
         self.config, self.draws, self.board, self.check = config, draws, board, check
         self.rollout, self.verify, self.select = rollout, verify, select
@@ -306,5 +306,5 @@ class AsyncCollector(_Waiting):
         self._shutdown_executors()
 
 
-def collector_for(config: RunConfig, **parts) -> Collector:
+def collector_for(config: GRPOConfig, **parts) -> Collector:
     return (AsyncCollector if config.mode == "async" else SyncCollector)(config=config, **parts)

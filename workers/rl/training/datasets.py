@@ -9,7 +9,7 @@ One row per line, as TRL's SFTTrainer and DPOTrainer (and OpenAI's fine-tuning) 
 Either may carry `"tools"` (the function schemas the prompt offered) and a `"provenance"` object (where the row
 came from: ignored by training). A file that breaks the contract is refused with the line and what is wrong.
 
-`file_sha256` hashes a file as a run pins it (RunConfig.dataset_sha256); `read_dataset` refuses one that changed.
+`file_sha256` hashes a file as a run pins it (SFTConfig.dataset_sha256); `read_dataset` refuses one that changed.
 """
 
 from __future__ import annotations

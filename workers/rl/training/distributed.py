@@ -70,7 +70,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..config import RunConfig
+from ..config import GRPOConfig
 from ..engines.ranks import RanksEngine
 from ..models.policies import HFPolicy, TinyLMPolicy
 from .trainer import GRPOTrainer, training_rows
@@ -218,7 +218,7 @@ class DataParallelTrainer(GRPOTrainer):
     WHOLE batch (the same on every rank) and train on this rank's shard; counts and gradients are summed over
     the ranks. Every rank builds one over the same architecture; rank 0's initial weights win."""
 
-    def __init__(self, policy, *, config: RunConfig, total_steps: int):
+    def __init__(self, policy, *, config: GRPOConfig, total_steps: int):
         self.topology = _topology
         if self.topology is None:
             raise RuntimeError("no process group: call distributed.setup() under torchrun first")
@@ -261,7 +261,7 @@ class LeaderTrainer(DataParallelTrainer):
     takes its own part in it. With `engine` one of the studio's own, the followers generate too: `engine` then
     wraps rank 0's engine into one that spreads the rollouts over every rank (engines/ranks.py)."""
 
-    def __init__(self, policy, *, config: RunConfig, total_steps: int, engine=None):
+    def __init__(self, policy, *, config: GRPOConfig, total_steps: int, engine=None):
         generation = generation_spec(engine, config)
         _send({"kind": "setup", "policy": policy_spec(policy, config), "config": dataclasses.asdict(config),
                "total_steps": total_steps, "device_type": torch.device(policy.device).type,
@@ -307,7 +307,7 @@ def _to_cpu(value):
     return value
 
 
-def trainer_for(policy, *, config: RunConfig, total_steps: int, engine=None) -> GRPOTrainer:
+def trainer_for(policy, *, config: GRPOConfig, total_steps: int, engine=None) -> GRPOTrainer:
     """The pipeline's trainer: a LeaderTrainer under torchrun (on rank 0, the only one that builds a pipeline),
     a plain GRPOTrainer otherwise. `engine`: rank 0's engine (the followers build one like it if they can)."""
     if _topology is None:
@@ -332,7 +332,7 @@ _generation = None  # this process's part in it: rank 0's RanksEngine, or a foll
 REPLICABLE_ENGINES = ("torch", "transformers")
 
 
-def generation_spec(engine, config: RunConfig) -> dict | None:
+def generation_spec(engine, config: GRPOConfig) -> dict | None:
     """What a follower needs to generate like rank 0's `engine` (None: rank 0 generates alone)."""
     if engine is None or engine.name not in REPLICABLE_ENGINES:
         return None
@@ -375,7 +375,7 @@ class _RankServer:
     """A follower's engine over its replica, served by the studio's OpenAI-compatible app (serving/) under
     uvicorn on a thread, on a free port."""
 
-    def __init__(self, spec: dict, policy, config: RunConfig, *, topology: Topology):
+    def __init__(self, spec: dict, policy, config: GRPOConfig, *, topology: Topology):
         import uvicorn
 
         from ..serving.app import build_app
@@ -408,7 +408,7 @@ class _RankServer:
         self.engine.close()
 
 
-def _replica_engine(spec: dict, policy, config: RunConfig):
+def _replica_engine(spec: dict, policy, config: GRPOConfig):
     """(engine, chat format) of the kind rank 0 generates with, over this rank's replica."""
     if spec["engine"] == "torch":
         from ..engines.torch_engine import TorchEngine
@@ -429,7 +429,7 @@ def _replica_engine(spec: dict, policy, config: RunConfig):
 # --- the followers ----------------------------------------------------------------------------------------------
 
 
-def policy_spec(policy, config: RunConfig) -> dict:
+def policy_spec(policy, config: GRPOConfig) -> dict:
     """What a follower needs to build a replica of the policy's architecture (the weights come from rank 0)."""
     if isinstance(policy, TinyLMPolicy):
         return {"kind": "tinylm", "model": dataclasses.asdict(policy.model.config)}
@@ -472,7 +472,7 @@ def follow() -> int:
                 device = f"cuda:{topology.local_rank}" if message["device_type"] == "cuda" \
                     else message["device_type"]
                 policy = policy_from_spec(message["policy"], device=device)
-                config = RunConfig.from_dict(message["config"])
+                config = GRPOConfig.from_dict(message["config"])
                 trainer = DataParallelTrainer(policy, config=config, total_steps=message["total_steps"])
                 if message["generation"] is not None:
                     _open_generation(_RankServer(message["generation"], policy, config, topology=topology))

@@ -9,18 +9,11 @@
 - An optional KL penalty to a reference policy uses the k3 estimator, exp(ref - new) - (ref - new) - 1.
 """
 
-from dataclasses import dataclass
+from __future__ import annotations
 
 import torch
 
-
-@dataclass
-class GRPOConfig:
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    normalize_std: bool = True
-    kl_coef: float = 0.0
-    eps: float = 1e-6
+from ..config import GRPOConfig  # the loss reads its clip_low, clip_high and kl_coef
 
 
 def group_advantages(rewards: torch.Tensor, *, normalize_std: bool = True, eps: float = 1e-6):

@@ -39,7 +39,7 @@ from typing import Protocol
 
 from workers.storage import Storage, StorageUnavailable
 
-from ..config import RunConfig
+from ..config import TrainingConfig
 from ..models.allocator import give_back_free_heap_pages
 from ..protocols import AttemptAbandoned, LeaseLost, Policy, Tracker
 from .checkpoint import checkpoint_storage, load_checkpoint, resume_checkpoint, save_checkpoint
@@ -95,7 +95,7 @@ class FinishedStep:
 
 
 class TrainingLoop:
-    def __init__(self, *, run_id: str, config: RunConfig, total_steps: int, policy: Policy, trainer: LoopTrainer,
+    def __init__(self, *, run_id: str, config: TrainingConfig, total_steps: int, policy: Policy, trainer: LoopTrainer,
                  counters: Counters, tracker: Tracker, checkpoint_dir: Path | Storage,
                  progress: Callable | None = None, stop: threading.Event | None = None,
                  stuck_after: float | None = None):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..config import RunConfig
+from ..config import DPOConfig, SFTConfig
 from ..protocols import Policy
 from .trainer import PolicyOptimizer, micro_batch_tokens
 
@@ -110,7 +110,7 @@ class SupervisedTrainer(PolicyOptimizer):
 
     kind = ""
 
-    def __init__(self, policy: Policy, *, config: RunConfig, total_steps: int):
+    def __init__(self, policy: Policy, *, config: SFTConfig, total_steps: int):
         super().__init__(policy, config=config, total_steps=total_steps)
         self.micro_batch_tokens = micro_batch_tokens(config, str(policy.device))
 
@@ -152,7 +152,7 @@ class SFTTrainer(SupervisedTrainer):
 class DPOTrainer(SupervisedTrainer):
     kind = "dpo"
 
-    def __init__(self, policy: Policy, *, config: RunConfig, total_steps: int):
+    def __init__(self, policy: Policy, *, config: DPOConfig, total_steps: int):
         super().__init__(policy, config=config, total_steps=total_steps)
         self.beta = config.dpo_beta
         self.reference: dict[PairRow, tuple[float, float]] = {}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from workers.storage import Storage
 
-from ..config import RunConfig
+from ..config import SFTConfig
 from ..protocols import Policy, Tracker, TrainingChat
 from .datasets import SFT, ConversationRow, PreferenceRow, step_rows
 from .loop import StepRecord, TrainingLoop
@@ -63,7 +63,7 @@ class SupervisedCounters:
 
 
 class SupervisedPipeline(TrainingLoop):
-    def __init__(self, *, run_id: str, kind: str, config: RunConfig, total_steps: int, rows: list, policy: Policy,
+    def __init__(self, *, run_id: str, kind: str, config: SFTConfig, total_steps: int, rows: list, policy: Policy,
                  chat: TrainingChat, tracker: Tracker, checkpoint_dir: Path | Storage,
                  progress: Callable | None = None, stop: threading.Event | None = None,
                  stuck_after: float | None = None):

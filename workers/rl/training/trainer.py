@@ -28,13 +28,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import RunConfig
+from ..config import GRPOConfig, TrainingConfig
 from ..models.policies import autocast_dtype
 from ..protocols import Policy
 from ..types import Trajectory
-from .grpo import GRPOConfig, group_advantages, grpo_terms
+from .grpo import group_advantages, grpo_terms
 
-# RunConfig.micro_batch_tokens 0 on a GPU: one pass of a 16 × 8 × 64-token step of a small model, a few of
+# TrainingConfig.micro_batch_tokens 0 on a GPU: one pass of a 16 × 8 × 64-token step of a small model, a few of
 # a long-context one; activations of a 135M model at this many tokens are a few GiB.
 GPU_MICRO_BATCH_TOKENS = 32_768
 
@@ -57,7 +57,7 @@ def training_rows(groups: list[list[Trajectory]]) -> list[list[tuple]]:
     return [[(t.training_sequence(), t.advantage) for t in group] for group in groups]
 
 
-def micro_batch_tokens(config: RunConfig, device: str) -> int:
+def micro_batch_tokens(config: TrainingConfig, device: str) -> int:
     """The padded-token budget of a micro-batch on `device` (0: none, micro_batch_size sequences decide)."""
     if config.micro_batch_tokens:
         return config.micro_batch_tokens
@@ -113,7 +113,7 @@ class PolicyOptimizer:
     trainable parameters, the learning-rate schedule (warmup, then constant or linear), gradient clipping, and the
     resumable state a checkpoint keeps beside the weights."""
 
-    def __init__(self, policy: Policy, *, config: RunConfig, total_steps: int):
+    def __init__(self, policy: Policy, *, config: TrainingConfig, total_steps: int):
         self.policy = policy
         self.config = config
         device = str(policy.device)
@@ -172,10 +172,8 @@ class PolicyOptimizer:
 
 
 class GRPOTrainer(PolicyOptimizer):
-    def __init__(self, policy: Policy, *, config: RunConfig, total_steps: int):
+    def __init__(self, policy: Policy, *, config: GRPOConfig, total_steps: int):
         super().__init__(policy, config=config, total_steps=total_steps)
-        self.grpo = GRPOConfig(clip_low=config.clip_low, clip_high=config.clip_high,
-                               normalize_std=config.normalize_std, kl_coef=config.kl_coef)
         self.micro_batch_tokens = micro_batch_tokens(config, str(policy.device))
         self.reference = policy.frozen_copy() if config.kl_coef > 0 else None
 
@@ -209,7 +207,7 @@ class GRPOTrainer(PolicyOptimizer):
                 ref = (self.reference.logprobs(batch.ids, batch.attention, temperature, first)
                        if self.reference else None)
             target_mask = batch.mask[:, 1 + first:]
-            loss, terms = grpo_terms(new, batch.old[:, 1 + first:], batch.advantages, target_mask, self.grpo,
+            loss, terms = grpo_terms(new, batch.old[:, 1 + first:], batch.advantages, target_mask, self.config,
                                      ref_logprobs=ref, token_count=total_tokens)
             loss.backward()
             sums += torch.stack([loss.detach(), terms[0], terms[1], (entropy * target_mask).sum()]).double()

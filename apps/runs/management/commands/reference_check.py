@@ -18,7 +18,6 @@ from apps.registry.selectors import version_resolve
 from apps.runs.attempts import Unfinished, run_attempt
 from apps.runs.models import Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create
-from workers.rl.config import REFERENCE_MODEL
 
 
 class Command(BaseCommand):
@@ -46,7 +45,7 @@ class Command(BaseCommand):
                 return
             run = run_create(project=scope, bundle=version, steps=1, name=f"reference check {version.ref}",
                              kind=RunKind.REFERENCE, via="cli",
-                             overrides={"model": REFERENCE_MODEL, "reference_per_template": per_template})
+                             overrides={"reference_per_template": per_template})
         except (LookupError, VersionNotFound, RunError) as exc:
             raise CommandError(str(exc))
         attempt = run_claim(run_id=run.pk, stale_after=0)

@@ -2,7 +2,7 @@
 [--name NAME] [--project SLUG]`: an OpenAI-compatible server of a checkpoint or a base model
 (workers/rl/serving/app.py: /v1/models, /v1/chat/completions with streaming, /v1/completions, logprobs), on the
 torch or transformers engine with continuous batching on the CPU, or vLLM on a GPU as the run's config says.
-It also loads new weights on POST /v1/weights, so a run can generate on it (RunConfig.inference_servers): with
+It also loads new weights on POST /v1/weights, so a GRPO run can generate on it (GRPOConfig.inference_servers): with
 STUDIO_SERVE_WEIGHTS_TOKEN set, callers need that bearer token; without it, only loopback clients may.
 
 Point an endpoint at it (`evaluate --endpoint`, or the judge layer's base URL) like at any other server."""
@@ -19,7 +19,7 @@ from apps.registry.selectors import version_resolve
 from apps.runs.attempts.evaluation import checkpoint_model
 from apps.runs.checkpoints import CheckpointNotFound, checkpoint_resolve
 from apps.runs.services import _model_pinned
-from workers.rl.config import RunConfig
+from workers.rl.config import RolloutConfig
 
 
 class Command(BaseCommand):
@@ -54,9 +54,9 @@ class Command(BaseCommand):
                 suite = (version_resolve(project=scope, ref=parse_ref(f"bundle/{bundle}")) if bundle else
                          Version.objects.filter(definition__project=scope, definition__kind="bundle")
                          .order_by("definition__slug", "-number").first())
-                config = RunConfig.resolve(_model_pinned(
+                config = RolloutConfig.resolve(_model_pinned(
                     {"model": definition.ref, "mode": "sync"}, project=scope, bundle=suite))
-                built = wiring.run_model(config, bundle_tasks(bundle=suite, config=config))
+                built = wiring.run_model(config, bundle_tasks(bundle=suite))
                 label = name or definition.ref
         except (CheckpointNotFound, VersionNotFound, ValueError, FileNotFoundError) as exc:
             raise CommandError(str(exc)) from None

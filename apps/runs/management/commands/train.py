@@ -71,7 +71,8 @@ class Command(BaseCommand):
         parser.add_argument("--project", help="project slug (default: the only project)")
         parser.add_argument("--name", default="", help="the run's name (default: bundle and time)")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                            help="a RunConfig field (workers/rl/config.py), VALUE as JSON or text; repeatable")
+                            help="a setting of the run's kind (GRPOConfig, SFTConfig or DPOConfig in "
+                                 "workers/rl/config.py), VALUE as JSON or text; repeatable")
         parser.add_argument("--headless", action="store_true", help="train in this process until the run ends")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the summary as one JSON object")
         parser.add_argument("--if-idle", action="store_true",
@@ -174,12 +175,12 @@ class Command(BaseCommand):
         if run.bundle is None:  # pretrained on the run's dataset: build the model as the worker will
             config = dataset_here(project=run.project, config=config)
             with console.status("pretraining the demo base model on the dataset"):
-                wiring.run_model(config, None, sampling=False).close()
+                wiring.run_model(config, None, dataset_file=config.dataset_file, sampling=False).close()
             return
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.fields[status]}"), console=console) as progress:
             task = progress.add_task("pretraining the demo base model", total=None, status="")
-            path = wiring.demo_base_model(bundle_tasks(bundle=run.bundle, config=config),
+            path = wiring.demo_base_model(bundle_tasks(bundle=run.bundle),
                                           progress=lambda step, loss, seconds: progress.update(
                                               task, completed=step, status=f"loss {loss:.3f} {seconds:.0f}s"))
         console.print(f"base model ready: {path}")

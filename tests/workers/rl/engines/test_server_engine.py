@@ -15,7 +15,7 @@ import torch
 import uvicorn
 
 from workers.egress import EgressPolicy, EgressRefused
-from workers.rl.config import ConfigError, RunConfig
+from workers.rl.config import ConfigError, GRPOConfig
 from workers.rl.engines import GenerationRequest
 from workers.rl.engines.server import ServerEngine
 from workers.rl.engines.torch_engine import TorchEngine
@@ -234,7 +234,7 @@ def test_the_weight_endpoint_needs_its_token_and_refuses_weights_that_do_not_fit
 def test_an_async_run_trains_on_rollouts_from_the_servers_within_its_staleness_bound(
         servers, addition_base_model, tmp_path):
     urls, _ = servers
-    config = RunConfig.resolve({
+    config = GRPOConfig.resolve({
         "groups_per_step": 2, "group_size": 4, "micro_batch_size": 32, "learning_rate": 3e-3,
         "eval_tasks_per_domain": 0, "checkpoint_every": 10, "mode": "async", "max_staleness": 1,
         "rollout_concurrency": 4, "inference_servers": " ".join(urls)})
@@ -263,7 +263,7 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
 
     TinyLMPolicy(copy.deepcopy(addition_base_model)).save_pretrained(tmp_path / "base")
     monkeypatch.setattr(build, "demo_base_model", lambda *args, **kwargs: tmp_path / "base")
-    config = RunConfig.resolve({"inference_servers": "http://a:1/v1 http://b:1/v1",
+    config = GRPOConfig.resolve({"inference_servers": "http://a:1/v1 http://b:1/v1",
                                                     "max_staleness": 2, "device": "cpu"})
     corpus = build.demo_corpus(TaskSet.single_template(addition_template(), ITEMS))
     with pytest.raises(EgressRefused, match="inference server http://a:1/v1"):  # not listed by the operator
@@ -286,11 +286,11 @@ def test_a_run_with_inference_servers_gets_the_server_engine(addition_base_model
 
 
 def test_the_config_names_the_servers():
-    config = RunConfig.resolve({"inference_servers": "http://a:8100/v1, http://b:8100/v1"})
+    config = GRPOConfig.resolve({"inference_servers": "http://a:8100/v1, http://b:8100/v1"})
     assert config.server_urls() == ["http://a:8100/v1", "http://b:8100/v1"]
-    assert RunConfig().server_urls() == []
+    assert GRPOConfig().server_urls() == []
     with pytest.raises(ConfigError, match="inference_servers"):
-        RunConfig.resolve({"inference_servers": "ftp://a"})
+        GRPOConfig.resolve({"inference_servers": "ftp://a"})
 
 
 def test_an_api_token_guards_every_generation_route(addition_base_model):

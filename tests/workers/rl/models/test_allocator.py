@@ -18,7 +18,7 @@ CHECK = textwrap.dedent("""
     import ctypes, ctypes.util, sys
     from pathlib import Path
     import torch
-    from workers.rl.config import RunConfig
+    from workers.rl.config import GRPOConfig
     from workers.rl.models.build import build_model
     from workers.rl.models.hf_tiny import make_tiny_hf_model
 
@@ -30,7 +30,7 @@ CHECK = textwrap.dedent("""
     libc.mallinfo2.restype = MallInfo2
     mapped = lambda: libc.mallinfo2().hblkhd  # bytes in blocks mapped on their own
     tmp = Path(sys.argv[1])
-    config = RunConfig.resolve({"model": str(make_tiny_hf_model(tmp / "tiny")), "engine": "transformers",
+    config = GRPOConfig.resolve({"model": str(make_tiny_hf_model(tmp / "tiny")), "engine": "transformers",
                                 "device": "cpu"})
     model = build_model(config, None, models_dir=tmp, pretrain_seconds=0)
     try:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.rollout.collectors import (
     Admission,
     AsyncCollector,
@@ -43,8 +43,8 @@ TEMPLATE = TaskTemplate.from_spec(  # never rolled out nor verified: the fake wo
 TASKS = TaskSet.single_template(TEMPLATE, {f"t{n}": Item(key=f"t{n}", inputs={"n": n}, hidden={}) for n in range(50)})
 
 
-def config(**overrides) -> RunConfig:
-    return RunConfig.resolve({"groups_per_step": 3, "group_size": 2, "eval_tasks_per_domain": 0,
+def config(**overrides) -> GRPOConfig:
+    return GRPOConfig.resolve({"groups_per_step": 3, "group_size": 2, "eval_tasks_per_domain": 0,
                                                   **overrides})
 
 
@@ -89,7 +89,7 @@ class FakeWorld:
         return group.trajectories
 
 
-def make(kind, world: FakeWorld, run_config: RunConfig, **parts):
+def make(kind, world: FakeWorld, run_config: GRPOConfig, **parts):
     collector = kind(config=run_config, draws=Draws(Scheduler(TASKS.domains, seed=0), TASKS,
                                                     batch=run_config.groups_per_step),
                      rollout=parts.get("rollout", world.rollout), verify=parts.get("verify", world.verify),

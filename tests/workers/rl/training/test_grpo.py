@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from workers.rl.config import GRPOConfig
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM, sequence_logprobs
-from workers.rl.training.grpo import GRPOConfig, group_advantages, grpo_loss
+from workers.rl.training.grpo import group_advantages, grpo_loss
 
 
 def test_zero_variance_groups_carry_no_signal_and_are_counted():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from workers.rl.config import RunConfig
+from workers.rl.config import GRPOConfig
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.models.policies import HFPolicy, TinyLMPolicy, token_logprobs
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM
@@ -74,8 +74,8 @@ def test_a_token_budget_covers_every_row_once_with_the_update_of_one_group_micro
     by_group, by_tokens, vocab = _policies(kind, tmp_path)
     grouped = _step_rows(vocab)
     settings = {"kl_coef": 0.0, "precision": "fp32", "max_grad_norm": 1e6}
-    one_group = GRPOTrainer(by_group, config=RunConfig.resolve({**settings, "micro_batch_size": 4}), total_steps=1)
-    budgeted = GRPOTrainer(by_tokens, config=RunConfig.resolve({**settings, "micro_batch_size": 1,
+    one_group = GRPOTrainer(by_group, config=GRPOConfig.resolve({**settings, "micro_batch_size": 4}), total_steps=1)
+    budgeted = GRPOTrainer(by_tokens, config=GRPOConfig.resolve({**settings, "micro_batch_size": 1,
                                                                 "micro_batch_tokens": budget}), total_steps=1)
 
     chunks = budgeted._micro_batches(grouped)
@@ -101,7 +101,7 @@ def test_a_token_budget_covers_every_row_once_with_the_update_of_one_group_micro
 def test_a_gpu_packs_a_step_into_few_passes_and_a_cpu_keeps_micro_batch_size(tmp_path):
     policy, _, vocab = _policies("hf", tmp_path)
     grouped = _step_rows(vocab, groups=8, group=8)
-    cpu = GRPOTrainer(policy, config=RunConfig.resolve({"micro_batch_size": 8}), total_steps=1)
+    cpu = GRPOTrainer(policy, config=GRPOConfig.resolve({"micro_batch_size": 8}), total_steps=1)
     assert cpu.micro_batch_tokens == 0 and cpu.autocast_dtype is None
     assert [len(chunk) for chunk in cpu._micro_batches(grouped)] == [8] * 8  # one group a pass, as before
     cpu.micro_batch_tokens = 32_768  # what a GPU gets by default (micro_batch_tokens 0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from workers.rl.bench.supervised import addition_conversations, addition_preferences, write_jsonl
-from workers.rl.config import RunConfig
+from workers.rl.config import config_class
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.session import build_supervised_pipeline
@@ -26,13 +26,13 @@ STEPS, KILLED_AT = 4, 3  # checkpoints at steps 2 and 4: killed after step 3, re
 KILLED_RUN = """
 import json, os, signal, sys
 import torch
-from workers.rl.config import RunConfig
+from workers.rl.config import config_class
 from workers.rl.models.build import build_model
 from workers.rl.session import build_supervised_pipeline
 from workers.rl.training.tracking import MemoryTracker
 kind, config, checkpoints, models, threads, killed_at, steps = sys.argv[1:]
 torch.set_num_threads(int(threads))  # as the test's process: the same sums in the same order
-config = RunConfig.from_dict(json.loads(config))
+config = config_class(kind).from_dict(json.loads(config))
 def step(number, points):
     print(json.dumps([number, points[f"loss/{kind}"]]), flush=True)
     if number == int(killed_at):
@@ -59,10 +59,10 @@ def one_thread():
 
 
 def _config(kind, model, data, **overrides):
-    return RunConfig.resolve({"model": str(model), "engine": "transformers", "device": "cpu", "batch_size": 4,
-                              "micro_batch_size": 2, "learning_rate": 3e-3, "checkpoint_every": 2,
-                              "dataset": str(data), "dataset_file": str(data), "dataset_sha256": file_sha256(data),
-                              **overrides})
+    return config_class(kind).resolve({"model": str(model), "device": "cpu", "batch_size": 4,
+                                       "micro_batch_size": 2, "learning_rate": 3e-3, "checkpoint_every": 2,
+                                       "dataset": str(data), "dataset_file": str(data),
+                                       "dataset_sha256": file_sha256(data), **overrides})
 
 
 def _train(kind, config, checkpoint_dir, models, attempt=1):
