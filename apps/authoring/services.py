@@ -2,8 +2,9 @@
 
 A verifier is tried on a response typed in (or taken from an archived trajectory) against one task instance; a
 task template is shown as the model will see it, and its instance's reference is rolled out and verified as the
-reference check does for one task. Both use the sandbox pool and the judge a run uses (apps/common/wiring.py): a
-hostile response or reference is contained exactly as in a rollout, and a judge that is not configured says so.
+reference check does for one task. Both use the sandboxes and the judge a run uses (apps/common/wiring.py), from
+the process's shared pool, warm after the first request: a hostile response or reference is contained exactly as in
+a rollout, and a judge that is not configured says so.
 """
 
 from __future__ import annotations
@@ -57,23 +58,19 @@ def template_task(template: Version, key: str) -> Task:
 
 
 def response_verify(*, verifiers: list[Version], template: Version, key: str, response: str) -> list[Tried]:
-    """`response` to the instance `key` of `template`, verified by each verifier version (one pool for all)."""
+    """`response` to the instance `key` of `template`, verified by each verifier version in the shared pool."""
     task = template_task(template, key)
-    pool = wiring.sandbox_pool()
-    try:
-        context = wiring.verification_context(pool=pool, image=task.template.image)
-        tried = []
-        for verifier in verifiers:
-            spec = parse_spec("verifier", verifier.spec)
-            started = time.monotonic()
-            verdict = verify(spec, Sample(response=response), task.item, context)
-            tried.append(Tried(verifier=verifier, verdict=verdict.to_json(),
-                               artifacts={name: len(blob) for name, blob in verdict.artifacts.items()},
-                               wall_ms=(time.monotonic() - started) * 1000,
-                               notes=[note for note in [judge_note(spec)] if note]))
-        return tried
-    finally:
-        pool.close()
+    context = wiring.verification_context(pool=wiring.shared_sandbox_pool(), image=task.template.image)
+    tried = []
+    for verifier in verifiers:
+        spec = parse_spec("verifier", verifier.spec)
+        started = time.monotonic()
+        verdict = verify(spec, Sample(response=response), task.item, context)
+        tried.append(Tried(verifier=verifier, verdict=verdict.to_json(),
+                           artifacts={name: len(blob) for name, blob in verdict.artifacts.items()},
+                           wall_ms=(time.monotonic() - started) * 1000,
+                           notes=[note for note in [judge_note(spec)] if note]))
+    return tried
 
 
 def reference_try(*, template: Version, key: str) -> dict | None:
@@ -83,13 +80,9 @@ def reference_try(*, template: Version, key: str) -> dict | None:
     answers = reference_answers(task)
     if answers is None:
         return None
-    pool = wiring.sandbox_pool()
-    try:
-        tool_runner, verifier = wiring.local_runners(pool, SandboxConfig())
-        trajectory, = check_references(str(uuid.uuid4()), [(task, answers)], tool_runner=tool_runner,
-                                       verifier=verifier, prices=wiring.prices(), concurrency=1)
-    finally:
-        pool.close()
+    tool_runner, verifier = wiring.local_runners(wiring.shared_sandbox_pool(), SandboxConfig())
+    trajectory, = check_references(str(uuid.uuid4()), [(task, answers)], tool_runner=tool_runner,
+                                   verifier=verifier, prices=wiring.prices(), concurrency=1)
     return {"turns": [{"role": t.role, "content": t.content} for t in trajectory.turns],
             "status": str(trajectory.status), "status_reason": trajectory.status_reason,
             "verdict": trajectory.verdict.to_json() if trajectory.verdict else None,

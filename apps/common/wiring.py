@@ -9,7 +9,9 @@ for it here.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import threading
 from pathlib import Path
 
 from django.conf import settings
@@ -46,6 +48,37 @@ def sandbox_pool(*, backend: str | None = None) -> SandboxPool:
     """A new pool on `backend` (default: settings.SANDBOX_BACKEND); the caller closes it. It publishes its
     state for `manage.py sandbox pool-status`."""
     return SandboxPool(sandbox_backend(backend), status_dir=settings.SANDBOX_STATUS_DIR)
+
+
+_shared_pool: tuple[tuple, SandboxPool] | None = None  # (the settings it was made with, the pool)
+_shared_pool_lock = threading.Lock()
+
+
+def shared_sandbox_pool() -> SandboxPool:
+    """This process's pool, made on first use and kept warm for the requests that try one thing in a sandbox (the
+    playgrounds): each borrows its warm sandboxes instead of starting a pool of its own, whose every sandbox
+    starts cold (52-78 s a playground request beside the demo's training run, for a check of 9-16 s). Callers never
+    close it; the process does as it exits. Settings that make another pool (the backend, the status directory:
+    each test has its own) replace it, and the one they replace is closed."""
+    global _shared_pool
+    made_with = (settings.SANDBOX_BACKEND, settings.SANDBOX_LAYER_CACHE, settings.SANDBOX_DOCKER_CONTROL,
+                 settings.SANDBOX_NETWORK, settings.SANDBOX_STATUS_DIR)
+    replaced = None
+    with _shared_pool_lock:
+        if _shared_pool is None or _shared_pool[0] != made_with:
+            replaced, _shared_pool = _shared_pool, (made_with, sandbox_pool())
+        pool = _shared_pool[1]
+    if replaced is not None:
+        replaced[1].close()
+    return pool
+
+
+@atexit.register
+def _close_shared_sandbox_pool() -> None:
+    with _shared_pool_lock:
+        shared = _shared_pool
+    if shared is not None:
+        shared[1].close()
 
 
 def egress_policy() -> EgressPolicy:

@@ -1,6 +1,6 @@
 """Authoring in the browser, on Debian's Chromium: a new verifier written in the schema-aware editor from its
 skeleton (a field completed, an error shown at its line and fixed there, then published), and tried in the
-verifier playground on a task of the project (a pass and a fail)."""
+verifier playground on a task of the project (a pass and a fail, the seconds counted while it runs)."""
 
 import io
 import re
@@ -80,6 +80,13 @@ def test_a_verifier_tried_in_the_playground_on_a_demo_task_passes_and_fails(page
     page.click("text=Try it in the playground")
     expect(page.locator("#id_template")).to_have_value("add-two")
     expect(page.locator("#id_key")).to_have_value(task.key)
+    # While a check runs (seconds in a sandbox, a minute beside a training run), the form says so and counts the
+    # seconds. Seen here on a form whose sending is then cancelled, since the numeric check answers at once.
+    page.evaluate("document.querySelector('form[data-running]').addEventListener('submit', e => e.preventDefault())")
+    page.fill("#id_response", "1")
+    page.click("button:has-text('Verify')")
+    expect(page.locator("[data-running-note]")).to_have_text(re.compile(r"^Verifying in a sandbox… [1-9] s$"))
+    page.reload()
     page.fill("#id_response", f"{answer}")
     page.click("button:has-text('Verify')")
     verdict = page.locator(".verdict")

@@ -2,7 +2,12 @@
 versions side by side), a task template rendered as the model sees it with its reference run through the real
 sandbox and verifier, and a verifier's usage."""
 
+import io
+import json
+import time
+
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 
 from apps.registry.services import version_publish
@@ -123,7 +128,28 @@ def test_a_correct_function_pasted_in_the_browser_passes_its_hidden_tests(login,
                         "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}}])
     # What a browser sends from the response textarea: every line ends in "\r\n".
     pasted = "```python\r\ndef add(a, b):\r\n    return a + b\r\n```\r\n"
-    page = login(member("editor")).post(_url("verifier_playground", project, "unit-tests"), {
+    client = login(member("editor"))
+    page = client.post(_url("verifier_playground", project, "unit-tests"), {
         "version": 1, "template": "write-add", "key": "add", "response": pasted})
     tried, = page.context["tried"]
     assert (tried.verdict["status"], tried.verdict["reward"]) == ("pass", 1.0), tried.verdict["components"]
+    # A second try borrows a sandbox from the same pool, kept warm between requests (a pool started for each one
+    # started its sandboxes cold every time: about a minute a request beside a training run).
+    subtracts = "```python\ndef add(a, b):\n    return a - b\n```"
+    wrong, = client.post(_url("verifier_playground", project, "unit-tests"), {
+        "version": 1, "template": "write-add", "key": "add", "response": subtracts}).context["tried"]
+    assert wrong.verdict["status"] == "fail"
+    deadline = time.monotonic() + 5  # a pool publishes its status every second
+    while (pools := _pool_status()) != [] and time.monotonic() < deadline and \
+            pools[0]["images"][0]["wait_for_sandbox"]["count"] < 2:
+        time.sleep(0.2)
+    pool, = pools
+    image, = pool["images"]
+    assert image["wait_for_sandbox"]["count"] == 2 and image["warm"] + image["resetting"] >= 1, image
+
+
+def _pool_status() -> list[dict]:
+    """The sandbox pools running in this machine's processes, as `manage.py sandbox pool-status` lists them."""
+    out = io.StringIO()
+    call_command("sandbox", "pool-status", stdout=out)
+    return json.loads(out.getvalue())["pools"]
