@@ -561,8 +561,9 @@ class BundleSpec(GrownSpec):
     # Filled on publish: the full closure (templates of domains, images and verifiers of templates, members of
     # included bundles) with each content hash, so a bundle pins everything a run needs.
     resolved: list[ResolvedMember] = Field(default_factory=list)
-    # The run settings its tasks are sized for (RunConfig fields: the model, its engine, LoRA ...), which a run
-    # on this bundle starts from; the run's own settings override them. Checked on publish (apps/registry).
+    # The run settings its tasks are sized for (the model, its engine, LoRA ...: fields of the kinds' configs,
+    # workers/rl/config.py), which a run on this bundle starts from, each kind taking its own; the run's own settings
+    # override them. Checked on publish (apps/registry).
     run_config: dict[str, Any] = Field(default_factory=dict)
     # Set on an eval suite: a bundle whose tasks are evaluated, not trained on (apps/evals).
     evaluation: EvaluationSettings | None = None
