@@ -176,6 +176,23 @@ class RunForm(forms.Form):
             self.initial.setdefault("bundle", earlier.bundle_id)
             self.initial.setdefault("steps", earlier.steps_total)
             self.initial.setdefault("from_run", earlier.pk)
+        self.posted = frozenset(self.data)  # what the browser sent: another kind's settings only where changed
+        if self.is_bound:
+            self._start_unposted()
+
+    def _start_unposted(self) -> None:
+        """Another kind's settings the browser did not post (hidden and disabled) take their starting values, where
+        the form shows them should that kind be chosen again; only what was posted can override (`overrides`)."""
+        data = self.data.copy()
+        for name in CONFIG_FIELDS:
+            if name in self.posted or name in SET_BY_THE_STUDIO or self.chosen_kind in KINDS_OF[name]:
+                continue
+            value = self.initial[name]
+            if not isinstance(value, bool):
+                data[name] = self.fields[name].prepare_value(value)
+            elif value:  # a ticked checkbox posts "on"; an unticked one nothing
+                data[name] = "on"
+        self.data = data
 
     def _chosen_kind(self) -> str:
         """The kind whose settings the form shows and takes: the one posted, else the one it starts with."""
@@ -215,7 +232,7 @@ class RunForm(forms.Form):
         another kind's only where the browser posted it (a checkbox left unticked is not posted)."""
         kind = self.cleaned_data["kind"]
         return {name: self.cleaned_data[name] for name in CONFIG_FIELDS
-                if name not in SET_BY_THE_STUDIO and (kind in KINDS_OF[name] or name in self.data)
+                if name not in SET_BY_THE_STUDIO and (kind in KINDS_OF[name] or name in self.posted)
                 and self.cleaned_data[name] not in (None, DEFAULTS[name])}
 
     def add_config_error(self, error: StudioError) -> None:

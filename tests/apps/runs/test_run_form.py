@@ -301,6 +301,12 @@ def test_an_sft_run_shows_and_takes_only_its_own_settings(login, owner, registry
     assert 'data-setting="clip_high"' not in review.content.decode()
     confirm = submitted(review, "data-queue-form")
     assert "group_size" not in confirm and confirm["batch_size"] == "4"  # only the kind's settings go on
+    # Back to the form from the review: GRPO's settings, not posted, are at their starting values should GRPO be
+    # chosen again.
+    edit = client.post(url, {**confirm, "action": "edit"}).content.decode()
+    assert re.search(r'<input[^>]*name="group_size" value="8"[^>]*disabled', edit)
+    ticked = re.search(r'<input[^>]*name="dynamic_sampling"[^>]*>', edit).group(0)
+    assert " checked" in ticked and " disabled" in ticked
     queued = client.post(url, {**confirm, "action": "queue"})
     run = Run.objects.get()
     assert queued.status_code == 302 and run.kind == "sft" and enqueued == [run]
