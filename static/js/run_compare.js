@@ -17,18 +17,13 @@
     return div;
   });
 
-  function smooth(values, s) {
-    const out = []; let last = 0, weight = 0;
-    for (const v of values) { last = last * s + (1 - s) * v; weight = weight * s + (1 - s); out.push(last / weight); }
-    return out;
-  }
   function render() {
     const s = parseFloat(slider.value);
     figures.forEach((f, i) => {
       const traces = f.figure.data.map(trace => {
         const series = (data[trace.meta] || {})[f.name] || { step: [], value: [] };
         // A one-step run (a reference check) is a dot, not an invisible line of one point.
-        return Object.assign({}, trace, { x: series.step, y: smooth(series.value, s),
+        return Object.assign({}, trace, { x: series.step, y: window.studioSmooth(series.value, s),
           mode: series.step.length === 1 ? "markers" : trace.mode });
       });
       Plotly.react(divs[i], traces, f.figure.layout);

@@ -107,18 +107,7 @@
     dirty.add(panelKeyFor(name));
   }
 
-  function smooth(values) {
-    if (!smoothing) return values;
-    // Debiased exponential moving average (as TensorBoard's smoothing slider).
-    const out = new Array(values.length);
-    let last = 0, weight = 0;
-    for (let i = 0; i < values.length; i++) {
-      last = last * smoothing + (1 - smoothing) * values[i];
-      weight = weight * smoothing + (1 - smoothing);
-      out[i] = last / weight;
-    }
-    return out;
-  }
+  function smooth(values) { return window.studioSmooth(values, smoothing); }  // smoothing.js
 
   let frame = null;
   function schedule() { if (!frame) frame = requestAnimationFrame(render); }

@@ -1,5 +1,6 @@
 """The run page in a real browser: history first, then points a worker writes appear within a second; a dropped
-socket reconnects and fetches only the steps it missed; the live dot goes grey when the run ends."""
+socket reconnects and fetches only the steps it missed; a constant series stays flat under smoothing; the live dot
+goes grey when the run ends."""
 
 import time
 
@@ -77,6 +78,24 @@ def test_a_reload_shows_the_evaluation_at_step_0(page_as, live_url, project, own
     panel.scroll_into_view_if_needed()  # a panel is drawn once in view
     page.wait_for_function("""() => { const trace = document.querySelector('[data-panel="ns-eval"]').data
         .find(t => t.meta === 'eval/reward/arithmetic'); return trace && trace.x.length === 1 && trace.x[0] === 0; }""")
+
+
+def test_a_constant_series_is_drawn_flat_under_smoothing(page_as, live_url, project, owner, studio_run):
+    """An SFT run's constant learning rate (3e-4): smoothed, as every chart is by default, each point stays 3e-4. The
+    moving average that summed and divided rounded it into values 1e-20 apart, which Plotly's axis spread over the
+    whole chart: a saw-tooth."""
+    run, attempt = studio_run
+    for step in range(31, 41):
+        run_step_record(run_id=run.pk, attempt=attempt, step=step, wall_time=time.time(), trajectories=[],
+                        points={"optimizer/learning_rate": 3e-4})
+    page = page_as(owner)
+    page.goto(f"{live_url}/p/{project.slug}/runs/{run.pk}/")
+    panel = page.locator('[data-panel="learning_rate"]')
+    panel.scroll_into_view_if_needed()  # a panel is drawn once in view
+    drawn = """() => document.querySelector('[data-panel="learning_rate"]').data[0].y"""
+    page.wait_for_function(f"() => ({drawn})().length === 10")
+    assert page.evaluate("document.querySelector('[data-smoothing]').value") == "0.6"
+    assert page.evaluate(drawn) == [3e-4] * 10
 
 
 def test_the_x_axis_switches_to_wall_time_and_controls_follow_the_status(page_as, live_url, project, owner,
