@@ -8,22 +8,45 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections import defaultdict
 
-from django.db.models import Avg, Count, F, Max, Min, OuterRef, QuerySet, Subquery
+from django.db.models import Avg, Count, F, Max, Min, OuterRef, QuerySet, Subquery, Sum
 from django.http import Http404
 
-from .models import ACTIVE_STATUSES, MetricPoint, Run, RunEvent
+from apps.trajectories.models import Trajectory
+from workers.rl.tasks.overlap import task_label
+
+from .models import ACTIVE_STATUSES, MetricPoint, Run, RunEvent, RunKind
 
 MAX_POINTS = 1000  # per series: enough for a chart as wide as a screen
 
 
 def run_list(*, project, status: str | None = None, with_reward: bool = False) -> QuerySet[Run]:
-    """Newest first; `with_reward` adds `reward_last`, the run's latest reward/mean (one subquery)."""
+    """Newest first; `with_reward` adds `reward_last`, the run's latest reward/mean (one subquery): a training
+    run's last step (an evaluation's score is evaluation_scores')."""
     runs = Run.objects.filter(project=project).select_related("bundle__definition", "created_by")
     if with_reward:
         latest = MetricPoint.objects.filter(run=OuterRef("pk"), name="reward/mean").order_by("-step")
         runs = runs.annotate(reward_last=Subquery(latest.values("value")[:1]))
     return runs.filter(status=status) if status else runs
+
+
+def evaluation_scores(runs: list[Run]) -> list[Run]:
+    """`runs`, each evaluation among them with `score`: what the leaderboard shows for it (apps/evals/statistics.py,
+    Score.mean), the mean over its tasks of each task's mean reward over its samples, answers the infrastructure
+    failed left out; None while nothing is graded. Not its last batch's reward/mean, which is a few tasks' (one
+    query for them all)."""
+    evaluations = {run.pk: run for run in runs if run.kind == RunKind.EVALUATION}
+    tasks: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))  # run -> task -> [sum of rewards, samples]
+    for row in (Trajectory.objects.filter(run_id__in=list(evaluations), reward__isnull=False)
+                .values("run_id", "template", "task_key").annotate(total=Sum("reward"), samples=Count("id"))):
+        task = tasks[row["run_id"]][task_label(row["template"], row["task_key"])]
+        task[0] += row["total"]
+        task[1] += row["samples"]
+    for pk, run in evaluations.items():
+        means = [total / samples for total, samples in tasks[pk].values()]
+        run.score = sum(means) / len(means) if means else None
+    return runs
 
 
 def run_list_active(*, projects) -> QuerySet[Run]:

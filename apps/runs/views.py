@@ -42,9 +42,8 @@ def home(request):
 @require_safe
 def run_list(request, project):
     project, can_edit = project_for_page(user=request.user, slug=project)
-    context = {"project": project, "can_edit": can_edit,
-               "runs": selectors.run_list(project=project, status=request.GET.get("status") or None,
-                                          with_reward=True)[:200]}
+    runs = list(selectors.run_list(project=project, status=request.GET.get("status") or None, with_reward=True)[:200])
+    context = {"project": project, "can_edit": can_edit, "runs": selectors.evaluation_scores(runs)}
     return render(request, "runs/run_list.html", context)
 
 

@@ -1,6 +1,7 @@
 """Evaluations end to end: a base model answers a suite through the real sandboxes and verifiers, the scores
 carry intervals, two evaluations of the same key pair up by task, and a suite that differs only in its
-verifier's version is refused a comparison that names the verifier (page, API)."""
+verifier's version is refused a comparison that names the verifier (page, API). The runs list shows an
+evaluation's score as its leaderboard does."""
 
 import pytest
 
@@ -10,10 +11,14 @@ from apps.evals.services import EvalError, evaluation_launch
 from apps.registry.services import version_publish
 from apps.runs.attempts import run_attempt
 from apps.runs.embedded import LANES
-from apps.runs.models import Run, RunStatus
+from apps.runs.models import MetricPoint, Run, RunStatus
 from apps.runs.services import run_claim, run_create
 from apps.trajectories.models import Trajectory
+from apps.trajectories.services import trajectories_record
 from tests.apps.evals.conftest import SUITE
+from workers.rl.types import Trajectory as Answer
+from workers.rl.types import TrajectoryStatus, Turn, trajectory_id
+from workers.verifiers import Verdict
 
 EXACT_ONLY = {"layers": [{"name": "exact", "kind": "exact", "checks": [{"type": "numeric", "reference": "{answer}"}]}]}
 
@@ -94,3 +99,26 @@ def test_launching_needs_a_suite_and_one_thing_to_evaluate(project, registry, ow
                      {"slug": "local", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                       "credential": "operator:LOCAL"})
     assert added.status_code == 201 and added.json()["credential"] == "operator:LOCAL", added.json()
+
+
+def test_the_runs_list_shows_an_evaluations_score_not_its_last_batch(client, project, owner, suite, tiny):
+    evaluation = evaluation_launch(project=project, suite=suite, actor=owner, model=tiny)
+    run = evaluation.run
+    # add-00000 passed three samples of three, add-00001 failed its one: the score is the mean of the tasks' means
+    # (0.5), not of the samples (0.75); the last batch, a task that failed, had a reward/mean of 0.
+    answers = [("add-00000", 1.0), ("add-00000", 1.0), ("add-00000", 1.0), ("add-00001", 0.0)]
+    trajectories_record(run=run, attempt=1, trajectories=[Answer(
+        id=trajectory_id(str(run.pk), seq, 0), run_id=str(run.pk), seq=seq, sample=0, domain="arithmetic",
+        template="task_template/add-two@1", task_key=key, task_hash="0" * 64, image="sandbox_image/py-basic@1",
+        verifier="verifier/numeric@1", policy_version=0, step=1, prompt_ids=[1],
+        turns=[Turn(role="user", content=f"{key}="), Turn(role="assistant", content="7", token_ids=[7])],
+        status=TrajectoryStatus.OK, reward=reward,
+        verdict=Verdict(reward=reward, status="pass" if reward == 1 else "fail", layers_run=["exact"]),
+        started_at=1_700_000_000.0, finished_at=1_700_000_001.0) for seq, (key, reward) in enumerate(answers)])
+    MetricPoint.objects.create(run=run, name="reward/mean", step=1, wall_time=1_700_000_001.0, value=1.0)
+    MetricPoint.objects.create(run=run, name="reward/mean", step=2, wall_time=1_700_000_002.0, value=0.0)
+    assert results.leaderboard([evaluation]).rows[0].scores[results.ALL].mean == 0.5
+    client.force_login(owner)
+    page = client.get(f"/p/{project.slug}/runs/").content.decode()
+    row = page.split(f'<tr data-run="{run.pk}">', 1)[1].split("</tr>", 1)[0]
+    assert "0.500 <span class=\"muted\">score</span>" in row and "0.000" not in row
