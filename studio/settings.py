@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "axes",
     "apps.accounts",
     "apps.registry",
+    "apps.task_import",
     "apps.runs",
     "apps.trajectories",
     "apps.review",
@@ -307,7 +308,7 @@ DEMO_URL = f"http://{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT'
 GPU_PRICE_PER_HOUR = float(os.environ.get("STUDIO_GPU_PRICE_PER_HOUR", 2.50))
 SANDBOX_CPU_PRICE_PER_HOUR = float(os.environ.get("STUDIO_SANDBOX_CPU_PRICE_PER_HOUR", 0.05))
 
-# Task files uploaded in the browser (apps/registry/uploads.py): the largest accepted, and the size above which
+# Task files uploaded in the browser (apps/task_import/views.py): the largest accepted, and the size above which
 # the file is read in the background (a Celery task on the `studio` queue; a thread in the embedded studio).
 TASK_UPLOAD_MAX_BYTES = int(os.environ.get("STUDIO_TASK_UPLOAD_MAX_BYTES", 2 * 2**30))
 TASK_UPLOAD_BACKGROUND_BYTES = int(os.environ.get("STUDIO_TASK_UPLOAD_BACKGROUND_BYTES", 20 * 2**20))

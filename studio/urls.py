@@ -19,5 +19,6 @@ urlpatterns = [
     path("", include("apps.evals.urls")),
     path("", include("apps.explorer.urls")),
     path("", include("apps.authoring.urls")),
+    path("", include("apps.task_import.urls")),
     path("", include("apps.registry.urls")),
 ]

@@ -156,7 +156,7 @@ def verify_trajectory(template: dict, trajectory: dict, item: dict) -> dict:
 
 @shared_task(name="workers.tasks.read_task_upload", acks_late=True)
 def read_task_upload(upload_id: str, key: str) -> None:
-    """Read a large task file uploaded in the browser (apps/registry/upload_jobs.py), on the `studio` queue."""
-    from apps.registry.upload_jobs import job_run
+    """Read a large task file uploaded in the browser (apps/task_import/upload_jobs.py), on the `studio` queue."""
+    from apps.task_import.upload_jobs import job_run
 
     job_run(upload_id, key)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import uploads, views
+from . import views
 
 app_name = "registry"
 
@@ -15,8 +15,4 @@ urlpatterns = [
     path(definition + "diff/", views.version_diff, name="version_diff"),
     path(definition + "edit/", views.version_edit, name="version_edit"),
     path(definition + "aliases/", views.alias_set, name="alias_set"),
-    path(definition + "upload/", uploads.task_upload, name="task_upload"),
-    path(definition + "upload/<str:upload>/", uploads.task_upload_preview, name="task_upload_preview"),
-    path(definition + "upload/<str:upload>/progress/", uploads.task_upload_progress, name="task_upload_progress"),
-    path(definition + "upload/<str:upload>/publish/", uploads.task_upload_publish, name="task_upload_publish"),
 ]

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.browser
 # What a walk must reach by following links alone, by view name (and, for a run, what it is).
 REQUIRED = {
     ("runs:home", None), ("registry:definition_list", None), ("registry:definition_detail", "task_template"),
-    ("registry:version_detail", "task_template"), ("registry:task_upload", "task_template"),
+    ("registry:version_detail", "task_template"), ("task_import:task_upload", "task_template"),
     ("runs:run_list", None), ("runs:run_detail", "training"), ("runs:run_detail", "evaluation"),
     ("trajectories:trajectory_list", None), ("trajectories:trajectory_detail", None),
     ("review:queue_list", None), ("review:queue", None), ("review:item", None),

@@ -164,7 +164,7 @@ def pages(project, registry, studio_run):
         reverse("audit_log", kwargs={"project": project.slug}),
         reverse("trajectories:trajectory_detail", kwargs={"project": project.slug, "trajectory_id": trajectory.pk}),
         reverse("registry:version_edit", kwargs=verifier),
-        reverse("registry:task_upload", kwargs={**verifier, "kind": "task_template", "slug": "add-two"}),
+        reverse("task_import:task_upload", kwargs={**verifier, "kind": "task_template", "slug": "add-two"}),
         reverse("runs:run_new", kwargs={"project": project.slug}),
         reverse("authoring:verifier_playground", kwargs={"project": project.slug, "slug": "numeric"}),
         reverse("authoring:template_playground", kwargs={"project": project.slug, "slug": "add-two"}),

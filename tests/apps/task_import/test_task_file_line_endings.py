@@ -4,7 +4,7 @@ the same file written anywhere else."""
 
 import json
 
-from apps.registry.task_files import ColumnMapping, read_tasks
+from apps.task_import.task_files import ColumnMapping, read_tasks
 
 TESTS = "def check(candidate):\n    assert candidate(2, 3) == 5\n"
 

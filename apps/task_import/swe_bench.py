@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from apps.common import wiring
+from apps.registry.errors import FieldError, SpecError
 from workers.verifiers.repository import (
     SnapshotError,
     Validation,
@@ -30,7 +31,6 @@ from workers.verifiers.repository import (
     validate_instance,
 )
 
-from .errors import FieldError, SpecError
 from .task_files import TaskFile
 
 SWE_BENCH = "swe-bench"

@@ -1,5 +1,7 @@
 """The task upload pages: a file of tasks (JSONL, JSONL.gz, CSV, Parquet) uploaded in the browser into a task
-template, previewed, and published as its next version only when confirmed.
+template, previewed, and published as its next version only when confirmed, through the registry's
+`version_publish` as any author publishes. They sit under the template's registry path (`.../upload/`), which its
+pages link to.
 
 1. `task_upload`: the file and its format. The file is streamed to the data directory as it arrives
    (`_ToDataDir`, a Django upload handler), never held whole in memory.
@@ -30,15 +32,15 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page
+from apps.registry import selectors
+from apps.registry.errors import PublishConflict, SpecError, VersionNotFound
+from apps.registry.pins import pinned_template
+from apps.registry.refs import Ref, split_slug_ref
+from apps.registry.services import version_publish
 
-from . import selectors
-from .errors import PublishConflict, SpecError, VersionNotFound
-from .pins import pinned_template
-from .refs import Ref, split_slug_ref
-from .repository_import import SWE_BENCH, UPLOAD_INPUTS
-from .services import version_publish
+from .forms import ColumnMappingForm, FormatForm, TaskUploadForm, UploadPublishForm
+from .swe_bench import SWE_BENCH, UPLOAD_INPUTS
 from .task_files import COLUMNS, FILE_TYPES, FORMAT_INPUTS, FORMATS, columns_of
-from .upload_forms import ColumnMappingForm, FormatForm, TaskUploadForm, UploadPublishForm
 from .upload_jobs import (
     Upload,
     background_bytes,
@@ -79,7 +81,7 @@ def _url(name, project, definition, upload=None, query: str = "") -> str:
     kwargs = {"project": project.slug, "kind": definition.kind, "slug": definition.slug}
     if upload is not None:
         kwargs["upload"] = upload.id
-    return reverse(f"registry:{name}", kwargs=kwargs) + (f"?{query}" if query else "")
+    return reverse(f"task_import:{name}", kwargs=kwargs) + (f"?{query}" if query else "")
 
 
 # --- 1. the file -------------------------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ def task_upload(request, project, kind, slug):
                "placeholders": placeholders_in_order(head.spec["prompt_template"])}
     if request.method != "POST":
         context["form"] = TaskUploadForm()
-        return render(request, "registry/task_upload.html", context)
+        return render(request, "task_import/task_upload.html", context)
     upload = Upload.new()
     handler = _ToDataDir(upload, max_bytes(), request)
     request.upload_handlers = [handler]
@@ -164,7 +166,7 @@ def _receive(request, *, project, definition, upload, handler, context):
         problems.append("The file is empty.")
     if problems or not form.is_valid():
         context["problems"] = problems
-        return render(request, "registry/task_upload.html", context, status=400)
+        return render(request, "task_import/task_upload.html", context, status=400)
     fmt = form.cleaned_data["format"]
     upload.describe(project=project.slug, kind=definition.kind, slug=definition.slug, user_id=request.user.pk,
                     name=request.FILES["file"].name, stored=handler.stored, size=handler.size, fmt=fmt)
@@ -198,7 +200,7 @@ def task_upload_preview(request, project, kind, slug, upload):
             context["file_problem"] = ("No columns could be read from this file: is it JSONL (one JSON object a "
                                        "line), CSV with a header line, or Parquet?")
         if mapping is None:
-            return render(request, "registry/task_upload_preview.html", context)
+            return render(request, "task_import/task_upload_preview.html", context)
     else:
         given_inputs = UPLOAD_INPUTS if fmt == SWE_BENCH else FORMAT_INPUTS[fmt]
         missing = [name for name in placeholders if name not in given_inputs]
@@ -207,7 +209,7 @@ def task_upload_preview(request, project, kind, slug, upload):
             context["file_problem"] = (
                 f"The prompt template uses {', '.join('{' + n + '}' for n in missing)}, which the {fmt} format does "
                 f"not give (it gives {given}): choose the columns format to say which column each input is.")
-            return render(request, "registry/task_upload_preview.html", context)
+            return render(request, "task_import/task_upload_preview.html", context)
     key, state = job_ensure(upload, fmt=fmt, mapping=mapping, head=head.number, spec=head.spec,
                             verifier=_verifier_of(project, head),
                             image=pinned_template(project=project, text=f"{definition.slug}@{head.number}")
@@ -219,7 +221,7 @@ def task_upload_preview(request, project, kind, slug, upload):
         context["publish_form"] = UploadPublishForm(initial={
             "job": key, "expected_head": head.number,
             "message": f"Upload {state['good_rows']} tasks from {meta['name']}"})
-    return render(request, "registry/task_upload_preview.html", context)
+    return render(request, "task_import/task_upload_preview.html", context)
 
 
 def task_upload_progress(request, project, kind, slug, upload):
@@ -236,7 +238,7 @@ def task_upload_progress(request, project, kind, slug, upload):
         response = HttpResponse(status=200)
         response["HX-Refresh"] = "true"
         return response
-    return render(request, "registry/_task_upload_progress.html",
+    return render(request, "task_import/_task_upload_progress.html",
                   {"project": project, "definition": definition, "upload": upload, "job": job, "state": state})
 
 

@@ -123,7 +123,7 @@ def test_the_upload_page_takes_an_archive_validates_it_and_publishes_the_good_in
                 add(f"repos/{instance_id}/{name}", content)
     client = login(owner)
     kwargs = {"project": project.slug, "kind": "task_template", "slug": "repo-fix"}
-    response = client.post(reverse("registry:task_upload", kwargs=kwargs),
+    response = client.post(reverse("task_import:task_upload", kwargs=kwargs),
                            {"format": "swe-bench", "file": SimpleUploadedFile("tasks.tar.gz", buffer.getvalue())})
     preview_url = response["Location"]
     text = client.get(preview_url).content.decode()
@@ -146,7 +146,7 @@ def test_the_upload_page_takes_an_archive_validates_it_and_publishes_the_good_in
 
 def test_an_upload_that_unpacks_past_the_limit_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     # A .tar.gz of zeros grows a thousandfold: the members' declared sizes are added up from the headers first.
-    from apps.registry.repository_import import read_swe_bench_upload
+    from apps.task_import.swe_bench import read_swe_bench_upload
     from workers.verifiers import repository
 
     monkeypatch.setattr(repository, "MAX_UNPACKED_BYTES", 1024 * 1024)

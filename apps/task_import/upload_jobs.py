@@ -16,7 +16,7 @@ server's data volume: the file is there), or by a thread of the web process in t
 broker. A job whose reader died (its state not updated for STALE_SECONDS) is started again when the page next
 asks.
 
-Nothing here touches the database: publishing is the page's, through services.version_publish.
+Nothing here touches the database: publishing is the page's, through the registry's services.version_publish.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from workers.sandbox import SandboxImage
 from workers.verifiers import Item
 from workers.verifiers.answers import references_unfilled
 
-from .repository_import import SWE_BENCH, read_swe_bench_upload, verifier_timeout
+from .swe_bench import SWE_BENCH, read_swe_bench_upload, verifier_timeout
 from .task_files import ColumnMapping, read_tasks
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from apps.accounts.models import AuditEvent
 from apps.registry.errors import SpecError
 from apps.registry.models import Version
 from apps.registry.services import version_publish
-from apps.registry.task_files import AS_NUMBER, PARQUET_BATCH, ColumnMapping, read_task_file, read_tasks
-from apps.registry.upload_jobs import uploads_root
+from apps.task_import.task_files import AS_NUMBER, PARQUET_BATCH, ColumnMapping, read_task_file, read_tasks
+from apps.task_import.upload_jobs import uploads_root
 from tests.support import ROOT
 from tests.support.processes import wait_for
 from tests.support.specimens import TEMPLATE_SPEC
@@ -119,8 +119,9 @@ def quiz(project, owner, registry):
 
 
 def page(project, name, slug="quiz", **extra) -> str:
-    return reverse(f"registry:{name}", kwargs={"project": project.slug, "kind": "task_template", "slug": slug,
-                                               **extra})
+    """A page of the template's: an upload page by its name, another app's with its namespace."""
+    return reverse(name if ":" in name else f"task_import:{name}",
+                   kwargs={"project": project.slug, "kind": "task_template", "slug": slug, **extra})
 
 
 def upload(client, project, content: bytes, name: str, fmt: str = "exact-answer", slug: str = "quiz"):
@@ -129,8 +130,9 @@ def upload(client, project, content: bytes, name: str, fmt: str = "exact-answer"
 
 def test_a_bad_line_is_named_and_nothing_is_published_then_the_fixed_file_is(login, owner, project, quiz):
     client = login(owner)
-    detail = client.get(page(project, "version_detail", number=1)).content.decode()
+    detail = client.get(page(project, "registry:version_detail", number=1)).content.decode()
     assert page(project, "task_upload") in detail and "Upload tasks…" in detail
+    assert page(project, "task_upload") == f"/p/{project.slug}/registry/task_template/quiz/upload/"  # as bookmarked
     versions = Version.objects.count()
 
     response = upload(client, project, quiz_lines(200, bad=57).encode(), "quiz.jsonl")
@@ -155,7 +157,7 @@ def test_a_bad_line_is_named_and_nothing_is_published_then_the_fixed_file_is(log
     published = client.post(response["Location"].split("?")[0] + "publish/", {
         "job": job, "expected_head": 1, "message": "200 quiz tasks", "query": "format=exact-answer"})
     head = Version.objects.get(definition__slug="quiz", number=2)
-    assert published["Location"] == page(project, "version_detail", number=2)
+    assert published["Location"] == page(project, "registry:version_detail", number=2)
     assert head.instance_set.count == 200 and head.parent.number == 1 and head.message == "200 quiz tasks"
     assert Version.objects.count() == versions + 1
     assert not (uploads_root() / response["Location"].split("/")[-2]).exists()  # the published upload is gone

@@ -38,10 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apps.registry.errors import FieldError, SpecError
 from workers.definitions.canonical import MAX_DEPTH, data_problem
 from workers.definitions.newlines import normalise_newlines
-
-from .errors import FieldError, SpecError
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 GSM8K_MARK = "####"

@@ -3,7 +3,7 @@ version of the task template (all of them or none).
 
 `--format swe-bench FILE --repos DIR`: repository tasks in SWE-bench's instance format, each repository at its base
 in DIR/<instance_id>/ or DIR/<instance_id>.tar.gz. Each instance is validated in the template's sandbox image first
-(gold patch 1, no patch 0; apps/registry/repository_import.py), its outcome printed with a reason (and what
+(gold patch 1, no patch 0; apps/task_import/swe_bench.py), its outcome printed with a reason (and what
 verification left out of its gold patch); those that fail are refused, the others imported, and the command fails
 if any was refused."""
 
@@ -18,10 +18,10 @@ from apps.common import wiring
 from apps.registry.errors import FieldError, SpecError, VersionNotFound
 from apps.registry.pins import pinned_template
 from apps.registry.refs import Ref
-from apps.registry.repository_import import SWE_BENCH, read_swe_bench, validate_repository_tasks, verifier_timeout
 from apps.registry.selectors import instance_rows, version_resolve
 from apps.registry.services import version_publish
-from apps.registry.task_files import FORMATS, read_task_file
+from apps.task_import.swe_bench import SWE_BENCH, read_swe_bench, validate_repository_tasks, verifier_timeout
+from apps.task_import.task_files import FORMATS, read_task_file
 
 
 class Command(BaseCommand):

@@ -1,5 +1,5 @@
-"""Public benchmarks in their own shapes: the GSM8K and MMLU samples the repository ships (benchmarks/) import
-into the templates and verifiers it ships beside them, a right answer scores 1 and a wrong one 0, and a row
+"""Public benchmarks in their own shapes: the GSM8K and MMLU samples the repository ships (public_benchmarks/)
+import into the templates and verifiers it ships beside them, a right answer scores 1 and a wrong one 0, and a row
 that is not in the shape is named by its line."""
 
 import json
@@ -10,18 +10,18 @@ from django.urls import reverse
 
 from apps.registry.models import Version
 from apps.registry.selectors import instance_rows
-from apps.registry.task_files import read_tasks
+from apps.task_import.task_files import read_tasks
 from tests.support import ROOT
 from workers.definitions.specs import parse_spec
 from workers.verifiers.pipeline import verify
 from workers.verifiers.types import Item, Sample
 
-BENCHMARKS = ROOT / "benchmarks"
+PUBLIC_BENCHMARKS = ROOT / "public_benchmarks"
 
 
 @pytest.fixture
 def benchmarks(project, owner):
-    call_command("registry", "import", str(BENCHMARKS / "envs"), "--project", project.slug)
+    call_command("registry", "import", str(PUBLIC_BENCHMARKS / "envs"), "--project", project.slug)
     return project
 
 
@@ -38,7 +38,7 @@ def _tasks(slug: str) -> dict[str, Item]:
 
 
 def test_gsm8k_imports_its_final_number_and_grades_it(benchmarks):
-    call_command("import_tasks", str(BENCHMARKS / "samples" / "gsm8k.jsonl"), "--template", "gsm8k",
+    call_command("import_tasks", str(PUBLIC_BENCHMARKS / "samples" / "gsm8k.jsonl"), "--template", "gsm8k",
                  "--format", "gsm8k", "--project", benchmarks.slug)
     tasks = _tasks("gsm8k")
     assert sorted(tasks) == ["0", "1", "2"]  # GSM8K has no ids: its rows' places, lm-evaluation-harness's doc_id
@@ -54,7 +54,7 @@ def test_gsm8k_imports_its_final_number_and_grades_it(benchmarks):
 
 
 def test_multiple_choice_imports_letters_and_choices_and_grades_the_letter(benchmarks):
-    call_command("import_tasks", str(BENCHMARKS / "samples" / "mmlu.jsonl"), "--template", "mmlu",
+    call_command("import_tasks", str(PUBLIC_BENCHMARKS / "samples" / "mmlu.jsonl"), "--template", "mmlu",
                  "--format", "multiple-choice", "--project", benchmarks.slug)
     tasks = _tasks("mmlu")
     planets = tasks["2"]
@@ -99,8 +99,8 @@ def test_rows_out_of_shape_are_named_by_line_and_nothing_is_imported(benchmarks,
 
 def test_the_upload_page_offers_the_benchmark_formats(benchmarks, login, owner):
     client = login(owner)
-    page = client.get(reverse("registry:task_upload", kwargs={"project": benchmarks.slug, "kind": "task_template",
-                                                             "slug": "gsm8k"}))
+    page = client.get(reverse("task_import:task_upload", kwargs={"project": benchmarks.slug,
+                                                                 "kind": "task_template", "slug": "gsm8k"}))
     assert page.status_code == 200
     html = page.content.decode()
     assert 'value="gsm8k"' in html and 'value="multiple-choice"' in html

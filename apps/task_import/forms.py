@@ -1,4 +1,4 @@
-"""The forms of the task upload pages (uploads.py): the file and its format, the column mapping, publishing."""
+"""The forms of the task upload pages (views.py): the file and its format, the column mapping, publishing."""
 
 from django import forms
 
