@@ -78,11 +78,15 @@ demo: setup secret-key
 		$(DEMO_START)
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
 
-# The studio's SECRET_KEY when none is set in the environment: a random one, kept (owner-only) in the data
-# directory, where the settings read it.
+# The studio's SECRET_KEY and STUDIO_SECRETS_KEY (which encrypts the API keys projects store) when none is set in
+# the environment: random ones, kept (owner-only) in the data directory, where the settings read them. The second
+# is a Fernet key: base64 of 32 random bytes.
 secret-key:
 	@test -s $(DATA_DIR)/secret_key || (mkdir -p $(DATA_DIR) && umask 077 && \
 		$(PYTHON) -c "import secrets; print(secrets.token_urlsafe(50))" > $(DATA_DIR)/secret_key)
+	@test -s $(DATA_DIR)/secrets_key || (mkdir -p $(DATA_DIR) && umask 077 && \
+		$(PYTHON) -c "import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())" \
+		> $(DATA_DIR)/secrets_key)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

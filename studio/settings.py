@@ -258,9 +258,12 @@ INFERENCE_SERVER_TOKEN = os.environ.get("STUDIO_SERVE_WEIGHTS_TOKEN", "")
 EGRESS_ALLOW = os.environ.get("STUDIO_EGRESS_ALLOW", "")
 # The key that encrypts the API keys owners store for their projects' endpoints (apps/accounts/credentials.py), a
 # Fernet key (base64 of 32 bytes; `python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key()
-# .decode())"`): kept out of the database, so a copy of the database alone reveals no key. Empty: projects cannot
+# .decode())"`): kept out of the database, so a copy of the database alone reveals no key. `make demo` keeps a random
+# one in STUDIO_DATA_DIR/secrets_key (owner-only), read when STUDIO_SECRETS_KEY is not set. Empty: projects cannot
 # store keys; endpoints use the operator's STUDIO_ENDPOINT_KEY_<NAME> variables only.
-SECRETS_KEY = os.environ.get("STUDIO_SECRETS_KEY", "")
+_KEPT_SECRETS_KEY = DATA_DIR / "secrets_key"
+SECRETS_KEY = os.environ.get("STUDIO_SECRETS_KEY", "") or (
+    _KEPT_SECRETS_KEY.read_text().strip() if _KEPT_SECRETS_KEY.is_file() else "")
 JUDGE_TIMEOUT_SECONDS = float(os.environ.get("JUDGE_TIMEOUT_SECONDS", 60))
 JUDGE_MAX_CONCURRENCY = int(os.environ.get("JUDGE_MAX_CONCURRENCY", 8))
 JUDGE_PRICE_PER_1K_INPUT_TOKENS = float(os.environ.get("JUDGE_PRICE_PER_1K_INPUT_TOKENS", 0))

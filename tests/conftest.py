@@ -37,7 +37,8 @@ def pytest_runtest_setup(item):
 # --- every test's data directory is a temporary one ----------------------------------------------------------
 
 def _data_dir_settings(root) -> dict:
-    return {"DATA_DIR": root, "SANDBOX_STATUS_DIR": root / "sandbox-pools"}
+    # SECRETS_KEY: none (a test that stores keys sets one), not the one `make demo` may have kept in ./var.
+    return {"DATA_DIR": root, "SANDBOX_STATUS_DIR": root / "sandbox-pools", "SECRETS_KEY": ""}
 
 
 @pytest.fixture(scope="session", autouse=True)

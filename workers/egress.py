@@ -91,6 +91,19 @@ class EgressPolicy:
         return (f"{where} {_kind(address)} address: only public addresses are reached unless the operator allows "
                 f"it in {ALLOW_SETTING}")
 
+    def admission(self, host: str, address: Address) -> str:
+        """Which rule lets `address` (what `host` resolved to) through, in words, for an address `refusal` passed:
+        what an editor is told, since the operator's list may admit what public-only would refuse."""
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if host.lower().rstrip(".") in self.hosts:
+            return f"{host} is listed in {ALLOW_SETTING}"
+        network = next((network for network in self.networks if address in network), None)
+        if network is None:
+            return f"{address} is a public address"
+        kind = "a public" if address.is_global and not address.is_multicast else _kind(address)
+        return f"{address} is {kind} address, admitted by {network} in {ALLOW_SETTING}"
+
     def addresses(self, host: str, port: int, *, listed_only: bool = False) -> list[Address]:
         """Every address `host` resolves to, each one allowed (EgressRefused otherwise): what a connection may
         use. A name answering one refused address among allowed ones is refused whole."""
@@ -107,9 +120,10 @@ class EgressPolicy:
             raise EgressRefused(f"{host} resolves to no address")
         return addresses
 
-    def check_url(self, url: str, *, listed_only: bool = False) -> None:
+    def check_url(self, url: str, *, listed_only: bool = False) -> str:
         """EgressRefused unless `url` is an http(s) URL whose host resolves to allowed addresses only (with
-        `listed_only`, addresses or a host name the operator listed: public is not enough)."""
+        `listed_only`, addresses or a host name the operator listed: public is not enough); else which rules
+        admitted it (`admission`)."""
         try:
             parts = urlsplit(url)
         except ValueError:  # an unbalanced "[" or "]": urllib takes it for a broken IPv6 literal
@@ -121,8 +135,10 @@ class EgressPolicy:
         except ValueError:
             raise EgressRefused(f"{url!r} has a port that is not a number from 0 to 65535") from None
         if parts.hostname.rstrip(".") in self.hosts:
-            return  # a name the operator listed: what it resolves to is theirs (and it may not be up yet)
-        self.addresses(parts.hostname, port, listed_only=listed_only)
+            # a name the operator listed: what it resolves to is theirs (and it may not be up yet)
+            return f"{parts.hostname} is listed in {ALLOW_SETTING}"
+        return "; ".join(dict.fromkeys(self.admission(parts.hostname, address) for address in
+                                       self.addresses(parts.hostname, port, listed_only=listed_only)))
 
 
 PUBLIC_ONLY = EgressPolicy()

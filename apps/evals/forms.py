@@ -4,6 +4,7 @@ import json
 
 from django import forms
 
+from apps.common import wiring
 from apps.registry.models import Version
 from apps.runs.models import Checkpoint
 
@@ -49,6 +50,16 @@ class EndpointForm(forms.Form):
     def __init__(self, *args, credentials: list[str], **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["credential"].choices = [("", "none")] + [(name, name) for name in credentials]
+        if not credentials:
+            self.fields["credential"].help_text = (
+                "no credential yet: an owner stores one for the project (project:NAME), or the operator declares "
+                "STUDIO_ENDPOINT_KEY_NAME (operator:NAME)")
+        policy = wiring.egress_policy()
+        allowed = [*sorted(policy.hosts), *(str(network) for network in policy.networks)]
+        self.fields["base_url"].help_text = (
+            "e.g. https://api.example.com/v1; the workers reach public addresses"
+            + (f", and what the operator allows in STUDIO_EGRESS_ALLOW here: {', '.join(allowed)}" if allowed
+               else " only (the operator allows others in STUDIO_EGRESS_ALLOW)"))
 
 
 class EndpointCredentialForm(forms.Form):

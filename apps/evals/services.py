@@ -46,7 +46,7 @@ def endpoint_create(*, project: Project, slug: str, base_url: str, model: str, c
         credential = _credential_of_variable(project=project, variable=api_key_env, given=credential)
     _credential_ok(project=project, credential=credential)
     base_url = base_url.strip().rstrip("/")
-    endpoint_address_check(base_url)
+    admission = endpoint_address_check(base_url)
     with transaction.atomic():
         try:
             endpoint = Endpoint.objects.create(project=project, slug=slug, base_url=base_url, model=model,
@@ -57,7 +57,9 @@ def endpoint_create(*, project: Project, slug: str, base_url: str, model: str, c
             raise EvalError(f"project {project.slug} already has an endpoint {slug!r}", status=409,
                             field="slug") from None
         audit_record(project=project, actor=actor, action="eval.endpoint.create", target=f"endpoint/{slug}",
-                     details={"base_url": endpoint.base_url, "model": model, "credential": credential}, via=via)
+                     details={"base_url": endpoint.base_url, "model": model, "credential": credential,
+                              "admitted": admission}, via=via)
+    endpoint.admission = admission  # which egress rule let its address through, for the page to say
     return endpoint
 
 
@@ -75,12 +77,13 @@ def endpoint_credential_set(*, project: Project, slug: str, credential: str, act
     return endpoint
 
 
-def endpoint_address_check(base_url: str, *, field: str = "base_url") -> None:
-    """EvalError (about `field`) unless `base_url` is an http(s) URL the egress policy lets the workers reach."""
+def endpoint_address_check(base_url: str, *, field: str = "base_url") -> str:
+    """EvalError (about `field`) unless `base_url` is an http(s) URL the egress policy lets the workers reach; else
+    which rule admitted it (a public address, or an entry of the operator's STUDIO_EGRESS_ALLOW)."""
     if not base_url.startswith(("http://", "https://")):
         raise EvalError("base_url must be an http(s) URL, e.g. https://api.example.com/v1", field=field)
     try:
-        wiring.egress_policy().check_url(base_url)
+        return wiring.egress_policy().check_url(base_url)
     except EgressRefused as exc:
         raise EvalError(f"base_url: {exc}", field=field) from None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -54,6 +55,7 @@ def eval_list(request, project):
                "evaluations": selectors.evaluation_list(project=project)[:50], "endpoints": endpoints,
                "can_edit": can_edit, "is_owner": role_of(user=request.user, project=project) == Role.OWNER,
                "add_form": add, "secret_form": secret, "credentials": credentials,
+               "can_store_keys": bool(settings.SECRETS_KEY),
                "external_groups": selectors.external_groups(project=project), "external_form": imported}
     return render(request, "evals/eval_list.html", context,
                   status=400 if add.errors or secret.errors or imported.errors else 200)
@@ -96,7 +98,7 @@ def _eval_list_post(request, project, action, add, secret, credentials) -> str:
         except EvalError as exc:
             add.add_error(exc.field if exc.field in add.fields else None, str(exc))
             return ""
-        return f"Added endpoint/{endpoint.slug}."
+        return f"Added endpoint/{endpoint.slug}: {endpoint.admission}."
     if action == "secret" and secret.is_valid():
         try:
             stored = project_secret_store(project=project, actor=request.user, via="web", **secret.cleaned_data)

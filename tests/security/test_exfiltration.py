@@ -138,6 +138,11 @@ def test_a_project_key_is_stored_encrypted_and_never_shown_again(project, owner,
     admin = api_as(owner, scope="admin")  # an owner's rights: a write token (an editor's) cannot store keys
     assert api_as(owner).post(path, {"name": "prod", "value": value}).status_code == 403
     assert admin.post(path, {"name": "prod", "value": value}).status_code == 400  # no STUDIO_SECRETS_KEY
+    client_page = api_as(owner).client
+    client_page.force_login(owner)
+    page = client_page.get(f"/p/{project.slug}/evals/").content.decode()  # which says so, offering no form
+    assert "data-no-secrets-key" in page and "data-secret-form" not in page
+    assert "no credential yet" in page  # the endpoint form's key selector, which offers "none" only
     settings.SECRETS_KEY = Fernet.generate_key().decode()
     assert api_as(editor).post(path, {"name": "prod", "value": value}).status_code == 403  # owners only
     stored = admin.post(path, {"name": "prod", "value": value})
@@ -153,17 +158,16 @@ def test_a_project_key_is_stored_encrypted_and_never_shown_again(project, owner,
     assert _run(evaluation_launch(project=project, suite=suite, actor=owner, endpoint=endpoint)).status == \
         RunStatus.COMPLETED
     assert server.authorizations() == {f"Bearer {value}"}
-    client_page = api_as(owner).client
-    client_page.force_login(owner)
     page = client_page.get(f"/p/{project.slug}/evals/").content.decode()
-    assert "project:prod" in page and value not in page
+    assert "project:prod" in page and value not in page and "data-secret-form" in page
 
 
 def test_the_evals_page_adds_an_endpoint_with_a_listed_credential_and_checks_its_address(client, project, editor,
-                                                                                         declared):
+                                                                                         declared, settings):
     client.force_login(editor)
     page = client.get(f"/p/{project.slug}/evals/").content.decode()
     assert "data-endpoint-form" in page and "operator:OPENAI" in page and DECLARED not in page
+    assert "the workers reach public addresses only" in page
     form = {"action": "endpoint", "endpoint-slug": "meta", "endpoint-base_url": "http://169.254.169.254/v1",
             "endpoint-model": "m", "endpoint-credential": declared}
     refused = client.post(f"/p/{project.slug}/evals/", form)
@@ -171,9 +175,19 @@ def test_the_evals_page_adds_an_endpoint_with_a_listed_credential_and_checks_its
     forged = client.post(f"/p/{project.slug}/evals/", {**form, "endpoint-base_url": "http://93.184.215.14/v1",
                                                         "endpoint-credential": "operator:SECRET_KEY"})
     assert forged.status_code == 400 and not Endpoint.objects.exists()
-    added = client.post(f"/p/{project.slug}/evals/", {**form, "endpoint-base_url": "http://93.184.215.14/v1"})
-    assert added.status_code == 302
+    added = client.post(f"/p/{project.slug}/evals/", {**form, "endpoint-base_url": "http://93.184.215.14/v1"},
+                        follow=True)
     assert Endpoint.objects.get(slug="meta").credential == declared
+    assert "Added endpoint/meta: 93.184.215.14 is a public address." in added.content.decode()
+    # The demo's allowance of the loopback (make demo sets STUDIO_EGRESS_ALLOW): the form says what the operator
+    # allows, and an address it admitted says by which entry.
+    settings.EGRESS_ALLOW = "127.0.0.0/8 ::1 localhost"
+    page = client.get(f"/p/{project.slug}/evals/").content.decode()
+    assert "what the operator allows in STUDIO_EGRESS_ALLOW here: localhost, 127.0.0.0/8, ::1/128" in page
+    local = client.post(f"/p/{project.slug}/evals/", {**form, "endpoint-slug": "local",
+                                                       "endpoint-base_url": "http://127.0.0.1:8000/v1"}, follow=True)
+    assert ("Added endpoint/local: 127.0.0.1 is a loopback address, admitted by 127.0.0.0/8 in STUDIO_EGRESS_ALLOW."
+            in local.content.decode())
 
 
 def test_inference_servers_the_operator_did_not_list_are_refused_at_create(project, registry, owner, settings):

@@ -70,6 +70,32 @@ def test_a_key_kept_in_the_data_directory_is_read(tmp_path):
         "SECRET_KEY": "from-the-environment"}
 
 
+def test_make_keeps_both_keys_the_demo_needs_and_the_settings_read_them(tmp_path):
+    """`make demo` (its secret-key target) keeps SECRET_KEY and STUDIO_SECRETS_KEY in the data directory: with the
+    second, projects can store their endpoints' API keys in the demo, which without it the evals page offered and
+    always refused."""
+    from cryptography.fernet import Fernet
+
+    def make():
+        done = subprocess.run(["make", "-s", "secret-key", f"STUDIO_DATA_DIR={tmp_path}", f"PYTHON={sys.executable}"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    make()
+    kept = {name: (tmp_path / name).read_text().strip() for name in ("secret_key", "secrets_key")}
+    assert all((tmp_path / name).stat().st_mode & 0o077 == 0 for name in kept)  # owner-only
+    Fernet(kept["secrets_key"])  # a Fernet key, or this raises
+    assert settings_values(environment(tmp_path), "SECRET_KEY", "SECRETS_KEY") == {
+        "SECRET_KEY": kept["secret_key"], "SECRETS_KEY": kept["secrets_key"]}
+    make()  # a later `make demo` keeps them: the stored keys stay readable
+    assert {name: (tmp_path / name).read_text().strip() for name in kept} == kept
+    # The environment's key wins over the kept one; without either, projects store no keys.
+    assert settings_values(environment(tmp_path, STUDIO_SECRETS_KEY="from-the-environment"), "SECRETS_KEY") == {
+        "SECRETS_KEY": "from-the-environment"}
+    assert settings_values(environment(tmp_path / "elsewhere", SECRET_KEY="k" * 50), "SECRETS_KEY") == {
+        "SECRETS_KEY": ""}
+
+
 def test_importing_the_settings_creates_no_directory(tmp_path):
     data_dir = tmp_path / "not" / "there"
     env = environment(data_dir, SECRET_KEY="k" * 50)
