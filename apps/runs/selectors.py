@@ -1,4 +1,5 @@
-"""Reads for runs: the list, one run, its metric history (downsampled here, not in the browser) and its events.
+"""Reads for runs: the list, one run, its place in the queue, its metric history (downsampled here, not in the
+browser) and its events.
 
 History and live updates meet by step: the page asks for everything after the last step it holds (and the
 events after the last event id), so a reconnect fetches only what it missed.
@@ -9,14 +10,16 @@ from __future__ import annotations
 import math
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 
-from django.db.models import Avg, Count, F, Max, Min, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Avg, Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum
 from django.http import Http404
 
 from apps.trajectories.models import Trajectory
 from workers.rl.tasks.overlap import task_label
 
-from .models import ACTIVE_STATUSES, MetricPoint, Run, RunEvent, RunKind
+from .embedded import LANES
+from .models import ACTIVE_STATUSES, CLAIMABLE_STATUSES, MetricPoint, Run, RunEvent, RunKind, RunStatus
 
 MAX_POINTS = 1000  # per series: enough for a chart as wide as a screen
 
@@ -47,6 +50,30 @@ def evaluation_scores(runs: list[Run]) -> list[Run]:
         means = [total / samples for total, samples in tasks[pk].values()]
         run.score = sum(means) / len(means) if means else None
     return runs
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """Where a queued run stands in its lane (embedded.py's LANES: training runs share one, evaluations have theirs):
+    its place among the lane's queued and interrupted runs, claimed oldest first (1: next), and the runs that hold
+    the lane now."""
+
+    lane: str
+    position: int
+    ahead: list[Run]  # queued or interrupted before it, oldest first
+    holding: list[Run]  # running in its lane
+
+
+def run_queue_place(*, run: Run) -> QueuePlace | None:
+    """`run`'s place in the queue of its lane, across projects as the lanes take runs; None unless it is queued."""
+    if run.status != RunStatus.QUEUED:
+        return None
+    lane = "evaluation" if run.kind == RunKind.EVALUATION else "training"
+    runs = LANES[lane](Run.objects.select_related("project"))
+    ahead = list(runs.filter(status__in=CLAIMABLE_STATUSES).filter(
+        Q(created_at__lt=run.created_at) | Q(created_at=run.created_at, pk__lt=run.pk)).order_by("created_at", "pk"))
+    holding = list(runs.filter(status=RunStatus.RUNNING).order_by("started_at"))
+    return QueuePlace(lane=lane, position=len(ahead) + 1, ahead=ahead, holding=holding)
 
 
 def run_list_active(*, projects) -> QuerySet[Run]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
@@ -111,7 +112,8 @@ def run_detail(request, project, run_id):
                "panels": [{"key": p.key, "figure": figures.to_json(figures.panel_figure(p, names, legend=False))}
                           for p, names in panels],
                "panel_rules": figures.panel_rules(),
-               "checkpoints": run.checkpoints.all()[:20]}
+               "checkpoints": run.checkpoints.all()[:20], "queue": selectors.run_queue_place(run=run),
+               "embedded": settings.EMBEDDED}
     return render(request, "runs/run_detail.html", context)
 
 

@@ -6,6 +6,7 @@ import re
 
 from django.urls import reverse
 
+from apps.accounts.services import project_create
 from apps.operations.synthetic import run_synthetic_create, run_synthetic_steps
 from apps.runs.models import Run
 from apps.runs.selectors import metric_history
@@ -98,6 +99,32 @@ def test_the_live_dot_says_ended_once_the_run_is_no_longer_queued_or_running(cli
         Run.objects.filter(pk=run.pk).update(status=status)
         shown = dot.search(client.get(url).content.decode()).groups()
         assert shown == (" ended", f"no live updates: the run is {status}", says), status
+
+
+def test_a_queued_run_says_which_run_holds_its_lane_and_where_it_stands(client, owner, project, registry, studio_run,
+                                                                          settings):
+    settings.EMBEDDED = True  # the demo: one training lane, which the demo's run holds
+    demo, _ = studio_run  # running, at step 30 of 100
+    second = run_synthetic_create(project=project, bundle=registry["bundle"], steps=10, name="second", actor=owner)
+    # The lane is the studio's, not the project's: another project's run queued before it is counted, not named.
+    elsewhere = project_create(team_slug="other-team", slug="elsewhere", name="Elsewhere", owner=owner, via="cli")
+    Run.objects.create(project=elsewhere, name="not-named-here", config={}, config_hash="0", steps_total=10)
+    third = run_synthetic_create(project=project, bundle=registry["bundle"], steps=10, name="third", actor=owner)
+    client.force_login(owner)
+
+    def notice(run) -> str:
+        page = client.get(reverse("runs:run_detail", kwargs={"project": project.slug, "run_id": run.pk}))
+        found = re.search(r"<div [^>]*data-queue>(.*?)</div>", page.content.decode(), re.S)
+        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", found.group(1))).strip() if found else ""
+
+    said = notice(third)
+    assert said.startswith("Queued: number 3 in the training queue, after second (queued), a run of another project "
+                           "(queued).") and "not-named-here" not in said, said
+    assert ("It waits for live-run (running, step 30 / 100), which holds the training lane: this studio runs one "
+            "training run at a time, so this one starts when that one ends or is paused and the runs before it have "
+            "had their turn.") in said, said
+    assert notice(second).startswith("Queued: number 1 in the training queue. It waits for live-run")
+    assert notice(demo) == ""  # running: no queue
 
 
 def test_compare_leaves_out_ids_that_are_no_runs(client, owner, project, studio_run):
