@@ -10,10 +10,9 @@ from its newest checkpoint trains exactly as if it had never stopped.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from workers.storage import Storage
@@ -55,7 +54,7 @@ class SupervisedCounters:
     last_loss: float | None = None
 
     def state(self) -> dict:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
     @classmethod
     def from_state(cls, state: dict) -> SupervisedCounters:
