@@ -82,10 +82,10 @@ def test_review_to_dataset_to_dpo_run_to_eval_comparison(page_as, live_url, proj
     page.select_option("select[name=kind]", "dpo")
     page.fill("input[name=steps]", "1")
     page.fill("input[name=name]", "dpo-from-review")
-    for name, value in (("model", "model/tiny"), ("dataset", "dataset/review-pairs@1"), ("batch_size", "2"),
-                        ("eval_tasks_per_domain", "0")):
+    # A DPO run's form offers only its kind's settings: no evaluation tasks, no inference engine (it samples none).
+    assert page.locator("input[name=eval_tasks_per_domain]").is_hidden()
+    for name, value in (("model", "model/tiny"), ("dataset", "dataset/review-pairs@1"), ("batch_size", "2")):
         page.fill(f"input[name={name}]", value)
-    page.select_option("select[name=engine]", "transformers")
     page.click("[data-review]")
     page.click("[data-queue]")
     page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}/$"))
