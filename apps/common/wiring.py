@@ -254,7 +254,7 @@ def _demo_corpus(model: str, tasks: TaskSet | None, dataset_file: str):
     """What the built-in demo model is pretrained on: the tasks' reference answers, or, for an SFT or DPO run
     without tasks, its dataset's conversations. None for any other model, which reads neither."""
     from workers.rl.models import build
-    from workers.rl.training.datasets import dataset_corpus
+    from workers.rl.training.data_files import dataset_corpus
 
     if model != build.DEMO_MODEL:
         return None

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from apps.accounts.models import Project
-from apps.registry.datasets import dataset_file
+from apps.registry.dataset_store import dataset_file
 from apps.registry.models import Definition, Version
 
 ROWS_PER_PAGE = 25

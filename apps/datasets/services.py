@@ -4,7 +4,7 @@ them as the next version of its `dataset` definition (apps/registry), pinning th
 A build reads every source in order (sources.py), drops a row that repeats an earlier one (provenance aside) and
 every row that answers a task an eval suite of the project asks — by task for the archive's rows (the overlap check
 review exports do, apps/evals' suite_task_ids), by the prompt's text for uploaded ones — then stores the rows as
-canonical JSONL (apps/registry/datasets.py) and publishes the spec with their hash, count and what was left out.
+canonical JSONL (apps/registry/dataset_store.py) and publishes the spec with their hash, count and what was left out.
 The same sources over an archive that has not changed give the same bytes, so the version stays the same.
 """
 
@@ -17,7 +17,7 @@ from django.db import transaction
 from apps.accounts.models import Project
 from apps.accounts.services import audit_record
 from apps.evals.selectors import suite_task_list
-from apps.registry.datasets import jsonl_store, upload_key
+from apps.registry.dataset_store import jsonl_store, upload_key
 from apps.registry.errors import SpecError
 from apps.registry.services import Published, version_publish
 from workers.definitions.specs import DatasetSpec, parse_spec

@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.http import Http404
 
 from apps.accounts.models import Project
-from apps.registry.datasets import jsonl_read, upload_key
-from apps.review.datasets import conversation, dataset_rows
+from apps.registry.dataset_store import jsonl_read, upload_key
+from apps.review.exports import conversation, dataset_rows
 from apps.review.selectors import queue_get
 from apps.runs.checkpoints import CheckpointNotFound, run_find
 from apps.runs.models import Run, RunKind, RunStatus

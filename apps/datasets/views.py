@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page, project_for_user
-from apps.registry.datasets import DatasetUnavailable, dataset_file
+from apps.registry.dataset_store import DatasetUnavailable, dataset_file
 
 from . import selectors
 from .errors import DatasetError

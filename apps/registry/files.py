@@ -7,7 +7,7 @@ Layout of an export directory:
     task_template/<slug>.instances.jsonl  the newest version's task instances, one JSON object per line
     task_template/<slug>.instances/<digest>.jsonl
                                           older instance sets that differ from the newest one
-    dataset/<slug>.rows/<sha256>.jsonl    the rows each version of a dataset pins (datasets.py), by their hash
+    dataset/<slug>.rows/<sha256>.jsonl    the rows each version of a dataset pins (dataset_store.py), by their hash
     dataset/<slug>.uploads/<sha256>.jsonl the uploaded files its sources name
 
 `history` carries every version (number, message, content hash, spec) so an empty registry rebuilds the same
@@ -32,7 +32,7 @@ from apps.accounts.services import audit_record, project_create
 from workers.definitions.canonical import MAX_DEPTH, data_problem
 from workers.definitions.specs import KINDS, PUBLISH_ORDER, SLUG_RE, validate_spec
 
-from .datasets import jsonl_read, jsonl_store, rows_key, upload_key
+from .dataset_store import jsonl_read, jsonl_store, rows_key, upload_key
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
 from .models import Alias, Definition, Version
 from .refs import parse_ref

@@ -29,7 +29,7 @@ from workers.rl.models.weights import WeightsMismatch, source_model, weights_sha
 
 from .bulk import bulk_insert, json_text
 from .closure import check_references, resolve_bundle
-from .datasets import dataset_spec_check
+from .dataset_store import dataset_spec_check
 from .errors import FieldError, PublishConflict, SpecError
 from .models import Alias, Definition, InstanceSet, InstanceSetMember, TaskInstance, Version
 from .refs import LATEST

@@ -26,7 +26,7 @@ from . import selectors
 from .agreement import queue_agreement
 from .calibration import calibration_cards
 from .canaries import canaries_check, canary_from_item
-from .datasets import dataset_rows
+from .exports import dataset_rows
 from .models import Canary
 from .services import ReviewError, adjudicate, item_next, item_skip, label_amend, label_submit, queue_create
 

@@ -22,7 +22,7 @@ from . import selectors
 from .agreement import queue_agreement
 from .calibration import calibration_cards
 from .canaries import canaries_check, canary_from_item, is_hack
-from .datasets import KINDS
+from .exports import KINDS
 from .forms import QueueCreateForm
 from .models import Adjudication, QueueItem
 from .rubrics import questions

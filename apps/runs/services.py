@@ -37,7 +37,7 @@ from workers.rl.models.weights import source_model
 from workers.rl.types import Trajectory
 
 from . import live
-from .datasets import DatasetRefused, dataset_pin
+from .dataset_pins import DatasetRefused, dataset_pin
 from .dispatch import run_enqueue
 from .models import (
     ACTIVE_STATUSES,

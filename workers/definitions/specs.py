@@ -689,7 +689,7 @@ class TrajectoriesSource(Spec):
 
 class ReviewPairsSource(Spec):
     """A review queue's preference pairs: an accepted trajectory over a sibling of its group that was labelled
-    otherwise, or scored lower (apps/review/datasets.py)."""
+    otherwise, or scored lower (apps/review/exports.py)."""
 
     type: Literal["review_pairs"]
     queue: str = Field(pattern=rf"^{SLUG_RE}$")

@@ -376,7 +376,7 @@ class SFTConfig(TrainingConfig):
 
     dataset: str = ""
     """The training data: a dataset version (dataset/SLUG@N) or, from the command line only (`train --kind sft
-    --dataset PATH`), a JSONL file in TRL's conversational formats (workers/rl/training/datasets.py). The run pins
+    --dataset PATH`), a JSONL file in TRL's conversational formats (workers/rl/training/data_files.py). The run pins
     the file's sha256 (dataset_sha256) and refuses a file that changed."""
     dataset_file: str = ""
     """Set by the studio: the file the run reads (the path given, made absolute; or where the studio wrote the

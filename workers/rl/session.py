@@ -18,7 +18,7 @@ from .protocols import Model, ToolRunner, Tracker, Verifier
 from .rollout.metrics import Prices
 from .tasks.scheduler import Curriculum, Scheduler
 from .tasks.taskset import TaskSet
-from .training.datasets import read_dataset
+from .training.data_files import read_dataset
 from .training.distributed import rollout_engine, trainer_for
 from .training.supervised_pipeline import SupervisedPipeline
 

@@ -17,7 +17,7 @@ from workers.rl.config import EvaluationConfig, EvaluationPlan, RolloutConfig
 from workers.rl.rollout.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
 from workers.rl.tasks.taskset import TaskSet
 
-from ..datasets import dataset_here
+from ..dataset_pins import dataset_here
 from ..models import Run
 from .base import Attempt
 

@@ -11,7 +11,7 @@ from apps.common import wiring
 from apps.registry.pins import bundle_tasks
 from workers.rl.session import build_supervised_pipeline
 
-from ..datasets import dataset_here
+from ..dataset_pins import dataset_here
 from ..stages import start_weights
 from .base import Attempt, process_exiting
 

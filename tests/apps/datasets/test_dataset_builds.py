@@ -10,7 +10,7 @@ import pytest
 
 from apps.datasets.errors import DatasetError
 from apps.datasets.services import dataset_build, dataset_upload
-from apps.registry.datasets import DatasetUnavailable, dataset_materialise, rows_key
+from apps.registry.dataset_store import DatasetUnavailable, dataset_materialise, rows_key
 from apps.registry.errors import SpecError
 from apps.registry.services import version_publish
 from apps.runs.models import RunKind, RunStatus

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.datasets.services import dataset_build
-from apps.runs.datasets import dataset_here
+from apps.runs.dataset_pins import dataset_here
 from apps.runs.models import Run
 from apps.runs.services import RunError, run_create
 

@@ -10,7 +10,7 @@ import pytest
 
 from apps.datasets.errors import DatasetError
 from apps.demo.cold_start import cold_start
-from apps.registry.datasets import dataset_materialise
+from apps.registry.dataset_store import dataset_materialise
 from apps.registry.services import version_publish
 from apps.runs.models import Run, RunKind, RunStatus
 from apps.runs.services import run_create

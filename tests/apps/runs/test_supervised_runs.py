@@ -17,7 +17,7 @@ from apps.runs.models import MetricPoint, Run
 from apps.runs.services import RunError, run_create
 from workers.rl.bench.supervised import addition_conversations, addition_preferences, write_jsonl
 from workers.rl.models.hf_tiny import make_tiny_hf_model
-from workers.rl.training.datasets import file_sha256
+from workers.rl.training.data_files import file_sha256
 
 PANELS = {"sft": ("Training loss", "Learning rate", "Gradient norm"),
           "dpo": ("Training loss", "DPO: pairs whose chosen answer is preferred", "DPO: implicit rewards")}

@@ -34,7 +34,7 @@ from pathlib import Path
 from workers.rl.config import config_class
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model
-from workers.rl.training.datasets import read_dataset
+from workers.rl.training.data_files import read_dataset
 from workers.rl.training.supervised import DPOTrainer, SFTTrainer
 from workers.rl.training.supervised_pipeline import tokenize_row
 

@@ -101,7 +101,7 @@ def build_model(config: PolicyConfig, corpus: Corpus | None, *, models_dir: Path
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
                 server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True) -> Model:
     """The run's model on the device the config asks for. The built-in demo model is pretrained on `corpus` (a
-    bundle's tasks' `demo_corpus`, or an SFT or DPO run's dataset's: training/datasets.py); no other model reads
+    bundle's tasks' `demo_corpus`, or an SFT or DPO run's dataset's: training/data_files.py); no other model reads
     it. `models_dir` caches built-in base models (and `shared`,
     if given, shares them between hosts); `progress(step, loss, seconds)` follows a pretraining. With
     `weights` (where a GRPO run with inference_servers publishes its weights), the engine is the servers'

@@ -19,7 +19,7 @@ from workers.storage import Storage
 
 from ..config import SFTConfig
 from ..protocols import Policy, Tracker, TrainingChat
-from .datasets import SFT, ConversationRow, PreferenceRow, step_rows
+from .data_files import SFT, ConversationRow, PreferenceRow, step_rows
 from .loop import StepRecord, TrainingLoop
 from .supervised import DPOTrainer, PairRow, SFTTrainer, TokenRow, truncated
 

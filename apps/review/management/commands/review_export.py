@@ -1,6 +1,6 @@
 """`manage.py review_export QUEUE --kind sft|preference|hacks --out PATH [--format jsonl|parquet|hf]
 [--question verdict] [--accept correct] [--project SLUG]`: a dataset from a review queue's labels
-(apps/review/datasets.py), each row with its provenance."""
+(apps/review/exports.py), each row with its provenance."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.http import Http404
 
 from apps.accounts.selectors import project_for_command
 from apps.evals.selectors import suite_task_ids
-from apps.review.datasets import FORMATS, KINDS, dataset_rows, write_dataset
+from apps.review.exports import FORMATS, KINDS, dataset_rows, write_dataset
 from apps.review.selectors import queue_get
 
 

@@ -19,7 +19,7 @@ from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.session import build_supervised_pipeline
 from workers.rl.training.checkpoint import checkpoints
-from workers.rl.training.datasets import file_sha256
+from workers.rl.training.data_files import file_sha256
 from workers.rl.training.tracking import MemoryTracker
 
 STEPS, KILLED_AT = 4, 3  # checkpoints at steps 2 and 4: killed after step 3, resumed from step 2

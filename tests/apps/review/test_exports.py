@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.core.management import call_command
 
-from apps.review.datasets import dataset_rows
+from apps.review.exports import dataset_rows
 from tests.support.review import labelled_queue
 
 

@@ -1,4 +1,4 @@
-"""The SFT and DPO data contract (workers/rl/training/datasets.py) and what the trainer makes of a row: a file
+"""The SFT and DPO data contract (workers/rl/training/data_files.py) and what the trainer makes of a row: a file
 that breaks the contract is refused naming its line, a changed file is refused against its pinned hash, the rows
 of a step follow from the seed alone, and only the assistant's tokens are trained on — prompts and tool results
 are context — with the chat template of a Hugging Face model and with the demo's character model alike."""
@@ -9,7 +9,7 @@ import pytest
 
 from workers.rl.models.chat_formats import CharChat, HFChat
 from workers.rl.models.hf_tiny import char_tokenizer
-from workers.rl.training.datasets import DatasetError, file_sha256, read_dataset, step_rows
+from workers.rl.training.data_files import DataFileError, file_sha256, read_dataset, step_rows
 
 CALL = {"type": "function", "function": {"name": "run_python", "arguments": "{\"code\": \"print(2+3)\"}"}}
 CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"},
@@ -38,7 +38,7 @@ def test_a_row_that_breaks_the_contract_is_refused_naming_its_line(tmp_path, kin
         "prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "assistant", "content": "a"}],
         "rejected": [{"role": "assistant", "content": "b"}]}
     path = _write(tmp_path / "data.jsonl", good, line)
-    with pytest.raises(DatasetError, match=expected):
+    with pytest.raises(DataFileError, match=expected):
         read_dataset(path, kind)
 
 
@@ -50,7 +50,7 @@ def test_provenance_is_ignored_tool_calls_become_the_studios_format_and_a_change
     assert row.messages[2]["content"] == '<tool_call>\n{"name": "run_python", "arguments": {"code": ' \
                                          '"print(2+3)"}}\n</tool_call>'
     path.write_text(path.read_text().replace("2+3?", "2+4?"))
-    with pytest.raises(DatasetError, match="changed since the run pinned it"):
+    with pytest.raises(DataFileError, match="changed since the run pinned it"):
         read_dataset(path, "sft", sha256=pinned)
 
 

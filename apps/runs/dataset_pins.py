@@ -1,7 +1,7 @@
 """What an SFT or DPO run trains on, pinned when the run is created: the file it reads and that file's sha256.
 
 A dataset is named as a dataset version (`dataset/SLUG@N`, a registry definition built by apps/datasets), which
-resolves to the file the studio writes for it (apps/registry/datasets.py), from anywhere; or as a JSONL file's
+resolves to the file the studio writes for it (apps/registry/dataset_store.py), from anywhere; or as a JSONL file's
 path — from the command line only: a path typed into a page or the API would let its author read any file of
 the studio's host. Either way the run's config records the file and its hash (SFTConfig.dataset_file,
 dataset_sha256), and the file is read and checked row by row now, so a broken line is refused before a worker
@@ -15,10 +15,10 @@ import dataclasses
 from pathlib import Path
 
 from apps.accounts.models import Project
-from apps.registry.datasets import dataset_materialise
+from apps.registry.dataset_store import dataset_materialise
 from apps.registry.errors import VersionNotFound
 from workers.rl.config import SFTConfig
-from workers.rl.training.datasets import DatasetError, file_sha256, read_dataset
+from workers.rl.training.data_files import DataFileError, file_sha256, read_dataset
 
 FORMAT_OF_KIND = {"sft": "sft", "dpo": "preference"}  # a run kind -> the dataset format it trains on
 
@@ -52,7 +52,7 @@ def dataset_pin(*, project: Project, dataset: str, kind: str, via: str) -> dict:
         sha256 = file_sha256(path)
     try:
         read_dataset(path, kind, sha256=sha256)
-    except DatasetError as exc:
+    except DataFileError as exc:
         raise DatasetRefused(str(exc)) from None
     return {"dataset": dataset, "dataset_file": str(path), "dataset_sha256": sha256}
 

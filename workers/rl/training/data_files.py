@@ -28,7 +28,7 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_ROWS = 10_000_000
 
 
-class DatasetError(ValueError):
+class DataFileError(ValueError):
     """The dataset file breaks the row contract; the message names the file, the line and the fix."""
 
 
@@ -67,53 +67,53 @@ def read_dataset(path: Path | str, kind: str, *, sha256: str = "") -> list[Conve
     if kind not in (SFT, DPO):
         raise ValueError(f"datasets train sft or dpo runs, not {kind!r}")
     if not path.is_file():
-        raise DatasetError(f"dataset {path}: no such file (the run reads it where it trains)")
+        raise DataFileError(f"dataset {path}: no such file (the run reads it where it trains)")
     if sha256 and file_sha256(path) != sha256:
-        raise DatasetError(f"dataset {path}: its content changed since the run pinned it (sha256 {sha256[:12]}…); "
+        raise DataFileError(f"dataset {path}: its content changed since the run pinned it (sha256 {sha256[:12]}…); "
                            "start a new run on the file as it is now, or put the pinned file back")
     rows = []
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if len(raw) > MAX_LINE_BYTES:
-                raise DatasetError(f"{path}, line {number}: longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB")
+                raise DataFileError(f"{path}, line {number}: longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB")
             if not raw.strip():
                 continue
             if len(rows) >= MAX_ROWS:
-                raise DatasetError(f"{path}: more than {MAX_ROWS:,} rows")
+                raise DataFileError(f"{path}: more than {MAX_ROWS:,} rows")
             try:
                 data = json.loads(raw)
             except (UnicodeDecodeError, ValueError) as exc:
-                raise DatasetError(f"{path}, line {number}: not a JSON object ({exc})") from None
+                raise DataFileError(f"{path}, line {number}: not a JSON object ({exc})") from None
             rows.append(_row(data, kind, number, path))
     if not rows:
-        raise DatasetError(f"dataset {path}: no rows (one JSON object per line)")
+        raise DataFileError(f"dataset {path}: no rows (one JSON object per line)")
     return rows
 
 
 def _row(data, kind: str, line: int, path: Path) -> ConversationRow | PreferenceRow:
     where = f"{path}, line {line}"
     if not isinstance(data, dict):
-        raise DatasetError(f"{where}: a row is a JSON object, not {type(data).__name__}")
+        raise DataFileError(f"{where}: a row is a JSON object, not {type(data).__name__}")
     tools = data.get("tools") or ()
     if isinstance(tools, str):  # TRL's datasets keep tools as a JSON string column
         try:
             tools = json.loads(tools)
         except ValueError:
-            raise DatasetError(f"{where}: tools is a string that is not JSON") from None
+            raise DataFileError(f"{where}: tools is a string that is not JSON") from None
     if not isinstance(tools, list | tuple) or not all(isinstance(t, dict) for t in tools):
-        raise DatasetError(f"{where}: tools is a list of function schemas (objects)")
+        raise DataFileError(f"{where}: tools is a list of function schemas (objects)")
     tools = tuple(t.get("function", t) if t.get("type") == "function" else t for t in tools)
     if kind == SFT:
         if "messages" not in data:
-            raise DatasetError(f"{where}: an SFT row is {{\"messages\": [...]}}; found keys {sorted(data)[:8]}"
+            raise DataFileError(f"{where}: an SFT row is {{\"messages\": [...]}}; found keys {sorted(data)[:8]}"
                                + (" (a preference row: train it with --kind dpo)" if "chosen" in data else ""))
         messages = _messages(data["messages"], f"{where}: messages")
         if not any(m["role"] == "assistant" for m in messages):
-            raise DatasetError(f"{where}: no assistant message, so nothing to train on")
+            raise DataFileError(f"{where}: no assistant message, so nothing to train on")
         return ConversationRow(line, messages, tools)
     missing = [key for key in ("prompt", "chosen", "rejected") if key not in data]
     if missing:
-        raise DatasetError(f"{where}: a preference row is {{\"prompt\": [...], \"chosen\": [...], \"rejected\": "
+        raise DataFileError(f"{where}: a preference row is {{\"prompt\": [...], \"chosen\": [...], \"rejected\": "
                            f"[...]}}; {', '.join(missing)} missing"
                            + (" (an SFT row: train it with --kind sft)" if "messages" in data else ""))
     prompt = _messages(data["prompt"], f"{where}: prompt")
@@ -121,43 +121,43 @@ def _row(data, kind: str, line: int, path: Path) -> ConversationRow | Preference
     rejected = _messages(data["rejected"], f"{where}: rejected")
     for name, answer in (("chosen", chosen), ("rejected", rejected)):
         if not answer or answer[0]["role"] != "assistant":
-            raise DatasetError(f"{where}: {name} starts with the assistant's answer to the prompt")
+            raise DataFileError(f"{where}: {name} starts with the assistant's answer to the prompt")
     if prompt[-1]["role"] == "assistant":
-        raise DatasetError(f"{where}: the prompt ends with an assistant message; the answers belong in chosen and "
+        raise DataFileError(f"{where}: the prompt ends with an assistant message; the answers belong in chosen and "
                            "rejected")
     return PreferenceRow(line, prompt, chosen, rejected, tools)
 
 
 def _messages(value, where: str) -> tuple[dict, ...]:
     if not isinstance(value, list) or not value:
-        raise DatasetError(f"{where}: a non-empty list of messages")
+        raise DataFileError(f"{where}: a non-empty list of messages")
     messages = []
     for index, message in enumerate(value):
         at = f"{where}[{index}]"
         if not isinstance(message, dict):
-            raise DatasetError(f"{at}: a message is an object with role and content")
+            raise DataFileError(f"{at}: a message is an object with role and content")
         role = message.get("role")
         if role not in ROLES:
-            raise DatasetError(f"{at}: role {str(role)[:40]!r} is not one of {', '.join(ROLES)}")
+            raise DataFileError(f"{at}: role {str(role)[:40]!r} is not one of {', '.join(ROLES)}")
         content = message.get("content")
         if content is None:
             content = ""
         if isinstance(content, list):  # OpenAI's content parts: the text ones, joined
             if not all(isinstance(part, dict) and part.get("type") == "text" for part in content):
-                raise DatasetError(f"{at}: only text content parts can be trained on")
+                raise DataFileError(f"{at}: only text content parts can be trained on")
             content = "".join(str(part.get("text", "")) for part in content)
         if not isinstance(content, str):
-            raise DatasetError(f"{at}: content is text")
+            raise DataFileError(f"{at}: content is text")
         calls = message.get("tool_calls") or []
         if calls and role != "assistant":
-            raise DatasetError(f"{at}: only an assistant message makes tool calls")
+            raise DataFileError(f"{at}: only an assistant message makes tool calls")
         if not isinstance(calls, list):
-            raise DatasetError(f"{at}: tool_calls is a list")
+            raise DataFileError(f"{at}: tool_calls is a list")
         blocks = [_tool_call_text(call, f"{at}.tool_calls[{n}]") for n, call in enumerate(calls)]
         if blocks:
             content = "\n".join([content, *blocks]) if content else "\n".join(blocks)
         if role != "assistant" and not content:
-            raise DatasetError(f"{at}: a {role} message with no content")
+            raise DataFileError(f"{at}: a {role} message with no content")
         messages.append({"role": role, "content": content})
     return tuple(messages)
 
@@ -166,14 +166,14 @@ def _tool_call_text(call, at: str) -> str:
     """An OpenAI-style tool call as the Hermes block the studio's agent loop parses (and HFChat teaches)."""
     function = call.get("function", call) if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise DatasetError(f"{at}: a tool call names its function: {{\"function\": {{\"name\": ..., "
+        raise DataFileError(f"{at}: a tool call names its function: {{\"function\": {{\"name\": ..., "
                            "\"arguments\": {...}}}")
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
         except ValueError:
-            raise DatasetError(f"{at}: arguments is a string that is not JSON") from None
+            raise DataFileError(f"{at}: arguments is a string that is not JSON") from None
     payload = json.dumps({"name": function["name"], "arguments": arguments}, ensure_ascii=False)
     return f"<tool_call>\n{payload}\n</tool_call>"
 
