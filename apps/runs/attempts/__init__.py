@@ -11,7 +11,7 @@ from __future__ import annotations
 from workers.telemetry import log_context
 
 from ..models import Run, RunKind
-from .base import Attempt, Unfinished
+from .base import Attempt, Unfinished, stop_on_signals
 from .evaluation import EvaluationAttempt
 from .reference import ReferenceAttempt
 from .supervised import SupervisedAttempt
@@ -34,4 +34,4 @@ def run_attempt(*, run_id, attempt: int, progress=None, pretrain_progress=None) 
         return ATTEMPTS[run.kind](run, attempt, progress=progress, pretrain_progress=pretrain_progress).carry_out()
 
 
-__all__ = ["ATTEMPTS", "Unfinished", "run_attempt"]
+__all__ = ["ATTEMPTS", "Unfinished", "run_attempt", "stop_on_signals"]

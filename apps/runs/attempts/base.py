@@ -8,9 +8,14 @@ last word: completed, paused, cancelled or interrupted), or, without a word on t
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from enum import StrEnum
 
 from django.conf import settings
@@ -35,6 +40,38 @@ log = logging.getLogger(__name__)
 # executors start refusing. (Checking `main_thread().is_alive()` instead raced with them.)
 process_exiting = threading.Event()
 threading._register_atexit(process_exiting.set)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """For a process whose main thread waits on its attempt (`train --headless`, `evaluate --headless`): the first
+    SIGINT or SIGTERM asks the attempt to stop as the embedded studio's stop does — the step it finished is
+    checkpointed and the run marked interrupted — rather than a KeyboardInterrupt leaving the run "running" with
+    nothing running. A second signal exits at once. Outside the main thread (no handlers can be set there) it does
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def asked(signum, _frame):
+        if process_exiting.is_set():
+            sys.stderr.write(f"{signal.Signals(signum).name} again: exiting now\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        sys.stderr.write(f"{signal.Signals(signum).name}: stopping; the run keeps the last step it finished (its "
+                         "checkpoint) and is marked interrupted (a second signal exits at once)\n")
+        sys.stderr.flush()
+        process_exiting.set()
+
+    previous = {signum: signal.signal(signum, asked) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        # This process goes on (a test, a shell calling the command twice): the next attempt must not stop at once.
+        process_exiting.clear()
+
 
 OUTCOME_STATUS = {"completed": RunStatus.COMPLETED, "paused": RunStatus.PAUSED, "cancelled": RunStatus.CANCELLED,
                   "interrupted": RunStatus.INTERRUPTED}

@@ -7,10 +7,15 @@ dataset alone: the model named by --set (the built-in demo model then pretrained
 Dataset versions (dataset/SLUG@N): tests/apps/datasets."""
 
 import json
+import os
+import signal
+import threading
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connections
+from django.db.models import Max
 from django.urls import reverse
 
 from apps.runs.models import MetricPoint, Run
@@ -107,3 +112,48 @@ def test_a_dataset_is_refused_where_it_cannot_be_trained_on(project, registry, o
                    overrides={"dataset": str(good), "model": str(tiny_model)})
     assert refused.value.errors[0].field == "dataset"
     assert not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ctrl_c_of_a_headless_run_keeps_its_last_finished_step_and_marks_it_interrupted(project, registry, tiny_model,
+                                                                                        tmp_path):
+    """`train --headless` stopped by Ctrl-C (SIGINT to its process) checkpoints the step it finished, even off the
+    checkpoint schedule, and the run is interrupted, not left "running" with nothing running; `--resume` goes on
+    from there to the end."""
+    data = write_jsonl(tmp_path / "data.jsonl", addition_conversations(4))
+    steps = 400
+
+    done = threading.Event()
+
+    def interrupt_after_some_steps():  # Ctrl-C once the run has recorded its third step
+        connection = connections.create_connection("default")
+        try:
+            while not done.wait(0.02):
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT max(step) FROM runs_metricpoint")
+                    if (cursor.fetchone()[0] or 0) >= 3:
+                        os.kill(os.getpid(), signal.SIGINT)
+                        return
+        finally:
+            connection.close()
+
+    threading.Thread(target=interrupt_after_some_steps, daemon=True).start()
+    out = StringIO()
+    call_command("train", "--bundle", "arith-bundle", "--kind", "sft", "--dataset", str(data), "--steps", str(steps),
+                 "--headless", "--json", "--set", f"model={tiny_model}", "--set", "batch_size=2",
+                 "--set", "checkpoint_every=1000", stdout=out, stderr=StringIO())
+    done.set()
+    summary = json.loads(out.getvalue())
+    run = Run.objects.get(kind="sft")
+    assert summary["outcome"] == "interrupted" and run.status == "interrupted"
+    assert 3 <= run.step < steps
+    assert list(run.checkpoints.values_list("step", flat=True)) == [run.step]  # off schedule: the step it finished
+    assert MetricPoint.objects.filter(run=run).aggregate(Max("step"))["step__max"] == run.step
+
+    interrupted_at = run.step
+    out = StringIO()
+    call_command("train", "--resume", str(run.pk), "--headless", "--json", stdout=out, stderr=StringIO())
+    summary = json.loads(out.getvalue())
+    run.refresh_from_db()
+    assert (summary["outcome"], summary["resumed_from_step"], run.status, run.step) == (
+        "completed", interrupted_at, "completed", steps)

@@ -56,13 +56,14 @@ class Command(BaseCommand):
             self.stdout.write(f"evaluation {evaluation.pk} queued: {evaluation.label} on {version.ref} "
                               f"({evaluation.run.steps_total} batches)")
             return
-        from apps.runs.attempts import run_attempt
+        from apps.runs.attempts import run_attempt, stop_on_signals
         from apps.runs.services import run_claim
 
         attempt = run_claim(run_id=evaluation.run_id, stale_after=0)
         if attempt is None:
             raise CommandError("a worker took the evaluation first; follow it on its page")
-        run_attempt(run_id=evaluation.run_id, attempt=attempt)
+        with stop_on_signals():  # Ctrl-C: the batches archived are kept and the evaluation is marked interrupted
+            run_attempt(run_id=evaluation.run_id, attempt=attempt)
         evaluation.refresh_from_db()
         [row] = results.leaderboard([evaluation]).rows
         scores = {domain: {"score": s.mean, "low": s.low, "high": s.high, "tasks": s.tasks, "samples": s.samples,

@@ -1,7 +1,7 @@
 """`manage.py train --bundle SLUG[@N] --steps N [--headless] [--json] [--set KEY=VALUE ...] [--if-idle] [--prepare]`:
 start a run. `manage.py train --resume ID --headless`: train an existing run here, from its newest checkpoint.
 `--kind sft|dpo --dataset FILE.jsonl|dataset/SLUG@N`: supervised fine-tuning or DPO on a dataset
-(workers/rl/training/datasets.py) instead of GRPO. With --bundle, the bundle gives the model and its settings;
+(workers/rl/training/data_files.py) instead of GRPO. With --bundle, the bundle gives the model and its settings;
 without, the run is on its dataset alone: the model is `--set model=...` (default builtin:demo-tiny, then
 pretrained on the dataset's own conversations) and the settings are the defaults and --set.
 
@@ -31,8 +31,8 @@ from apps.registry.errors import VersionNotFound
 from apps.registry.pins import bundle_tasks
 from apps.registry.refs import Ref, split_slug_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.attempts import Unfinished, run_attempt
-from apps.runs.datasets import dataset_here
+from apps.runs.attempts import Unfinished, run_attempt, stop_on_signals
+from apps.runs.dataset_pins import dataset_here
 from apps.runs.dispatch import run_enqueue
 from apps.runs.models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS, EventKind, Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create, run_request
@@ -208,8 +208,9 @@ class Command(BaseCommand):
                     f"reward {reward:.3f} · " if reward is not None else "") + f"{per_hour:,.0f} effective traj/h · "
                     f"busy {points.get('trainer/busy_fraction', 0):.0%}")
 
-            return run_attempt(run_id=run.pk, attempt=attempt, progress=step_progress,
-                               pretrain_progress=pretrain_progress)
+            with stop_on_signals():  # Ctrl-C: the run keeps its last finished step and is marked interrupted
+                return run_attempt(run_id=run.pk, attempt=attempt, progress=step_progress,
+                                   pretrain_progress=pretrain_progress)
 
 
 def _dumps(data, indent):
