@@ -52,7 +52,7 @@ def trajectory_rows(project: Project, source: dict, field: str) -> list[dict]:
     try:
         selected = trajectory_filter(project=project, filters=filters)
     except BadFilter as exc:
-        raise DatasetError(str(exc), field=field) from None
+        raise DatasetError(str(exc), field=f"{field}.{exc.field}") from None
     reviews = {}
     if source["accepted_in"]:
         # What the queue's reviewers accepted (or its adjudicator decided), with their labels: review's own rule.

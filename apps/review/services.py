@@ -57,8 +57,8 @@ def _draw(*, project, filters: dict, sampling: dict, among: list | None = None) 
                           field=f"filters.{unknown[0]}")
     try:
         rows = trajectory_filter(project=project, filters=filters)
-    except BadFilter as exc:
-        raise ReviewError(str(exc), field="filters") from None
+    except BadFilter as exc:  # the filter's own name, inside the queue's `filters`
+        raise ReviewError(str(exc), field=f"filters.{exc.field}") from None
     if among is not None:
         rows = rows.filter(pk__in=among)
     if rule == "list":

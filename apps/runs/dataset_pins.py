@@ -15,6 +15,7 @@ import dataclasses
 from pathlib import Path
 
 from apps.accounts.models import Project
+from apps.common.errors import StudioError
 from apps.registry.dataset_store import dataset_materialise
 from apps.registry.errors import VersionNotFound
 from workers.rl.config import SFTConfig
@@ -23,14 +24,17 @@ from workers.rl.training.data_files import DataFileError, file_sha256, read_data
 FORMAT_OF_KIND = {"sft": "sft", "dpo": "preference"}  # a run kind -> the dataset format it trains on
 
 
-class DatasetRefused(ValueError):
-    """The dataset cannot be trained on, in words for whoever named it."""
+class DatasetRefused(StudioError, ValueError):
+    """The dataset cannot be trained on, in words for whoever named it; its field is the run's `dataset`."""
+
+    def __init__(self, message: str):
+        super().__init__(message, field="dataset")
 
 
 def dataset_pin(*, project: Project, dataset: str, kind: str, via: str) -> dict:
     """The settings an SFT or DPO run pins for `dataset`: {dataset (a version's exact ref), dataset_file,
-    dataset_sha256}. DatasetRefused with the
-    reason (no such file, not from the command line, a line that breaks the row contract)."""
+    dataset_sha256}. DatasetRefused with the reason (no such file, not from the command line, a line that breaks
+    the row contract)."""
     if not dataset:
         raise DatasetRefused(f"a {kind} run trains on a dataset: name a JSONL file (train --dataset PATH)")
     if dataset.startswith("dataset/"):

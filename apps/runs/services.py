@@ -145,7 +145,7 @@ def run_config_resolve(*, project: Project, bundle: Version | None, kind: str = 
         try:
             config = replace(config, **dataset_pin(project=project, dataset=config.dataset, kind=kind, via=via))
         except DatasetRefused as exc:
-            raise _config_refused([FieldError("dataset", str(exc))]) from None
+            raise _config_refused(exc.errors) from None
     stored = config.to_dict()
     return stored, config_hash(bundle_hash=bundle.content_hash if bundle is not None else "", config=stored)
 

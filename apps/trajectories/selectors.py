@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from apps.common.errors import StudioError
+
 from .models import Trajectory
 
 PAGE_SIZE = 50
@@ -41,12 +43,13 @@ LIST_COLUMNS = ("id", "run_id", "run__name", "seq", "sample", "domain", "templat
                 "num_tool_calls", "completion_tokens", "duration_s", "cost", "finished_at")
 
 
-class BadCursor(ValueError):
-    pass
+class BadCursor(StudioError, ValueError):
+    """A page's `after` cursor that no page of ours made (edited, cut short, or from another sort's column)."""
 
 
-class BadFilter(ValueError):
-    """A filter value that cannot name anything (a run that is not a UUID, a policy version that is no number)."""
+class BadFilter(StudioError, ValueError):
+    """A filter value that cannot name anything (a run that is not a UUID, a policy version that is no number);
+    its field is the filter's name."""
 
 
 @dataclass
@@ -65,7 +68,7 @@ def cursor_encode(value, pk) -> str:
 
 def cursor_decode(cursor: str, column: str):
     """(value, id) of the row a page ends at; the value of the type `column` holds, or BadCursor."""
-    damaged = BadCursor("this page link is damaged; start again from the first page")
+    damaged = BadCursor("this page link is damaged; start again from the first page", field="after")
     try:
         value, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         pk = uuid.UUID(pk)
@@ -88,7 +91,10 @@ def _checked_filters(filters: dict) -> dict:
                     raise TypeError
                 kind(filters[name])
             except (ValueError, TypeError, AttributeError):
-                raise BadFilter(f"{name} {filters[name]!r} is not {example}") from None
+                raise BadFilter(f"{name} {filters[name]!r} is not {example}", field=name) from None
+    for name, value in filters.items():
+        if isinstance(value, str) and "\x00" in value:  # PostgreSQL refuses the query itself: a 500, not a 400
+            raise BadFilter(f"{name} {value!r} holds a NUL character, which no stored value has", field=name)
     return filters
 
 
@@ -197,7 +203,7 @@ def trajectory_slice(*, project, run=None, domains=(), templates=(), layers=(), 
                            ("status", statuses)):
         if values:
             if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
-                raise BadFilter(f"{column}: expected a list of names, not {values!r}"[:200])
+                raise BadFilter(f"{column}: expected a list of names, not {values!r}"[:200], field=column)
             rows = rows.filter(**{f"{column}__in": list(values)})
     for bound, lookup in ((policy_min, "gte"), (policy_max, "lte")):
         if bound not in (None, ""):

@@ -9,6 +9,7 @@ from django.http import FileResponse, Http404
 from django.shortcuts import render
 
 from apps.accounts.selectors import project_for_user
+from apps.common.errors import StudioError
 
 from . import selectors
 from .artifacts import artifact_open
@@ -24,9 +25,10 @@ def trajectory_list(request, project):
     try:
         page = selectors.trajectory_page(project=project, filters=filters, sort=request.GET.get("sort", "recent"),
                                          after=request.GET.get("after", ""))
-    except (selectors.BadCursor, ValueError) as exc:
+    except StudioError as exc:  # a filter that names nothing (at its field), a damaged page link (at `after`)
         return render(request, "trajectories/trajectory_list.html",
-                      {"project": project, "error": str(exc), "filters": filters}, status=400)
+                      {"project": project, "error": str(exc), "error_field": exc.field, "filters": filters},
+                      status=exc.status)
     query = request.GET.copy()
     query.pop("after", None)
     context = {"project": project, "page": page, "filters": filters, "sorts": selectors.SORTS,

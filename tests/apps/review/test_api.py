@@ -79,6 +79,9 @@ def test_bad_queues_and_labels_are_refused_with_their_field(archive, rubric, api
     assert make_queue(apis, reviewers=["stranger"]).status_code == 404
     rule = make_queue(apis, sampling={"rule": "vibes"})
     assert rule.status_code == 400 and rule.json()["errors"][0]["field"] == "sampling.rule"
+    run = make_queue(apis, filters={"run": "not-a-uuid"})  # a trajectory filter, named inside the queue's filters
+    assert run.status_code == 400 and run.json()["errors"] == [
+        {"field": "filters.run", "problem": "run 'not-a-uuid' is not a run's id"}]
     assert apis["ann"].post(QUEUES, {"slug": "x", "rubric": "correctness"}).status_code == 403  # editors create
     assert make_queue(apis).status_code == 201
     assert make_queue(apis).status_code == 409  # the slug is taken

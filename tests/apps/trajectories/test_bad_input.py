@@ -29,8 +29,10 @@ def trajectories(client, owner, project):
     return lambda **query: client.get(url, query)
 
 
-def error_of(page) -> str:
+def error_of(page, field="after") -> str:
+    """The page's error, checked to be a 400 about `field` (a damaged page link is about `after`)."""
     assert page.status_code == 400, page.content[:500]
+    assert f'data-field="{field}"'.encode() in page.content
     return page.context["error"]
 
 
@@ -40,10 +42,11 @@ def error_of(page) -> str:
     ({"policy_version": "1.5"}, "policy_version '1.5' is not a whole number"),
     ({"reward_min": "lots"}, "reward_min 'lots' is not a number"),
     ({"reward_max": "nan"}, "reward_max 'nan' is not a number"),
+    ({"domain": "a\x00b"}, "domain 'a\\x00b' holds a NUL character, which no stored value has"),
 ])
 def test_a_filter_that_cannot_name_anything_is_400_naming_it(trajectories, query, problem):
     page = trajectories(**query)
-    assert error_of(page) == problem
+    assert error_of(page, field=next(iter(query))) == problem
     assert problem.replace("'", "&#x27;").encode() in page.content
 
 
