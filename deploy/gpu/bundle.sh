@@ -20,5 +20,5 @@ rm -rf gpu/whl && mkdir -p gpu/whl
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d gpu/whl "${WHEELS[@]}"
-"$PY" -m workers.rl.bench.gpu_check --write-model gpu/model >/dev/null
+"$PY" -m benchmarks.engine.gpu_check --write-model gpu/model >/dev/null
 du -sh gpu/whl gpu/model gpu

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check of issue 27 (docs/GPU.md): on a lent GPU machine, from the repository root, in one call,
 # with no internet, no Django and no database. It installs what the machine lacks from the carried wheels
-# (gpu/whl, made here by deploy/gpu/bundle.sh) into /tmp/gpu-site, then runs workers.rl.bench.gpu_check on the
+# (gpu/whl, made here by deploy/gpu/bundle.sh) into /tmp/gpu-site, then runs benchmarks.engine.gpu_check on the
 # carried SmolLM2 config and tokenizer (gpu/model; random weights): engine and trainer, fp32 and bf16, against
 # generate / generate_batch / TRL, and vLLM where `import vllm` works. Everything ends within GPU_CHECK_SECONDS
 # (350; 900 for the dry run) of the start, installs included; each part is a JSON line on stdout and in
@@ -40,7 +40,7 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 left=$((TOTAL - (SECONDS - started)))
 # The check's own time guard ends its parts 15 s before the hard stop; the hard stop keeps the call bounded.
-PYTHONUNBUFFERED=1 timeout --kill-after=5 "$((left - 5))" "$PY" -m workers.rl.bench.gpu_check --model "$MODEL" \
+PYTHONUNBUFFERED=1 timeout --kill-after=5 "$((left - 5))" "$PY" -m benchmarks.engine.gpu_check --model "$MODEL" \
     --out "$OUT" --deadline "$((left - 20))" $([ "$DRY" = 1 ] && echo --dry) "$@" 2>"$OUT/gpu-check-stderr.log"
 status=$?
 if [ $status -ne 0 ]; then

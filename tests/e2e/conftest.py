@@ -34,7 +34,7 @@ def browser_context_args(browser_context_args):
 
 @pytest.fixture(scope="session")
 def asgi_server():
-    from apps.operations.asgi_thread import ThreadedServer
+    from benchmarks.studio.asgi_thread import ThreadedServer
 
     server = ThreadedServer()
     url = server.start()

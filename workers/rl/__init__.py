@@ -10,6 +10,6 @@ Read in this order — the top, then the folders:
 - tasks/: the task set and the scheduler that draws from it;
 - models/: the tiny LM, the policies the trainer updates, chat formats, packaged and base models, and
   build.py, which makes a run's model from its config;
-- engines/: inference engines (generate, load weights); serving/: the OpenAI-compatible servers over them;
-- bench/: the engine run whole from the command line (benchmarks, the data-parallel demo).
-The layers between them are import contracts (pyproject.toml, `make lint`)."""
+- engines/: inference engines (generate, load weights); serving/: the OpenAI-compatible servers over them.
+The layers between them are import contracts (pyproject.toml, `make lint`). The engine's benchmarks live apart, in
+the top-level benchmarks/engine/ (`manage.py bench`), not installed with it."""

@@ -16,8 +16,8 @@ from apps.registry.services import version_publish
 from apps.runs import launch, services
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import RunError, run_config_resolve, run_create
+from benchmarks.engine.supervised import addition_conversations
 from workers.definitions.specs import FieldError
-from workers.rl.bench.supervised import addition_conversations
 from workers.rl.config import BOUNDS, CONFIGS, SET_BY_THE_STUDIO, GRPOConfig, SFTConfig, field_help
 
 

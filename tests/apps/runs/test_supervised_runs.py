@@ -20,7 +20,7 @@ from django.urls import reverse
 
 from apps.runs.models import MetricPoint, Run
 from apps.runs.services import RunError, run_create
-from workers.rl.bench.supervised import addition_conversations, addition_preferences, write_jsonl
+from benchmarks.engine.supervised import addition_conversations, addition_preferences, write_jsonl
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.training.data_files import file_sha256
 

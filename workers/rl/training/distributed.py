@@ -1,7 +1,7 @@
 """Data-parallel GRPO over torch.distributed: one process per device, started by torchrun.
 
     torchrun --nproc-per-node 2 manage.py train --bundle demo --steps 20 --headless
-    torchrun --nproc-per-node 2 -m workers.rl.bench.distributed_demo --steps 4 --checkpoint-dir /tmp/dp
+    torchrun --nproc-per-node 2 -m tests.support.distributed_pipeline --steps 4 --checkpoint-dir /tmp/dp  # no studio
 
 Roles. Rank 0, the leader, runs the pipeline exactly as one process does — rollouts, grading, the tracker (the
 database, the archive), checkpoints, logging — with a `LeaderTrainer` as its trainer. Every other rank is a

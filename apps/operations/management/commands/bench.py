@@ -1,23 +1,26 @@
 """`manage.py bench AREA [--json]`: speed and memory figures, measured in one run, printed as JSON.
 
-Targets live here, not in timed tests. Each area is a module exposing run(**options) -> dict: next to the code it
-measures when that code is the engine's (Django-free), in apps/operations/benchmarks when it needs the studio.
+Targets live in the benchmarks, not in timed tests. Each area is a module of the top-level `benchmarks` package
+exposing run(**options) -> dict: benchmarks/studio/ when it needs the studio (Django, the database), benchmarks/
+engine/ when it measures the engine alone (Django-free). They are not installed with the web app (pyproject.toml
+installs studio, apps and workers only) and nothing of the studio imports them (a contract of `make lint`): this
+command imports an area by its module's name when asked, from a checkout, or from an image that copies them.
 """
 
 import importlib
 import json
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from apps.common import wiring
 
-AREAS = {"registry": "apps.operations.benchmarks.registry", "verify": "apps.operations.benchmarks.verify",
-         "ui": "apps.operations.benchmarks.ui", "review": "apps.operations.benchmarks.review",
-         "evals": "apps.operations.benchmarks.evals", "archive": "apps.operations.benchmarks.archive",
-         "memory": "apps.operations.benchmarks.memory",
-         "sandbox": "workers.sandbox.bench", "sessions": "workers.sandbox.bench_sessions",
-         "pipeline": "workers.rl.bench.pipeline", "trainer": "workers.rl.bench.trainer",
-         "engine": "workers.rl.bench.engine", "serve": "workers.rl.bench.serve"}
+AREAS = {"registry": "benchmarks.studio.registry", "verify": "benchmarks.studio.verify",
+         "ui": "benchmarks.studio.ui", "review": "benchmarks.studio.review",
+         "evals": "benchmarks.studio.evals", "archive": "benchmarks.studio.archive",
+         "memory": "benchmarks.studio.memory",
+         "sandbox": "benchmarks.engine.sandbox", "sessions": "benchmarks.engine.sessions",
+         "pipeline": "benchmarks.engine.pipeline", "trainer": "benchmarks.engine.trainer",
+         "engine": "benchmarks.engine.engine", "serve": "benchmarks.engine.serve"}
 # The engine's benchmarks read no settings: they are handed a sandbox backend from the studio's wiring.
 BACKEND_DEFAULTS = {"sandbox": None, "sessions": None, "pipeline": "process"}
 
@@ -107,5 +110,13 @@ class Command(BaseCommand):
             options["workloads"] = tuple(options.pop("workloads"))
         if area in BACKEND_DEFAULTS:
             options["backend"] = wiring.sandbox_backend(options["backend"] or BACKEND_DEFAULTS[area])
-        result = importlib.import_module(AREAS[area]).run(**options)
+        try:
+            module = importlib.import_module(AREAS[area])
+        except ModuleNotFoundError as exc:
+            if exc.name != "benchmarks":
+                raise  # a benchmark's own dependency (TRL for `bench trainer`: the bench extra) names itself
+            raise CommandError("the benchmarks are not installed with the studio (the web image has none): run "
+                               "`manage.py bench` from a checkout, where benchmarks/ sits beside manage.py") from None
+        result = module.run(**options)
         self.stdout.write(json.dumps(result, indent=None if options["json"] else 2))
+

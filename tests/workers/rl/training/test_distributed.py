@@ -132,10 +132,10 @@ def test_two_ranks_restarted_from_rank_0s_checkpoint_continue_as_one_process_doe
 
 
 def test_the_pipeline_trains_and_resumes_on_two_ranks(tmp_path):
-    """The sync pipeline of workers.rl.bench.distributed_demo with rank 1 following: 2 steps, then a second attempt
+    """The sync pipeline of tests.support.distributed_pipeline with rank 1 following: 2 steps, then a second attempt
     restored from the checkpoint at step 2 (a fresh policy from the base weights on every rank) to step 4. The
     base model is barely pretrained (right now and then: dynamic sampling draws until groups carry signal)."""
-    output = _torchrun("workers.rl.bench.distributed_demo", "--steps", 2, "--resume-to", 4, "--checkpoint-dir",
+    output = _torchrun("tests.support.distributed_pipeline", "--steps", 2, "--resume-to", 4, "--checkpoint-dir",
                        tmp_path / "checkpoints", "--pretrain-steps", 20, "--summary", tmp_path / "summary.json")
     report = json.loads((tmp_path / "summary.json").read_text())
     first, second = (attempt["summary"] for attempt in report["attempts"])
@@ -153,7 +153,7 @@ def test_the_pipeline_trains_and_resumes_on_two_ranks(tmp_path):
 def test_an_async_run_generates_on_both_ranks_within_its_staleness_bound(tmp_path):
     """The async pipeline trains while rollouts sample on rank 0's engine and rank 1's server: every answer is
     within the staleness bound (none refused, none an infrastructure error)."""
-    _torchrun("workers.rl.bench.distributed_demo", "--steps", 3, "--mode", "async", "--checkpoint-dir",
+    _torchrun("tests.support.distributed_pipeline", "--steps", 3, "--mode", "async", "--checkpoint-dir",
               tmp_path / "checkpoints", "--pretrain-steps", 20, "--summary", tmp_path / "summary.json")
     [attempt] = json.loads((tmp_path / "summary.json").read_text())["attempts"]
     summary = attempt["summary"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.rl.bench.supervised import addition_conversations, addition_preferences, write_jsonl
+from benchmarks.engine.supervised import addition_conversations, addition_preferences, write_jsonl
 from workers.rl.config import config_class
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model

@@ -1,15 +1,15 @@
 """Our SFT and DPO losses are TRL's: the same rows through our trainer and through TRL's SFTTrainer and
-DPOTrainer (bench/supervised.py, as `bench trainer --workloads sft dpo` runs them), masked by each side's own code
-— ours from the model's chat template, TRL's from the same template with its {% generation %} markers — give the
-same loss at the first step and, every weight trained at the same learning rate, at the steps after it; for DPO,
-whose first loss is ln 2 on both sides whatever the masks (the policy is still the reference), also the same
-summed log-probabilities of the chosen and rejected answers."""
+DPOTrainer (benchmarks/engine/supervised.py, as `bench trainer --workloads sft dpo` runs them), masked by each
+side's own code — ours from the model's chat template, TRL's from the same template with its {% generation %}
+markers — give the same loss at the first step and, every weight trained at the same learning rate, at the steps
+after it; for DPO, whose first loss is ln 2 on both sides whatever the masks (the policy is still the reference),
+also the same summed log-probabilities of the chosen and rejected answers."""
 
 import math
 
 import pytest
 
-from workers.rl.bench.supervised import TINY_TEMPLATE_MARKED, SupervisedWorkload, compare_supervised
+from benchmarks.engine.supervised import TINY_TEMPLATE_MARKED, SupervisedWorkload, compare_supervised
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 
 

@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 from workers.definitions.specs import SessionSettings
-
-from .interface import SandboxBackend
-from .pool import SandboxPool, latency_summary
-from .session import WorkspaceSource, prepared_image
-from .types import Execution, SandboxImage
+from workers.sandbox.interface import SandboxBackend
+from workers.sandbox.pool import SandboxPool, latency_summary
+from workers.sandbox.session import WorkspaceSource, prepared_image
+from workers.sandbox.types import Execution, SandboxImage
 
 IMAGE = SandboxImage(key="bench/session-python@1", layers=({"type": "base", "image": "python-3.11"},),
                      warm_pool_size=2)
@@ -49,7 +48,7 @@ def _cgroup_memory_mb(sandbox) -> float | None:
     """The sandbox's memory as its cgroup counts it (processes and tmpfs pages), where it can be read."""
     group = getattr(getattr(sandbox, "cgroup", None), "memory", None)
     if group is None and getattr(sandbox, "container", None) is not None:
-        from .docker import CGROUP_MEMORY
+        from workers.sandbox.docker import CGROUP_MEMORY
 
         group = CGROUP_MEMORY / sandbox.container.id
     try:

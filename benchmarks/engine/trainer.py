@@ -12,7 +12,7 @@ The workloads, each run by both trainers:
 - `smollm2_full`: the same, every weight trained. `smollm2_lora_long`: LoRA r=16, 16 prompts × 8 × 64 tokens.
   These two and `--device cuda` are the GPU issue's workloads (issue 27).
 - `sft_tiny`, `sft_smollm2`, `dpo_tiny`, `dpo_smollm2` (`sft` and `dpo` on the command line name both of a kind):
-  our SFT and DPO trainers against TRL's SFTTrainer and DPOTrainer, interleaved step by step (bench/supervised.py).
+  our SFT and DPO trainers against TRL's SFTTrainer and DPOTrainer, interleaved step by step (supervised.py).
 `random_weights`: the SmolLM2 architecture from its config with seeded random weights (speed only, where the
 weights cannot be had), saved once so both sides load the same model.
 Both sides: temperature 1, the reward 1 when the last number of the reply is the sum (our numeric verifier's
@@ -42,14 +42,14 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.definitions.specs import Limits, parse_spec
-from workers.rl.bench.supervised import (
+from benchmarks.engine.supervised import (
     SHORTHANDS,
     SUPERVISED_WORKLOADS,
     compare_supervised,
     supervised_workload,
     tiny_model,
 )
+from workers.definitions.specs import Limits, parse_spec
 from workers.rl.config import GRPOConfig
 from workers.rl.models.build import build_model
 from workers.rl.models.hf_tiny import make_tiny_hf_model, pretrain_hf_addition
@@ -320,7 +320,7 @@ def run(*, models_dir: Path, steps: int | None = None, smollm_steps: int = 4, ta
         pretrain_steps: int = 1500, workloads: tuple[str, ...] = ("tiny", "smollm2_lora"), device: str = "cpu",
         dtype: str = "fp32", random_weights: bool = False, **_) -> dict:
     """`manage.py bench trainer`: measure_trainer on the packaged SmolLM2 (converted on first use)."""
-    from ..models.packaged import SMOLLM2_135M, converted
+    from workers.rl.models.packaged import SMOLLM2_135M, converted
 
     model_dir = None
     if any(name not in ("tiny", "sft", "dpo") and not name.endswith("_tiny") for name in workloads) or \

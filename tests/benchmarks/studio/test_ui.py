@@ -5,9 +5,9 @@ it at any size."""
 
 import pytest
 
-from apps.operations.benchmarks.ui import trajectory_list_times
 from apps.trajectories.models import Trajectory
 from apps.trajectories.selectors import PAGE_SIZE
+from benchmarks.studio.ui import trajectory_list_times
 
 # Ten runs of 2,000 rows: large enough that PostgreSQL walks indexes rather than sorting a scan, as it does at a
 # million rows. Before trajectories/0003, the first page of one run walked the project's newest-first index in

@@ -8,9 +8,9 @@ import tempfile
 import threading
 import time
 
-from .interface import SandboxBackend
-from .pool import SandboxPool, latency_summary
-from .types import Execution, SandboxImage
+from workers.sandbox.interface import SandboxBackend
+from workers.sandbox.pool import SandboxPool, latency_summary
+from workers.sandbox.types import Execution, SandboxImage
 
 TRIVIAL = "print(sum(range(100)))"
 IMAGE = SandboxImage(key="bench/python@1", layers=({"type": "base", "image": "python-3.11"},), warm_pool_size=2)

@@ -1,4 +1,4 @@
-"""The prepared GPU check's entry point (workers/rl/bench/gpu_check.py, run by deploy/gpu/check.sh) in its CPU dry
+"""The prepared GPU check's entry point (benchmarks/engine/gpu_check.py, run by deploy/gpu/check.sh) in its CPU dry
 run, as the GPU machine runs it: in a process of its own where Django, Celery, Redis and the other studio-only
 packages cannot be imported. A check broken here would otherwise be found only on a lent GPU, at a device
 minute's cost. One part of each kind runs (engine, a SmolLM2-architecture trainer workload, tiny); the others are
@@ -19,7 +19,7 @@ ABSENT_THERE = ("django", "celery", "redis", "starlette", "uvicorn", "openai", "
 RUN = ("import sys\n"
        f"for name in {ABSENT_THERE!r}:\n"
        "    sys.modules[name] = None  # import fails as where it is not installed\n"
-       "from workers.rl.bench.gpu_check import main\n"
+       "from benchmarks.engine.gpu_check import main\n"
        "sys.exit(main(sys.argv[1:]))\n")
 
 
@@ -32,7 +32,7 @@ def test_the_dry_run_writes_every_part_and_the_summary(tmp_path):
     env = {**os.environ, "GPU_CHECK_DRY": "1", "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-c", RUN, "--model", str(model), "--out", str(out), "--deadline", "240",
                           "--only", "engine_fp32,trainer_fp32_smollm2_lora,tiny_fp32", "--compare", "generate"],
-                         capture_output=True, text=True, timeout=300, env=env, cwd=Path(__file__).parents[4])
+                         capture_output=True, text=True, timeout=300, env=env, cwd=Path(__file__).parents[3])
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "gpu-check.json").read_text())
     lines = [json.loads(line) for line in (out / "gpu-check.jsonl").read_text().splitlines()]

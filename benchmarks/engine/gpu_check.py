@@ -1,18 +1,18 @@
 """The prepared GPU check (`deploy/gpu/check.sh`, issue 27): one call on a lent GPU measures the engine and the
 trainer the same way every time, without Django, a database or the internet.
 
-    python -m workers.rl.bench.gpu_check --model gpu/model [--out DIR] [--deadline SECONDS] [--dry]
-    python -m workers.rl.bench.gpu_check --write-model gpu/model       (here: the bundle's model files)
+    python -m benchmarks.engine.gpu_check --model gpu/model [--out DIR] [--deadline SECONDS] [--dry]
+    python -m benchmarks.engine.gpu_check --write-model gpu/model       (here: the bundle's model files)
 
 `--model` is a directory of SmolLM2-135M-Instruct's config and tokenizer without weights (the weights are larger
 than one device call may carry): both sides build that architecture with random weights (speed only, no
 learning). The parts, in order of what the issue's "done means" needs most:
 
   env       versions, the GPU, where each library was imported from, whether vLLM and liger-kernel import
-  engine    workers.rl.bench.engine.measure_engine: ours against `generate` and transformers' `generate_batch`,
+  engine    benchmarks.engine.engine.measure_engine: ours against `generate` and transformers' `generate_batch`,
             bf16 then fp32, 32 and 128 concurrent requests × 64 tokens, aten ops and kernel launches per decode
             step against one plain forward
-  trainer   workers.rl.bench.trainer.measure_trainer: ours against TRL's GRPOTrainer on the three SmolLM2
+  trainer   benchmarks.engine.trainer.measure_trainer: ours against TRL's GRPOTrainer on the three SmolLM2
             workloads, fp32 then bf16
   tiny      the same on the tiny Llama (fp32)
   vllm      the studio's vLLM engine (workers/rl/engines/vllm_engine.py) at 128 requests, and the vLLM server
@@ -259,7 +259,7 @@ def _call(function, **kwargs):
 
 
 def engine_part(plan: Plan, model_dir: Path, dtype: str, compare: tuple[str, ...]) -> dict:
-    from workers.rl.bench.engine import measure_engine
+    from benchmarks.engine.engine import measure_engine
 
     result, dropped = _call(measure_engine, device=plan.device, dtype=dtype, concurrency=list(plan.concurrency),
                             new_tokens=plan.new_tokens, random_weights=True, model_dir=str(model_dir),
@@ -270,7 +270,7 @@ def engine_part(plan: Plan, model_dir: Path, dtype: str, compare: tuple[str, ...
 
 
 def trainer_part(plan: Plan, model_dir: Path | None, dtype: str, workload: str) -> dict:
-    from workers.rl.bench.trainer import measure_trainer
+    from benchmarks.engine.trainer import measure_trainer
 
     result, dropped = _call(measure_trainer, device=plan.device, dtype=dtype, workloads=[workload],
                             random_weights=True, model_dir=None if model_dir is None else str(model_dir),
@@ -286,7 +286,7 @@ def vllm_engine_part(plan: Plan, model_dir: Path, scratch: Path) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from workers.rl.bench import engine as bench_engine
+    from benchmarks.engine import engine as bench_engine
     from workers.rl.engines import GenerationRequest
     from workers.rl.engines.vllm_engine import VLLMEngine
     from workers.rl.models.chat_formats import HFChat
@@ -319,7 +319,7 @@ def vllm_engine_part(plan: Plan, model_dir: Path, scratch: Path) -> dict:
 
 def vllm_server_part(seconds: float) -> dict:
     """deploy/gpu/check_vllm.sh: workers/rl/serving/vllm_server.py end to end through the studio's client."""
-    script = Path(__file__).resolve().parents[3] / "deploy" / "gpu" / "check_vllm.sh"
+    script = Path(__file__).resolve().parents[2] / "deploy" / "gpu" / "check_vllm.sh"
     run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=seconds,
                          env={**os.environ, "PYTHON": sys.executable})
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]

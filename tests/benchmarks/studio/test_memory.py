@@ -3,7 +3,7 @@ the process keeps (the floor of each 10-step window), not of the working set a s
 
 import pytest
 
-from apps.operations.benchmarks.memory import growth
+from benchmarks.studio.memory import growth
 
 
 def test_growth_is_the_slope_after_the_warmup_per_100_steps_in_percent():

@@ -1,18 +1,18 @@
-"""A data-parallel run of the pipeline without the studio: a+b tasks, the numeric verifier, a TinyLM taught the
-format and unreliable about the sums, the sync or async pipeline — trained by every rank torchrun starts.
+"""The whole pipeline, data-parallel, without the studio: what tests/workers/rl/training/test_distributed.py starts
+on two ranks (tests.support.distributed_worker is the trainer alone). a+b tasks, the numeric verifier, a TinyLM
+taught the format and unreliable about the sums, the sync or async pipeline — trained by every rank torchrun starts.
 
-    torchrun --nproc-per-node 2 -m workers.rl.bench.distributed_demo --steps 4 --checkpoint-dir /tmp/dp
-    torchrun --nproc-per-node 2 -m workers.rl.bench.distributed_demo --steps 8 --checkpoint-dir /tmp/dp   # resumes at 4
-    python -m workers.rl.bench.distributed_demo --steps 4 --checkpoint-dir /tmp/one                      # one process
+    torchrun --nproc-per-node 2 -m tests.support.distributed_pipeline --steps 4 --checkpoint-dir /tmp/dp
+    torchrun --nproc-per-node 2 -m tests.support.distributed_pipeline --steps 8 --checkpoint-dir /tmp/dp  # resumes
+    python -m tests.support.distributed_pipeline --steps 4 --checkpoint-dir /tmp/one                     # one process
 
 Rank 0 rolls out, grades, checkpoints and prints; the other ranks compute gradients on their shard of each
-step (training/distributed.py). `--resume-to M` runs a second attempt in the same processes once the first has
-ended: a fresh policy from the base weights, restored from the newest checkpoint (step --steps) and trained to
-step M, as a restarted worker would. `--summary PATH`: rank 0 writes the attempts' summaries there as JSON, with
-a digest of the final weights.
+step (workers/rl/training/distributed.py). `--resume-to M` runs a second attempt in the same processes once the
+first has ended: a fresh policy from the base weights, restored from the newest checkpoint (step --steps) and
+trained to step M, as a restarted worker would. `--summary PATH`: rank 0 writes the attempts' summaries there as
+JSON, with a digest of the final weights.
 
-It lives with the benchmarks as another run of the whole engine from the command line, above the session it
-builds (training/ sits below session.py, so it cannot hold it).
+A program of the tests, not of the studio: a studio run trains data-parallel with `torchrun ... manage.py train`.
 """
 
 from __future__ import annotations
@@ -24,21 +24,20 @@ import json
 from pathlib import Path
 
 from workers.definitions.specs import Limits, parse_spec
+from workers.rl.config import GRPOConfig
+from workers.rl.engines.torch_engine import TorchEngine
+from workers.rl.models.base_model import pretrain
+from workers.rl.models.chat_formats import CharChat
+from workers.rl.models.policies import TinyLMPolicy
+from workers.rl.protocols import Model
+from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.session import build_pipeline
+from workers.rl.tasks.taskset import TaskSet
+from workers.rl.training import distributed
+from workers.rl.training.tracking import MemoryTracker
+from workers.rl.types import TaskTemplate
 from workers.sandbox import SandboxImage
 from workers.verifiers import Item
-
-from ..config import GRPOConfig
-from ..engines.torch_engine import TorchEngine
-from ..models.base_model import pretrain
-from ..models.chat_formats import CharChat
-from ..models.policies import TinyLMPolicy
-from ..protocols import Model
-from ..rollout.grading import LocalVerifier
-from ..session import build_pipeline
-from ..tasks.taskset import TaskSet
-from ..training import distributed
-from ..training.tracking import MemoryTracker
-from ..types import TaskTemplate
 
 RUN_ID = "00000000-0000-4000-8000-0000000d1570"
 LIMIT = 10  # a, b below this

@@ -92,7 +92,7 @@ def push_latency(*, streams: int, steps: int, warmup: int, step_seconds: float) 
         return {"skipped": f"needs Chromium at {CHROMIUM} (apt-get install chromium)"}
     from playwright.sync_api import sync_playwright
 
-    from apps.operations.asgi_thread import ThreadedServer
+    from benchmarks.studio.asgi_thread import ThreadedServer
 
     user, project, bundle = _bench_project("bench-ui-push")
     try:

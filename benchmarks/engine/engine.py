@@ -52,7 +52,7 @@ KERNEL_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", 
 
 
 def _prompts(tokenizer, count: int) -> list[list[int]]:
-    from ..models.chat_formats import HFChat
+    from workers.rl.models.chat_formats import HFChat
 
     chat = HFChat(tokenizer)
     return [chat.prompt([{"role": "user", "content": PROMPTS[i % len(PROMPTS)].format(a=11 + i, b=29 + 3 * i)}], [])
@@ -84,7 +84,7 @@ def load_model(model_dir: Path, *, device: str, dtype: str, random_weights: bool
 def _ours(engine, prompts, *, new_tokens: int, stop_ids, temperature: float, warm_pass: bool = False) -> dict:
     """`warm_pass`: the whole workload once untimed first, so the CUDA graphs of its shapes are recorded before
     the timed pass (a run's later steps find theirs recorded; vLLM records its own at start-up)."""
-    from ..engines import GenerationRequest
+    from workers.rl.engines import GenerationRequest
 
     results = [None] * len(prompts)
 
@@ -177,7 +177,7 @@ def _profiled(run) -> dict:
 def _step_counts(engine, model, prompts, *, stop_ids) -> dict:
     """Operators of one steady-state decode step of ours at len(prompts) rows (no row joins or leaves during it),
     and of one plain forward pass over one token per row."""
-    from ..engines.sampling import SamplingRequest
+    from workers.rl.engines.sampling import SamplingRequest
 
     batch = engine._open_batch()
     with torch.inference_mode():
@@ -207,10 +207,10 @@ def _second_turn(directory: Path, model, tokenizer, *, device: str, rows: int = 
     prompt (with the tool instructions), then each row asks again with its own call and the tool's result
     appended. Timed: the second turn, on an engine that kept the first prompt (prefix_cache.py) and on one that
     did not."""
-    from ..engines import GenerationRequest
-    from ..engines.hf import TransformersEngine
-    from ..models.chat_formats import HFChat
-    from ..rollout.tools import RUN_PYTHON_TOOL
+    from workers.rl.engines import GenerationRequest
+    from workers.rl.engines.hf import TransformersEngine
+    from workers.rl.models.chat_formats import HFChat
+    from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 
     chat = HFChat(tokenizer)
     messages = [{"role": "user", "content": "What is 48 * 96 + 289? Use the run_python tool."}]
@@ -251,8 +251,8 @@ def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_token
     `model_dir`: a Hugging Face model directory (config and tokenizer; weights too unless `random_weights`)."""
     from transformers import AutoTokenizer
 
-    from ..engines.hf import TransformersEngine
-    from ..models.chat_formats import HFChat
+    from workers.rl.engines.hf import TransformersEngine
+    from workers.rl.models.chat_formats import HFChat
 
     if model_dir is None:
         raise ValueError("measure_engine needs model_dir: a Hugging Face model directory (config and tokenizer)")
@@ -309,9 +309,9 @@ def _graphs_against_eager(directory: Path, model, prompts, *, device: str, steps
     logits' own scale. 13 rows (16 a step), each asking a different number of tokens, so that rows leave, the
     steps' rows change buckets and graphs are recorded as the batch shrinks. Both sides pad alike: what differs
     is only the replay."""
-    from ..engines.decode_graphs import DecodeGraphs
-    from ..engines.hf import TransformersEngine
-    from ..engines.sampling import SamplingRequest
+    from workers.rl.engines.decode_graphs import DecodeGraphs
+    from workers.rl.engines.hf import TransformersEngine
+    from workers.rl.engines.sampling import SamplingRequest
 
     engines = [TransformersEngine(str(directory), device=device, shared_model=model, cuda_graphs=recorded)
                for recorded in (True, False)]
@@ -346,7 +346,7 @@ def _graphs_against_eager(directory: Path, model, prompts, *, device: str, steps
 
 def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",
         dtype: str = "fp32", random_weights: bool = False, compare: list[str] | None = None, **_) -> dict:
-    from ..models.packaged import SMOLLM2_135M, converted
+    from workers.rl.models.packaged import SMOLLM2_135M, converted
 
     if compare is None:  # transformers' generate_batch is made for GPUs: on the CPU it mostly waits
         compare = ["generate", "generate_batch"] if device == "cuda" else ["generate"]

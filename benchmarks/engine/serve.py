@@ -99,10 +99,10 @@ def run(*, models_dir: Path, clients: tuple[int, ...] = (1, 4, 16), per_client: 
     import uvicorn
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..engines.hf import TransformersEngine
-    from ..models.chat_formats import HFChat
-    from ..models.packaged import SMOLLM2_135M, converted
-    from ..serving.app import build_app
+    from workers.rl.engines.hf import TransformersEngine
+    from workers.rl.models.chat_formats import HFChat
+    from workers.rl.models.packaged import SMOLLM2_135M, converted
+    from workers.rl.serving.app import build_app
 
     directory = converted(SMOLLM2_135M, models_dir)
     tokenizer = AutoTokenizer.from_pretrained(directory)
