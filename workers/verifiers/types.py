@@ -67,7 +67,8 @@ class Outcome:
 
 @dataclass
 class Component:
-    """One check's line in a Verdict (ARCHITECTURE.md)."""
+    """One check's line in a Verdict: its layer, name and weight, the value it gave, its evidence, latency and cost
+    (README, *Verifiers*)."""
 
     layer: str
     name: str

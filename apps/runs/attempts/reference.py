@@ -1,7 +1,8 @@
 """A reference check's attempt: a bundle's own reference answers through the real sandboxes and verifiers
-(workers/rl/rollout/reference.py), archived as a run of one step, `model: builtin:reference`, that the pages show and
-replay like any other (a 3D answer with the views its verifier rendered). Nothing is trained. The run's events
-name every template whose references did not all pass. An attempt that stops checks them again from the start.
+(workers/rl/rollout/reference.py), archived as a run of kind `reference` and one step that the pages show and replay
+like any other (a 3D answer with the views its verifier rendered). No model answers (its config, ReferenceCheckConfig,
+has none) and nothing is trained. The run's events name every template whose references did not all pass. An
+attempt that stops checks them again from the start.
 """
 
 from __future__ import annotations
