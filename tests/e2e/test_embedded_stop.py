@@ -219,8 +219,10 @@ def test_a_studio_asked_to_stop_checkpoints_the_step_it_finished_and_the_next_re
         assert stopped.summary["outcome"] == "interrupted"
 
         studio = _studio(tmp_path, "next", STUDIO_RUN_STALE_SECONDS="600")
-        wait_for(lambda: Run.objects.filter(pk=run.pk, step__gt=stopped.step, attempt=2).exists(), seconds=240,
-                 what="the next studio to resume the run and train", logs=tmp_path)
+        # Serving first: a SIGTERM before runserver's own handler meets Python's default action, a kill.
+        wait_for(lambda: _serving(studio) and Run.objects.filter(pk=run.pk, step__gt=stopped.step,
+                                                                 attempt=2).exists(),
+                 seconds=240, what="the next studio to resume the run and train", logs=tmp_path)
         _stop(studio)
     finally:
         if studio is not None and studio.poll() is None:
