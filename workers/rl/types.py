@@ -43,6 +43,7 @@ class TrajectoryStatus(StrEnum):
     POLICY_ERROR = "policy_error"  # the policy broke the protocol: a malformed tool call, an unknown tool
     TIMEOUT = "timeout"  # the rollout hit its time limit
     INFRA_ERROR = "infra_error"  # the machinery failed (sandbox, verifier): never scored, never trained on
+    ABANDONED = "abandoned"  # its client left before the end (an episode served elsewhere): never scored or trained on
 
 
 class Phase(StrEnum):
