@@ -28,7 +28,7 @@ import time
 
 from django.conf import settings
 
-from .models import RunKind
+from .models import STUDIO_RUN_KINDS, RunKind
 
 log = logging.getLogger(__name__)
 _started = threading.Event()
@@ -102,8 +102,8 @@ def _exit_at_deadline(deadline: float) -> None:
 
 
 # The kinds each lane runs: evaluations have their own, so a checkpoint's evaluation does not wait for the
-# training run to end.
-LANES = {"training": lambda runs: runs.exclude(kind=RunKind.EVALUATION),
+# training run to end. A run trained elsewhere is no lane's (the studio only records its episodes).
+LANES = {"training": lambda runs: runs.filter(kind__in=STUDIO_RUN_KINDS).exclude(kind=RunKind.EVALUATION),
          "evaluation": lambda runs: runs.filter(kind=RunKind.EVALUATION)}
 
 

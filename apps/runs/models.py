@@ -43,10 +43,17 @@ class RunKind(models.TextChoices):
     DPO = "dpo", "DPO preference training"  # on a dataset's preference pairs; nothing is sampled
     EVALUATION = "evaluation", "evaluation"  # an eval suite's tasks answered by a model; nothing is trained
     REFERENCE = "reference", "reference check"  # a bundle's own reference answers verified; nothing is trained
+    # Trained elsewhere (TRL, verifiers, verl ... through `manage.py environments serve`): the studio records the
+    # episodes its trainer plays in the bundle's environments (apps/runs/external.py) and runs nothing itself, so no
+    # lane, worker or attempt ever takes one; its owner finishes it.
+    EXTERNAL = "external", "trained elsewhere"
 
 
 TRAINING_KINDS = (RunKind.GRPO, RunKind.SFT, RunKind.DPO)  # the kinds that train a model (and have checkpoints)
 DATASET_KINDS = (RunKind.SFT, RunKind.DPO)  # the kinds that train on a dataset (SFTConfig.dataset)
+# The kinds the studio runs itself: a worker or an embedded lane claims them (services.run_claim), the watchdog
+# requeues them when their worker is lost.
+STUDIO_RUN_KINDS = (RunKind.GRPO, RunKind.SFT, RunKind.DPO, RunKind.EVALUATION, RunKind.REFERENCE)
 
 
 class RunRequest(models.TextChoices):
@@ -70,11 +77,12 @@ class Run(models.Model):
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     requested = models.CharField(max_length=16, choices=RunRequest.choices, default=RunRequest.NONE, blank=True)
     step = models.PositiveIntegerField(default=0)  # trainer steps completed
-    steps_total = models.PositiveIntegerField()
+    steps_total = models.PositiveIntegerField()  # 0: not known (an external run: its trainer's plan is its own)
     attempt = models.PositiveIntegerField(default=0)  # bumped by every claim; the fencing token
     worker = models.CharField(max_length=200, blank=True, default="")  # host:pid of the current attempt
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    summary = models.JSONField(default=dict, blank=True)  # the end-of-run summary (manage.py train --json)
+    # The end-of-run summary (manage.py train --json); an external run's episode tally as it goes (external.py)
+    summary = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -93,6 +101,11 @@ class Run(models.Model):
     def is_reference_check(self) -> bool:
         """Its answers are the tasks' own references, not a model's."""
         return self.kind == RunKind.REFERENCE
+
+    @property
+    def is_external(self) -> bool:
+        """Trained elsewhere: the studio only records its episodes (apps/runs/external.py)."""
+        return self.kind == RunKind.EXTERNAL
 
     @property
     def trained_on(self) -> str:

@@ -44,6 +44,7 @@ from .models import (
     CLAIMABLE_STATUSES,
     DATASET_KINDS,
     FINISHED_STATUSES,
+    STUDIO_RUN_KINDS,
     Checkpoint,
     EventKind,
     MetricPoint,
@@ -190,11 +191,17 @@ def _model_pinned(settings: dict, *, project: Project, bundle: Version | None) -
 
 
 def run_request(*, run: Run, action: str, actor, via: str = "web", enqueue: bool = True) -> Run:
-    """pause | resume | cancel, from the page, the API or the CLI. A resumed run is queued again for a worker
-    (dispatch.run_enqueue), unless `enqueue` is off: the caller trains it itself (`train --resume`)."""
+    """pause | resume | cancel, from the page, the API or the CLI; finish for a run trained elsewhere. A resumed run
+    is queued again for a worker (dispatch.run_enqueue), unless `enqueue` is off: the caller trains it itself
+    (`train --resume`)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
-        if action == "pause":
+        if run.kind == RunKind.EXTERNAL:
+            _external_request(run, action)
+        elif action == "finish":
+            raise RunError(f"only a run trained elsewhere is finished by hand; {run.name} ends after its "
+                           f"{run.steps_total} steps (cancel it to stop it sooner)", status=409)
+        elif action == "pause":
             if run.status == RunStatus.QUEUED:
                 run.status = RunStatus.PAUSED
                 _event(run, EventKind.PAUSED, "paused before a worker started it")
@@ -228,12 +235,34 @@ def run_request(*, run: Run, action: str, actor, via: str = "web", enqueue: bool
     return run
 
 
+def _external_request(run: Run, action: str) -> None:
+    """finish or cancel a run trained elsewhere, at once: no worker of ours runs it, so there is nothing to ask to
+    stop at a step's end. Its trainer's next episode is refused (external.record_episode). Pausing is the
+    trainer's to do."""
+    if action not in ("finish", "cancel"):
+        raise RunError(f"{run.name} is trained elsewhere: the studio cannot {action} its trainer; finish the run "
+                       "when its training ends (or cancel it)", status=409)
+    if run.status in FINISHED_STATUSES:
+        raise RunError(f"the run is already {run.status}", status=409)
+    episodes = run.summary.get("episodes", 0)
+    if action == "finish":
+        run.status = RunStatus.COMPLETED
+        _event(run, EventKind.COMPLETED, f"finished by hand after {episodes} episode(s), last trainer step "
+                                         f"{run.step}: the episodes that come after are refused", step=run.step)
+    else:
+        run.status = RunStatus.CANCELLED
+        _event(run, EventKind.CANCELLED, f"cancelled after {episodes} episode(s): the episodes that come after "
+                                         "are refused", step=run.step)
+    run.finished_at = timezone.now()
+
+
 def run_claim(*, run_id, stale_after: float, worker: str | None = None) -> int | None:
     """Claim a queued or interrupted run, or a running one whose heartbeat is older than `stale_after` seconds (its
-    worker is presumed dead). Returns the new attempt number, or None if the run is not claimable (someone has it)."""
+    worker is presumed dead). Returns the new attempt number, or None if the run is not claimable (someone has it,
+    or it is not the studio's to run: trained elsewhere)."""
     now = timezone.now()
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        run = Run.objects.select_for_update().filter(pk=run_id, kind__in=STUDIO_RUN_KINDS).first()
         if run is None:
             return None
         stale = run.heartbeat_at is None or run.heartbeat_at < now - timedelta(seconds=stale_after)
@@ -253,11 +282,13 @@ def run_claim(*, run_id, stale_after: float, worker: str | None = None) -> int |
 
 
 def runs_requeue_lost(*, stale_after: float) -> list[Run]:
-    """Runs whose worker stopped heartbeating go back to the queue, each with a worker_lost event."""
+    """Runs whose worker stopped heartbeating go back to the queue, each with a worker_lost event. A run trained
+    elsewhere has no worker here: its trainer going quiet is not a loss to repair."""
     cutoff = timezone.now() - timedelta(seconds=stale_after)
     requeued = []
     with transaction.atomic():
-        for run in Run.objects.select_for_update().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff):
+        for run in Run.objects.select_for_update().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff,
+                                                          kind__in=STUDIO_RUN_KINDS):
             run.status = RunStatus.QUEUED
             run.save(update_fields=["status"])
             _event(run, EventKind.WORKER_LOST, f"worker {run.worker} stopped answering at step {run.step}; "

@@ -56,6 +56,8 @@ class Trajectory(models.Model):
             models.Index(fields=["run", "seq", "sample"], name="trajectory_run_seq"),
             models.Index(fields=["project", "-finished_at", "id"], name="trajectory_project_recent"),
             models.Index(fields=["run", "domain"], name="trajectory_run_domain"),
+            # A step's trajectories: an external run's points and groups, recomputed per episode (runs/external.py)
+            models.Index(fields=["run", "step"], name="trajectory_run_step"),
         ]
 
     def __str__(self) -> str:

@@ -12,6 +12,7 @@ settings that kind reads, each with its default and its documentation (the strin
         └── TrainingConfig             the optimizer, its schedule, micro-batches, checkpoints, eval suite
             └── SFTConfig              the dataset, rows per step
                 └── DPOConfig          β
+    ExternalConfig                     a run trained elsewhere: what its trainer said of itself (no settings)
 
 CONFIGS maps a run's kind to its class. A Run stores `CONFIGS[kind].resolve(overrides).to_dict()` — every field
 of its kind present — so a run is reproducible from its row even after the defaults here change, and the config
@@ -115,6 +116,9 @@ class RunConfig:
     kind: ClassVar[str] = ""  # the run kind (apps/runs RunKind's value) whose config this is; "" for a shared base
     label: ClassVar[str] = ""  # the kind's name in a sentence: GRPO, evaluation
     title: ClassVar[str] = ""  # a run of the kind in a sentence: a GRPO run, an evaluation
+    # Runs of the kind are started by the studio, from settings (a bundle's run_config, the form, the API); False: a
+    # run trained elsewhere, whose config only records what its trainer said, so no bundle recommends it settings.
+    launched_here: ClassVar[bool] = True
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -493,9 +497,36 @@ class GRPOConfig(TrainingConfig, RolloutConfig):
         return [url for url in re.split(r"[\s,]+", self.inference_servers) if url]
 
 
+@dataclass(frozen=True)
+class ExternalConfig(RunConfig):
+    """A run trained elsewhere (apps/runs/external.py): a trainer of its own (TRL, verifiers, verl ...) plays the
+    bundle's environments through `manage.py environments serve`, and the studio records its episodes. The studio
+    runs nothing of it, so there is nothing to set: the config records what the trainer said of itself."""
+
+    kind: ClassVar[str] = "external"
+    label: ClassVar[str] = "external"
+    title: ClassVar[str] = "a run trained elsewhere"
+    launched_here: ClassVar[bool] = False
+
+    client: str = ""
+    """The trainer's client of the environment server, as it named itself: trl, verifiers, verl or openenv."""
+    trainer_model: str = ""
+    """The model being trained, as its trainer names it (a Hugging Face id, a path on its cluster): the studio
+    holds none of its weights, so it is a name only, never a model definition."""
+
+    def problems(self) -> list[FieldError]:
+        problems = super().problems()
+        for name, longest in (("client", 40), ("trainer_model", 300)):
+            if len(getattr(self, name)) > longest:
+                problems.append(FieldError(name, f"at most {longest} characters"))
+        return problems
+
+
 # The one place a run's kind (apps/runs RunKind's values) names its config class.
 CONFIGS: dict[str, type[RunConfig]] = {cls.kind: cls for cls in (
-    GRPOConfig, SFTConfig, DPOConfig, EvaluationConfig, ReferenceCheckConfig)}
+    GRPOConfig, SFTConfig, DPOConfig, EvaluationConfig, ReferenceCheckConfig, ExternalConfig)}
+# The kinds whose settings a bundle's run_config recommends, and a setting of another kind names.
+LAUNCHED_CONFIGS = [cls for cls in CONFIGS.values() if cls.launched_here]
 
 
 def config_class(kind: str) -> type[RunConfig]:
@@ -509,7 +540,7 @@ def config_class(kind: str) -> type[RunConfig]:
 def foreign(name: str, config: type[RunConfig]) -> str:
     """Why `config`'s kind refuses setting `name`: which kinds read it ("group_size is a GRPO setting; an SFT run
     does not use it"), or that none does."""
-    readers = [cls.label for cls in CONFIGS.values() if name in cls.names()]
+    readers = [cls.label for cls in LAUNCHED_CONFIGS if name in cls.names()]
     if not readers:
         return f"unknown setting; {config.title} has {', '.join(sorted(config.names()))}"
     which = readers[0] if len(readers) == 1 else f"{', '.join(readers[:-1])} and {readers[-1]}"
@@ -563,8 +594,8 @@ def check_recommended(settings: dict | None) -> None:
     has (RunConfig.own). ConfigError for a setting no kind has, or a value a kind that has it refuses."""
     settings = dict(settings or {})
     problems = {name: FieldError(name, "unknown setting") for name in settings
-                if not any(name in cls.names() for cls in CONFIGS.values())}
-    for cls in CONFIGS.values():
+                if not any(name in cls.names() for cls in LAUNCHED_CONFIGS)}
+    for cls in LAUNCHED_CONFIGS:
         try:
             cls.resolve(cls.own(settings))
         except ConfigError as exc:
@@ -583,7 +614,7 @@ def run_config_schema() -> dict:
 
     help_texts = field_help()
     properties, takers = {}, {}
-    for cls in CONFIGS.values():
+    for cls in LAUNCHED_CONFIGS:
         for name, field_schema in TypeAdapter(cls).json_schema()["properties"].items():
             properties.setdefault(name, field_schema)
             takers.setdefault(name, []).append(cls.label)

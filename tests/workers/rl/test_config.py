@@ -107,15 +107,17 @@ def test_a_setting_of_another_kind_is_refused_naming_it_and_the_kinds_that_read_
 
 def test_each_kind_has_only_the_settings_it_reads():
     names = {kind: cls.names() for kind, cls in CONFIGS.items()}
-    assert set(names) == {"grpo", "sft", "dpo", "evaluation", "reference"}
+    assert set(names) == {"grpo", "sft", "dpo", "evaluation", "reference", "external"}
     assert names["sft"] < names["dpo"] and names["dpo"] - names["sft"] == {"dpo_beta"}
     grpo_only = {"group_size", "groups_per_step", "clip_low", "clip_high", "kl_coef", "temperature", "max_staleness"}
     assert grpo_only <= names["grpo"] and not grpo_only & (names["sft"] | names["evaluation"])
     assert {"dataset", "batch_size", "engine", "mode"} & names["grpo"] == {"engine", "mode"}
     assert names["reference"] == {"reference_per_template", "verify_concurrency", "max_tool_output_chars"}
     assert "evaluation" in names["evaluation"] and not {"learning_rate", "checkpoint_every"} & names["evaluation"]
+    assert names["external"] == {"client", "trainer_model"}  # trained elsewhere: what its trainer said of itself
     assert config_class("sft") is SFTConfig
-    with pytest.raises(ValueError, match="no run kind 'ppo'; the kinds are grpo, sft, dpo, evaluation, reference"):
+    with pytest.raises(ValueError, match="no run kind 'ppo'; the kinds are grpo, sft, dpo, evaluation, reference, "
+                                         "external"):
         config_class("ppo")
 
 
@@ -175,7 +177,10 @@ def test_a_bundles_run_config_holds_settings_of_every_kind_each_checked_by_the_k
         ("no_such_knob", "unknown setting"), ("group_size", "GRPO compares samples, so a group needs at least 2"),
         ("batch_size", "must be between 1 and 65536, not 0")}
     schema = run_config_schema()["properties"]
-    assert set(schema) == set().union(*(cls.names() for cls in CONFIGS.values())) - set(SET_BY_THE_STUDIO)
+    # a run trained elsewhere takes no settings from the bundle: its config is what its trainer said of itself
+    assert set(schema) == set().union(*(cls.names() for cls in CONFIGS.values() if cls.launched_here)) - set(
+        SET_BY_THE_STUDIO)
+    assert not {"client", "trainer_model"} & set(schema)
     assert schema["group_size"]["minimum"] == 2 and schema["group_size"]["description"].endswith("Taken by: GRPO.")
     assert schema["batch_size"]["description"].endswith("Taken by: SFT, DPO.")
     assert schema["model"]["description"].endswith("Taken by: GRPO, SFT, DPO, evaluation.")

@@ -1,0 +1,168 @@
+"""Runs trained elsewhere (apps/runs/external.py): episodes a trainer outside the studio played in a bundle's
+environments, recorded as trajectories of an `external` run, graded by the bundle's real verifier, and read back
+by every page and API that reads ours."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from apps.registry.pins import bundle_tasks
+from apps.runs.external import ExternalRunRefused, external_run, record_episode
+from apps.runs.models import MetricPoint, Run, RunKind, RunStatus
+from apps.runs.services import RunError, run_claim, run_create, run_request, runs_requeue_lost
+from apps.trajectories.models import Trajectory as Archived
+from workers.rl.rollout.grading import LocalVerifier, grade_trajectory
+from workers.rl.types import ToolCall, ToolResult, Trajectory, TrajectoryStatus, Turn
+
+pytestmark = pytest.mark.postgres
+
+TEMPLATE = "task_template/add-two@1"
+
+
+@pytest.fixture
+def tasks(registry):
+    return bundle_tasks(bundle=registry["bundle"])
+
+
+@pytest.fixture
+def run(project, registry, owner):
+    return external_run(project=project, name="trl-qwen-grpo", bundle_version=registry["bundle"], user=owner,
+                        client="trl", model="Qwen/Qwen3-0.6B")
+
+
+def episode(tasks, key: str, answer: str, *, tool: bool = False, seconds: float = 2.0,
+            status: TrajectoryStatus = TrajectoryStatus.OK) -> Trajectory:
+    """One episode as the environment server builds it: the task's prompt, the turns the trainer's model wrote as
+    its client reported them (text, no token ids), a tool call's sandbox result, and the verdict of the bundle's
+    own verifier (its exact layer runs in this process)."""
+    task = tasks.task(0, TEMPLATE, key)
+    now = time.time()
+    trajectory = Trajectory(id=str(uuid.uuid4()), run_id="", seq=0, sample=0, domain=task.domain,
+                            template=task.template.key, task_key=task.item.key, task_hash=task.item_hash,
+                            image=task.template.image.key, verifier=task.template.verifier_key, policy_version=0,
+                            started_at=now - seconds, timings={"environment_assembly": 0.05})
+    trajectory.turns = [Turn(role=m["role"], content=m["content"])
+                        for m in task.template.messages(task.item, examples=False)]
+    if tool:
+        code = f"print({task.item.inputs['a']} + {task.item.inputs['b']})"
+        trajectory.turns += [
+            Turn(role="assistant", content="Let me compute it.", finish_reason="tool_calls",
+                 tool_calls=[ToolCall(id="call_1", name="run_python", arguments={"code": code})]),
+            Turn(role="tool", content=answer + "\n", tool_call_id="call_1", name="run_python",
+                 result=ToolResult(status="ok", text=answer + "\n", exit_code=0, stdout=answer + "\n",
+                                   wall_seconds=0.2, cpu_seconds=0.02))]
+    trajectory.turns.append(Turn(role="assistant", content=answer, finish_reason="stop"))
+    trajectory.status = status
+    if status == TrajectoryStatus.ABANDONED:
+        trajectory.status_reason = "the client's WebSocket closed before a final answer"
+        trajectory.finished_at = now
+    else:
+        grade_trajectory(LocalVerifier(pool=None), task, trajectory)
+    trajectory.costs.update(sandbox_cpu_seconds=0.02, total=0.001)
+    return trajectory
+
+
+def test_episodes_are_archived_at_the_trainers_steps_with_their_verdicts_and_points(run, tasks, project):
+    assert (run.kind, run.status, run.config) == (RunKind.EXTERNAL, RunStatus.RUNNING,
+                                                 {"client": "trl", "trainer_model": "Qwen/Qwen3-0.6B"})
+    # Step 3: a group of two on one task (right and wrong: signal), and one alone; step 4: one abandoned.
+    right = episode(tasks, "add-00003", "6", tool=True)
+    wrong = episode(tasks, "add-00003", "7")
+    alone = episode(tasks, "add-00004", "8")
+    left = episode(tasks, "add-00005", "", status=TrajectoryStatus.ABANDONED)
+    for trajectory, step in ((right, 3), (wrong, 3), (alone, 3), (left, 4)):
+        record_episode(run, trajectory, trainer_step=step)
+
+    rows = {row.pk: row for row in Archived.objects.filter(run=run)}
+    assert {str(pk) for pk in rows} == {right.id, wrong.id, alone.id, left.id}  # the server's ids kept
+    kept = rows[uuid.UUID(right.id)]
+    assert (kept.step, kept.policy_version, kept.reward, kept.verdict_status, kept.deciding_layer) == \
+        (3, 3, 1.0, "pass", "exact")
+    assert kept.num_tool_calls == 1 and kept.turns[-2]["result"]["stdout"] == "6\n"
+    assert kept.verdict["components"][0]["layer"] == "exact" and kept.task_hash == right.task_hash
+    assert rows[uuid.UUID(wrong.id)].reward == 0.0
+    # the group of add-00003 at step 3 has reward variance: both effective; alone has no group to compare with
+    assert [rows[uuid.UUID(t.id)].effective for t in (right, wrong, alone, left)] == [True, True, False, False]
+    assert (rows[uuid.UUID(left.id)].status, rows[uuid.UUID(left.id)].reward) == ("abandoned", None)
+    assert sorted(row.seq for row in rows.values()) == [0, 1, 2, 3]
+
+    points = {(p.name, p.step): p.value for p in MetricPoint.objects.filter(run=run)}
+    assert points["reward/mean", 3] == pytest.approx(2 / 3) and points["reward/arithmetic", 3] == pytest.approx(2 / 3)
+    assert ("reward/mean", 4) not in points and points["trajectories/abandoned", 4] == 1
+    assert points["cost/per_task", 4] == pytest.approx(0.001) and points["cost/total", 4] == pytest.approx(0.004)
+    assert points["throughput/effective_trajectories_per_hour", 4] == \
+        pytest.approx(points["throughput/trajectories_per_hour", 4] / 2)
+    assert not {name for name, _ in points if name.split("/")[0] in ("policy", "loss", "idle", "staleness")}
+    run.refresh_from_db()
+    assert run.step == 4 and (run.summary["episodes"], run.summary["effective"]) == (4, 2)
+    assert run.summary["statuses"] == {"ok": 3, "abandoned": 1}
+    assert 2 <= run.summary["active_seconds"] < 10  # four episodes of 2 s played at once: 2 s of the run's time
+
+    # Recorded again (the server retrying after a lost answer): overwritten in place, counted once.
+    record_episode(run, wrong, trainer_step=3)
+    run.refresh_from_db()
+    assert Archived.objects.filter(run=run).count() == 4 and run.summary["episodes"] == 4
+    assert run.summary["effective"] == 2
+
+
+def test_an_episode_without_a_step_takes_its_number_in_the_run(run, tasks):
+    for answer in ("6", "7"):
+        record_episode(run, episode(tasks, "add-00003", answer), trainer_step=None)
+    assert sorted(Archived.objects.filter(run=run).values_list("seq", "step")) == [(0, 1), (1, 2)]
+
+
+def test_the_run_is_named_once_and_its_name_is_not_anothers(run, project, registry, owner):
+    again = external_run(project=project, name="trl-qwen-grpo", bundle_version=registry["bundle"], user=owner,
+                         client="trl", model="Qwen/Qwen3-0.6B")
+    assert again.pk == run.pk and Run.objects.filter(project=project).count() == 1
+    run_create(project=project, bundle=registry["bundle"], steps=2, name="ours", kind=RunKind.GRPO, actor=owner)
+    with pytest.raises(ExternalRunRefused, match="'ours' is the name of a GRPO training run") as refused:
+        external_run(project=project, name="ours", bundle_version=registry["bundle"], user=owner, client="trl",
+                     model="m")
+    assert (refused.value.status, refused.value.field) == (409, "run")
+    with pytest.raises(ExternalRunRefused, match="is not a bundle of project"):
+        external_run(project=project, name="x", bundle_version=registry["domain"], user=owner, client="trl",
+                     model="m")
+    with pytest.raises(ExternalRunRefused) as long_model:
+        external_run(project=project, name="x", bundle_version=registry["bundle"], user=owner, client="trl",
+                     model="m" * 301)
+    assert long_model.value.errors[0].field == "model"
+
+
+def test_nothing_of_the_studios_ever_runs_it(run, settings):
+    assert run_claim(run_id=run.pk, stale_after=0) is None
+    Run.objects.filter(pk=run.pk).update(heartbeat_at="2000-01-01T00:00:00Z")  # its trainer quiet for years
+    assert runs_requeue_lost(stale_after=1) == []
+    from apps.runs.embedded import LANES, train_next_queued
+
+    assert not any(lane(Run.objects.all()).filter(pk=run.pk).exists() for lane in LANES.values())
+    assert train_next_queued("training") is False
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == (RunStatus.RUNNING, 1)
+
+
+def test_a_finished_run_refuses_the_episodes_that_come_after(run, tasks, owner, project, registry):
+    record_episode(run, episode(tasks, "add-00003", "6"), trainer_step=1)
+    with pytest.raises(RunError, match="cannot pause its trainer"):
+        run_request(run=run, action="pause", actor=owner)
+    run_request(run=run, action="finish", actor=owner)
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED and run.finished_at is not None
+    with pytest.raises(ExternalRunRefused, match="'trl-qwen-grpo' was completed at .* name a new run") as late:
+        record_episode(run, episode(tasks, "add-00004", "8"), trainer_step=2)
+    assert late.value.status == 409
+    with pytest.raises(ExternalRunRefused, match="was completed"):
+        external_run(project=project, name="trl-qwen-grpo", bundle_version=registry["bundle"], user=owner,
+                     client="trl", model="Qwen/Qwen3-0.6B")
+    assert Archived.objects.filter(run=run).count() == 1
+    with pytest.raises(RunError, match="already completed"):
+        run_request(run=run, action="finish", actor=owner)
+
+
+def test_finish_is_for_runs_trained_elsewhere_only(project, registry, owner):
+    ours = run_create(project=project, bundle=registry["bundle"], steps=2, kind=RunKind.GRPO, actor=owner)
+    with pytest.raises(RunError, match="only a run trained elsewhere is finished by hand"):
+        run_request(run=ours, action="finish", actor=owner)
