@@ -43,7 +43,9 @@ class TrajectoryStatus(StrEnum):
     POLICY_ERROR = "policy_error"  # the policy broke the protocol: a malformed tool call, an unknown tool
     TIMEOUT = "timeout"  # the rollout hit its time limit
     INFRA_ERROR = "infra_error"  # the machinery failed (sandbox, verifier): never scored, never trained on
-    ABANDONED = "abandoned"  # its client left before the end (an episode served elsewhere): never scored or trained on
+    # A trainer elsewhere left the episode unfinished (its connection dropped, it idled past the server's timeout, it
+    # reset before submitting: workers/environments): never scored, never trained on
+    ABANDONED = "abandoned"
 
 
 class Phase(StrEnum):

@@ -77,17 +77,23 @@ def parse_tool_calls(text: str, tools: Sequence[ToolSpec]) -> list[ParsedCall]:
             raise PolicyToolError(f"tool call is not JSON: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             raise PolicyToolError('a tool call needs {"name": ..., "arguments": {...}}')
-        if data["name"] not in known:
-            raise PolicyToolError(f"unknown tool {data['name']!r}; this task offers {', '.join(known) or 'none'}")
-        arguments = data.get("arguments", {})
-        if not isinstance(arguments, dict):
-            raise PolicyToolError("tool call arguments must be a JSON object")
-        required = known[data["name"]].parameters.get("required", [])
-        missing = [name for name in required if name not in arguments]
-        if missing:
-            raise PolicyToolError(f"{data['name']} needs {', '.join(missing)}")
-        calls.append(ParsedCall(data["name"], arguments))
+        calls.append(checked_call(data["name"], data.get("arguments", {}), known))
     return calls
+
+
+def checked_call(name: str, arguments, known: dict[str, ToolSpec]) -> ParsedCall:
+    """A call already split into its name and arguments (parsed from the policy's text, or sent by a trainer
+    elsewhere: workers/environments), checked against the tools on offer; raises PolicyToolError for an unknown
+    tool, arguments that are not an object, or a required argument missing."""
+    if name not in known:
+        raise PolicyToolError(f"unknown tool {name!r}; this task offers {', '.join(known) or 'none'}")
+    if not isinstance(arguments, dict):
+        raise PolicyToolError("tool call arguments must be a JSON object")
+    required = known[name].parameters.get("required", [])
+    missing = [argument for argument in required if argument not in arguments]
+    if missing:
+        raise PolicyToolError(f"{name} needs {', '.join(missing)}")
+    return ParsedCall(name, arguments)
 
 
 def tool_execution(name: str, arguments: dict) -> Execution:
