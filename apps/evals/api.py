@@ -82,6 +82,10 @@ class EvaluationIn(Schema):
     checkpoint: str | None = Field(None, description="RUN@STEP (a run's name or id; STEP a number or latest) or "
                                                      "a checkpoint alias")
     endpoint: str | None = Field(None, description="an endpoint's slug")
+    trained_by: str | None = Field(None, max_length=200,
+                                   description="for a model definition or an endpoint: the run trained elsewhere "
+                                               "(kind external; its name or id) that trained the model, so the "
+                                               "leaderboard scores apart the suite's tasks its bundle holds")
 
 
 class ComparisonOut(Schema):
@@ -203,7 +207,7 @@ def launch_evaluation(request, project: str, payload: EvaluationIn):
     try:
         suite = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(payload.suite)))
         target = target_resolve(project=scope, model=payload.model, checkpoint=payload.checkpoint,
-                                endpoint=payload.endpoint)
+                                endpoint=payload.endpoint, trained_by=payload.trained_by)
         evaluation = evaluation_launch(project=scope, suite=suite, actor=request.auth, via="api", **target)
     except (VersionNotFound, CheckpointNotFound) as exc:
         raise exc.about(named)

@@ -6,16 +6,19 @@ from django import forms
 
 from apps.common import wiring
 from apps.registry.models import Version
-from apps.runs.models import Checkpoint
+from apps.runs.models import Checkpoint, Run, RunKind
 
 from .models import Endpoint
 
 
 class EvaluationLaunchForm(forms.Form):
     """`what` is one choice among the project's base models (model:ID), checkpoints (checkpoint:ID) and
-    endpoints (endpoint:ID)."""
+    endpoints (endpoint:ID); `trained_by`, for a model or an endpoint, the run trained elsewhere that trained it."""
 
     what = forms.ChoiceField(label="Evaluate")
+    trained_by = forms.ChoiceField(label="trained by", required=False,
+                                   help_text="for a model or an endpoint: the run trained elsewhere that trained it, "
+                                             "so the scores on its bundle's tasks are shown apart")
 
     def __init__(self, *args, project, **kwargs):
         super().__init__(*args, **kwargs)
@@ -28,14 +31,18 @@ class EvaluationLaunchForm(forms.Form):
             ("Base models", [(f"model:{v.pk}", v.ref) for v in models]),
             ("Checkpoints", [(f"checkpoint:{c.pk}", f"{c.run.name}@{c.step}") for c in checkpoints]),
             ("Endpoints", [(f"endpoint:{e.pk}", f"endpoint/{e.slug} ({e.model})") for e in endpoints])]
+        elsewhere = Run.objects.filter(project=project, kind=RunKind.EXTERNAL).order_by("-created_at")[:100]
+        self.fields["trained_by"].choices = [("", "—"), *((str(r.pk), r.name) for r in elsewhere)]
 
     def target(self, project) -> dict:
         kind, _, pk = self.cleaned_data["what"].partition(":")
+        trained_by = self.cleaned_data.get("trained_by")
+        target = {"trained_by": Run.objects.get(pk=trained_by, project=project)} if trained_by else {}
         if kind == "model":
-            return {"model": Version.objects.get(pk=pk, definition__project=project)}
+            return {**target, "model": Version.objects.get(pk=pk, definition__project=project)}
         if kind == "checkpoint":
-            return {"checkpoint": Checkpoint.objects.select_related("run").get(pk=pk, run__project=project)}
-        return {"endpoint": Endpoint.objects.get(pk=pk, project=project)}
+            return {**target, "checkpoint": Checkpoint.objects.select_related("run").get(pk=pk, run__project=project)}
+        return {**target, "endpoint": Endpoint.objects.get(pk=pk, project=project)}
 
 
 class EndpointForm(forms.Form):

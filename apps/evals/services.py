@@ -16,8 +16,8 @@ from apps.registry.models import Version
 from apps.registry.pins import PinnedBundleError, bundle_tasks
 from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
-from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoint_resolve
-from apps.runs.models import Checkpoint, RunKind
+from apps.runs.checkpoints import CheckpointNotFound, checkpoint_keep, checkpoint_resolve, run_find
+from apps.runs.models import Checkpoint, Run, RunKind
 from apps.runs.services import RunError, run_create
 from workers.egress import EgressRefused
 from workers.rl.rollout.evaluation import evaluation_steps, suite_tasks
@@ -116,27 +116,36 @@ def _credential_of_variable(*, project: Project, variable: str, given: str) -> s
 
 
 def target_resolve(*, project: Project, model: str | None = None, checkpoint: str | None = None,
-                   endpoint: str | None = None) -> dict:
+                   endpoint: str | None = None, trained_by: str | None = None) -> dict:
     """What to evaluate, named as the API and the command take it — `model/SLUG[@N]`, `RUN@STEP` or an alias, an
-    endpoint's slug — as `evaluation_launch`'s keyword. Raises VersionNotFound, CheckpointNotFound, ValueError (a
-    malformed reference) or EvalError (no such endpoint, or not exactly one named)."""
+    endpoint's slug; and the run trained elsewhere that trained it, by name or id — as `evaluation_launch`'s
+    keywords. Raises VersionNotFound, CheckpointNotFound, ValueError (a malformed reference) or EvalError (no such
+    endpoint or run, or not exactly one thing named)."""
     named = [name for name, value in (("model", model), ("checkpoint", checkpoint), ("endpoint", endpoint)) if value]
     if len(named) != 1:
         raise EvalError("name exactly one of model, checkpoint or endpoint", field="model")
+    target = {}
+    if trained_by:
+        try:
+            target["trained_by"] = run_find(project=project, name=trained_by)
+        except CheckpointNotFound as exc:
+            raise EvalError(str(exc), status=404, field="trained_by") from None
     if model:
-        return {"model": version_resolve(project=project, ref=parse_ref(model))}
+        return {**target, "model": version_resolve(project=project, ref=parse_ref(model))}
     if checkpoint:
-        return {"checkpoint": checkpoint_resolve(project=project, name=checkpoint)}
+        return {**target, "checkpoint": checkpoint_resolve(project=project, name=checkpoint)}
     found = Endpoint.objects.filter(project=project, slug=endpoint).first()
     if found is None:
         raise EvalError(f"no endpoint {endpoint!r} in project {project.slug}", status=404, field="endpoint")
-    return {"endpoint": found}
+    return {**target, "endpoint": found}
 
 
 def evaluation_launch(*, project: Project, suite: Version, actor, model: Version | None = None,
                       checkpoint: Checkpoint | None = None, endpoint: Endpoint | None = None,
-                      via: str = "web") -> Evaluation:
-    """Queue an evaluation of one model on `suite`: a base model definition, a run's checkpoint, or an endpoint."""
+                      trained_by: Run | None = None, via: str = "web") -> Evaluation:
+    """Queue an evaluation of one model on `suite`: a base model definition, a run's checkpoint, or an endpoint.
+    `trained_by`: the run trained elsewhere (kind external) that trained the model or the endpoint's model, so the
+    leaderboard scores apart the suite's tasks its bundle holds, as for a checkpoint of ours."""
     if suite.definition.project_id != project.pk:
         raise EvalError(f"{suite.ref} is not of project {project.slug}", field="suite")
     try:
@@ -190,8 +199,11 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
     if not tasks:
         raise EvalError(f"{suite.ref} has no task instances to evaluate", field="suite")
     found = {}
-    if checkpoint is not None and checkpoint.run.bundle is not None:  # the suite's tasks found among its run's
-        source = checkpoint.run
+    if trained_by is not None:
+        _trained_by_check(project=project, run=trained_by, checkpoint=checkpoint)
+        label = f"{label} · {trained_by.name}"[:200]
+    source = checkpoint.run if checkpoint is not None else trained_by
+    if source is not None and source.bundle is not None:  # the suite's tasks found among its run's
         found = {"training": source.bundle.ref,
                  **overlap(tasks, bundle_tasks(bundle=source.bundle))}
     with transaction.atomic():
@@ -203,13 +215,24 @@ def evaluation_launch(*, project: Project, suite: Version, actor, model: Version
             raise EvalError(str(exc), field="model") from None
         evaluation = Evaluation.objects.create(
             project=project, suite=suite, key=key, key_parts=parts, run=run, kind=kind, label=label,
-            model_version=model, checkpoint=checkpoint, source_run=checkpoint.run if checkpoint else None,
+            model_version=model, checkpoint=checkpoint, source_run=source,
             checkpoint_step=checkpoint.step if checkpoint else None, endpoint=endpoint, overlap=found,
             created_by=actor if getattr(actor, "is_authenticated", False) else None)
         audit_record(project=project, actor=actor, action="eval.launch", target=f"evaluation/{evaluation.pk}",
                      details={"suite": suite.ref, "what": label, "key": key, "tasks": len(tasks), "run": str(run.pk)},
                      via=via)
     return evaluation
+
+
+def _trained_by_check(*, project: Project, run: Run, checkpoint: Checkpoint | None) -> None:
+    """EvalError unless `run` can be what trained the model evaluated: a run trained elsewhere of `project`, the
+    model not a checkpoint (whose own run trained it)."""
+    if checkpoint is not None:
+        raise EvalError("a checkpoint was trained by its own run: trained_by names the run trained elsewhere of a "
+                        "model definition or an endpoint", field="trained_by")
+    if run.project_id != project.pk or run.kind != RunKind.EXTERNAL:
+        raise EvalError(f"{run.name} is not a run trained elsewhere of project {project.slug}: trained_by names "
+                        "one (kind external)", field="trained_by")
 
 
 def external_import(*, project: Project, document: dict, label: str = "", actor,

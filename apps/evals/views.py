@@ -133,7 +133,7 @@ def suite_page(request, project, slug, number=None):
                 evaluation = evaluation_launch(project=project, suite=suite, actor=request.user,
                                                **form.target(project), via="web")
             except EvalError as exc:
-                form.add_error("what", str(exc))
+                form.add_error("trained_by" if exc.field == "trained_by" else "what", str(exc))
             else:
                 messages.success(request, f"Queued: {evaluation.label} on {suite.ref}.")
                 return redirect("evals:suite", project=project.slug, slug=slug, number=suite.number)

@@ -136,9 +136,12 @@ def run_events(request, project: str, run_id: UUID,
 # Last: its path would otherwise take /metrics and /events for an action.
 @router.post(RUN + "/{action}", response={200: RunOut, **WRITE_ERRORS})
 def steer_run(request, project: str, run_id: UUID,
-              action: Annotated[Literal["pause", "resume", "cancel"], Path(description="pause, resume or cancel")]):
+              action: Annotated[Literal["pause", "resume", "cancel", "finish"],
+                                Path(description="pause, resume or cancel; finish a run trained elsewhere")]):
     """Pause (the worker checkpoints at the end of its step), resume (queued again) or cancel a run (editors).
-    409 when the run's state does not allow it (a cancelled run cannot be paused)."""
+    A run trained elsewhere (kind external) is finished or cancelled at once, and its trainer's later episodes are
+    refused; it cannot be paused or resumed from here. 409 when the run's state does not allow it (a cancelled run
+    cannot be paused)."""
     scope = caller_project(request, project, min_role=Role.EDITOR)
     run = selectors.run_get(project=scope, run_id=run_id)
     return run_request(run=run, action=action, actor=request.auth, via="api")  # RunError 409: the run's state

@@ -76,6 +76,29 @@ def run_queue_place(*, run: Run) -> QueuePlace | None:
     return QueuePlace(lane=lane, position=len(ahead) + 1, ahead=ahead, holding=holding)
 
 
+@dataclass(frozen=True)
+class ExternalTally:
+    """What the page says of a run trained elsewhere: its trainer (client and model, as it named them) and the
+    episodes recorded so far (external.py keeps the tally in the run's summary)."""
+
+    client: str
+    model: str
+    episodes: int
+    effective: int
+    unfinished: list[tuple[str, int]]  # episodes that did not end on their own, by status: [("abandoned", 2)]
+
+
+def external_tally(*, run: Run) -> ExternalTally | None:
+    """None unless `run` is trained elsewhere."""
+    if not run.is_external:
+        return None
+    summary, config = run.summary or {}, run.config or {}
+    statuses = summary.get("statuses", {})
+    return ExternalTally(client=config.get("client", ""), model=config.get("trainer_model", ""),
+                         episodes=summary.get("episodes", 0), effective=summary.get("effective", 0),
+                         unfinished=[(status, n) for status, n in sorted(statuses.items()) if status != "ok" and n])
+
+
 def run_list_active(*, projects) -> QuerySet[Run]:
     """The queued and running runs of `projects`, evaluations among them (`run.evaluation`), newest first: what
     the landing page after log-in points to."""

@@ -113,7 +113,7 @@ def run_detail(request, project, run_id):
                           for p, names in panels],
                "panel_rules": figures.panel_rules(),
                "checkpoints": run.checkpoints.all()[:20], "queue": selectors.run_queue_place(run=run),
-               "embedded": settings.EMBEDDED}
+               "embedded": settings.EMBEDDED, "external": selectors.external_tally(run=run)}
     return render(request, "runs/run_detail.html", context)
 
 
@@ -149,7 +149,8 @@ def run_control(request, project, run_id):
         messages.error(request, str(exc))
     else:
         messages.success(request, {"pause": "Pause requested.", "resume": "Resumed: queued for a worker.",
-                                   "cancel": "Cancel requested."}[action])
+                                   "cancel": "Cancelled." if run.is_external else "Cancel requested.",
+                                   "finish": "Finished: its trainer's next episodes are refused."}[action])
     return redirect("runs:run_detail", project=project.slug, run_id=run.pk)
 
 

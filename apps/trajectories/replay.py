@@ -74,6 +74,9 @@ class TrajectoryInfo:
     timeline_json: str
     mean_logprob: float | None
     final_diff: str | None = None  # a repository task's diff against its base, as verification replayed it
+    # Played by a trainer elsewhere (a run of kind external): {"client", "model"} as the trainer named them; its
+    # model's turns are text as the client reported them, the tool results and the verdict the studio's own.
+    trained_elsewhere: dict | None = None
 
 
 def _pieces(model: str, ids: list[int]) -> tuple[list[str] | None, str]:
@@ -161,7 +164,14 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
     return TrajectoryInfo(row=row, steps=steps, layers=list(layers.values()), artifacts=artifacts,
                           timeline_json=figures.to_json(figures.timeline_figure(timeline_rows(row))),
                           mean_logprob=sum(assistant_logprobs) / len(assistant_logprobs) if assistant_logprobs
-                          else None, final_diff=final_diff)
+                          else None, final_diff=final_diff, trained_elsewhere=_trained_elsewhere(row))
+
+
+def _trained_elsewhere(row: Trajectory) -> dict | None:
+    if not (row.run_id and row.run.is_external):
+        return None
+    config = row.run.config or {}
+    return {"client": config.get("client", ""), "model": config.get("trainer_model", "")}
 
 
 def call_summary(call: dict | None) -> str:

@@ -15,7 +15,7 @@ from . import selectors
 from .artifacts import artifact_open
 from .replay import trajectory_info
 
-STATUSES = ("ok", "policy_error", "timeout", "infra_error")
+STATUSES = ("ok", "policy_error", "timeout", "infra_error", "abandoned")  # abandoned: an episode's client left
 VERDICTS = ("pass", "partial", "fail", "infra_error")
 
 

@@ -165,7 +165,8 @@
     });
     if (step !== undefined) {
       root.querySelector("[data-step]").textContent = step;
-      root.querySelector("[data-progress]").value = step;
+      const progress = root.querySelector("[data-progress]"); // a run trained elsewhere has no bar: no known end
+      if (progress) progress.value = step;
     }
     root.querySelectorAll("[data-when]").forEach(b => { b.hidden = !b.dataset.when.split(" ").includes(status); });
   }

@@ -4,16 +4,27 @@ by every page and API that reads ours."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import pytest
+from django.urls import reverse
 
+from apps.datasets.services import dataset_build
+from apps.evals import results
+from apps.evals.services import EvalError, endpoint_create, evaluation_launch, target_resolve
+from apps.registry.dataset_store import dataset_materialise
 from apps.registry.pins import bundle_tasks
+from apps.registry.services import version_publish
+from apps.review.exports import dataset_rows
+from apps.review.services import item_next, label_submit, queue_create
+from apps.runs.embedded import LANES, train_next_queued
 from apps.runs.external import ExternalRunRefused, external_run, record_episode
 from apps.runs.models import MetricPoint, Run, RunKind, RunStatus
 from apps.runs.services import RunError, run_claim, run_create, run_request, runs_requeue_lost
 from apps.trajectories.models import Trajectory as Archived
+from tests.support.specimens import RUBRIC
 from workers.rl.rollout.grading import LocalVerifier, grade_trajectory
 from workers.rl.types import ToolCall, ToolResult, Trajectory, TrajectoryStatus, Turn
 
@@ -136,8 +147,6 @@ def test_nothing_of_the_studios_ever_runs_it(run, settings):
     assert run_claim(run_id=run.pk, stale_after=0) is None
     Run.objects.filter(pk=run.pk).update(heartbeat_at="2000-01-01T00:00:00Z")  # its trainer quiet for years
     assert runs_requeue_lost(stale_after=1) == []
-    from apps.runs.embedded import LANES, train_next_queued
-
     assert not any(lane(Run.objects.all()).filter(pk=run.pk).exists() for lane in LANES.values())
     assert train_next_queued("training") is False
     run.refresh_from_db()
@@ -166,3 +175,102 @@ def test_finish_is_for_runs_trained_elsewhere_only(project, registry, owner):
     ours = run_create(project=project, bundle=registry["bundle"], steps=2, kind=RunKind.GRPO, actor=owner)
     with pytest.raises(RunError, match="only a run trained elsewhere is finished by hand"):
         run_request(run=ours, action="finish", actor=owner)
+
+
+# --- every page and API that reads a run reads one trained elsewhere ------------------------------------------
+
+@pytest.fixture
+def recorded(run, tasks):
+    """The run after two trainer steps: at step 1 a group of two on add-00003 (one answer right after a tool call,
+    one wrong) and add-00004 alone; at step 2 add-00005 right, and add-00006 abandoned by its client."""
+    played = {"tool": episode(tasks, "add-00003", "6", tool=True), "wrong": episode(tasks, "add-00003", "7"),
+              "alone": episode(tasks, "add-00004", "8"), "later": episode(tasks, "add-00005", "10"),
+              "left": episode(tasks, "add-00006", "", status=TrajectoryStatus.ABANDONED)}
+    for name, step in (("tool", 1), ("wrong", 1), ("alone", 1), ("later", 2), ("left", 2)):
+        record_episode(run, played[name], trainer_step=step)
+    run.refresh_from_db()
+    return run, played
+
+
+def test_every_page_reads_a_run_trained_elsewhere(login, owner, project, registry, recorded, tasks, api_as, settings,
+                                                  django_capture_on_commit_callbacks):
+    run, played = recorded
+    browser = login(owner)
+    page = browser.get(reverse("runs:run_detail", kwargs={"project": project.slug, "run_id": run.pk}))
+    html = page.content.decode()
+    # What the run is, what it recorded, and only the panels its points fill: no trainer of ours, no losses.
+    assert "data-trained-elsewhere>elsewhere, by <b>trl</b>, model <span class=\"code\">Qwen/Qwen3-0.6B" in html
+    assert "trainer step <span data-step>2</span> · 5 episodes recorded, 2 effective · 1 abandoned" in html
+    assert {p["key"] for p in page.context["panels"]} >= {"reward", "throughput", "cost"}
+    assert not {p["key"] for p in page.context["panels"]} & {"idle", "staleness", "policy", "loss", "slope"}
+    assert 'value="finish"' in html and 'value="pause"' not in html and "<dt>Attempt</dt>" not in html
+    history = browser.get(reverse("runs:run_history", kwargs={"project": project.slug, "run_id": run.pk})).json()
+    assert history["series"]["reward/mean"]["step"] == [1, 2]  # by the trainer's step
+    assert history["series"]["reward/mean"]["value"] == pytest.approx([2 / 3, 1.0])
+    assert history["series"]["cost/per_task"]["value"][-1] == pytest.approx(0.001)
+    assert history["series"]["throughput/effective_trajectories_per_hour"]["value"][-1] > 0
+
+    runs = browser.get(reverse("runs:run_list", kwargs={"project": project.slug})).content.decode()
+    assert "step 2 · 5 episodes" in runs and "trained elsewhere (trl)" in runs and "from_run=" not in runs
+    assert "trained elsewhere by trl" in browser.get(reverse("runs:home")).content.decode()
+    api = api_as(owner, project=project)
+    detail = api.get(f"/projects/{project.slug}/runs/{run.pk}").json()
+    assert (detail["kind"], detail["config"]["client"], detail["summary"]["episodes"]) == ("external", "trl", 5)
+    assert api.get(f"/projects/{project.slug}/runs/{run.pk}/metrics", names="reward/mean").json()[
+        "series"]["reward/mean"]["step"] == [1, 2]
+
+    # The replay: the turns the trainer's model wrote, the tool's sandbox result, the verdict by layer.
+    replay = browser.get(reverse("trajectories:trajectory_detail",
+                                 kwargs={"project": project.slug, "trajectory_id": played["tool"].id}))
+    html = replay.content.decode()
+    assert replay.status_code == 200 and "data-trained-elsewhere>a trainer elsewhere: <b>trl</b>" in html
+    assert "trainer step 1 · effective" in html and "Let me compute it." in html and "calls <b>run_python</b>" in html
+    assert '<pre class="stdout">6\n</pre>' in html and "<h3>exact layer</h3>" in html
+    listed = browser.get(reverse("trajectories:trajectory_list", kwargs={"project": project.slug}),
+                         {"run": str(run.pk), "status": "abandoned"})
+    assert listed.content.count(b"data-trajectory=") == 1
+
+    # A review queue over the run, one that follows it, and its export.
+    rubric = version_publish(project=project, kind="rubric", slug="correctness", spec=RUBRIC, author=owner).version
+    queue = queue_create(project=project, slug="elsewhere", rubric=rubric, actor=owner, filters={"run": str(run.pk)},
+                         sampling={"rule": "random", "n": 10}, reviewers=[owner], follow_share=1.0)
+    assert queue.items.count() == 5
+    item = item_next(queue=queue, reviewer=owner)
+    assert browser.get(reverse("review:item", kwargs={"project": project.slug, "queue": queue.slug,
+                                                      "item_id": item.pk})).status_code == 200
+    label_submit(queue=queue, item_id=item.pk, reviewer=owner, answers={"verdict": "correct"})
+    exported = dataset_rows(queue, kind="sft")
+    assert [row["provenance"]["trajectory"] for row in exported] == [str(item.trajectory_id)]
+    with django_capture_on_commit_callbacks(execute=True):
+        record_episode(run, episode(tasks, "add-00007", "7"), trainer_step=3)  # a new episode joins the queue
+    assert queue.items.count() == 6
+
+    # A dataset built from its trajectories.
+    built = dataset_build(project=project, slug="from-elsewhere", fmt="sft", actor=owner,
+                          sources=[{"type": "trajectories", "run": run.name, "reward_min": 1}])
+    rows = [json.loads(line) for line in dataset_materialise(project=project, text=built.version.ref).path
+            .read_text().splitlines()]
+    assert len(rows) == 4 and {row["provenance"]["run_name"] for row in rows} == {run.name}
+    assert rows[-1]["messages"][-1]["role"] == "assistant" and any(
+        message["role"] == "tool" for row in rows for message in row["messages"])
+
+    # The leaderboard's overlap check: an endpoint serving the model trained elsewhere, evaluated as trained by it.
+    settings.EMBEDDED = True  # queued only: no Celery task goes to a broker
+    settings.EGRESS_ALLOW = "127.0.0.0/8"
+    endpoint_create(project=project, slug="qwen-tuned", base_url="http://127.0.0.1:9/v1", model="qwen-tuned",
+                    actor=owner)
+    suite = version_publish(project=project, kind="bundle", slug="arith-suite", author=owner, spec={
+        "members": ["domain/arithmetic@latest"], "evaluation": {"tasks_per_template": 8, "seed": 1}}).version
+    target = target_resolve(project=project, endpoint="qwen-tuned", trained_by=run.name)
+    evaluation = evaluation_launch(project=project, suite=suite, actor=owner, **target)
+    assert evaluation.source_run == run and evaluation.label == f"endpoint/qwen-tuned · {run.name}"
+    assert evaluation.overlap["training"] == registry["bundle"].ref and len(evaluation.overlap["exact"]) == 8
+    board = results.leaderboard([evaluation])
+    assert board.rows[0].clean and board.rows[0].overlapping  # scored apart, as for a checkpoint of ours
+    assert run.name in browser.get(reverse("evals:suite_head", kwargs={"project": project.slug, "slug": "arith-suite"})
+                                   ).content.decode()
+    ours = run_create(project=project, bundle=registry["bundle"], steps=2, name="ours", actor=owner)
+    with pytest.raises(EvalError, match="ours is not a run trained elsewhere") as refused:
+        evaluation_launch(project=project, suite=suite, actor=owner,
+                          **target_resolve(project=project, endpoint="qwen-tuned", trained_by="ours"))
+    assert refused.value.field == "trained_by" and ours.pk

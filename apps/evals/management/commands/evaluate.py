@@ -29,18 +29,23 @@ class Command(BaseCommand):
         target.add_argument("--model", help="a model definition: model/SLUG[@N]")
         target.add_argument("--checkpoint", help="RUN@STEP (RUN a name or id; STEP a number or latest) or an alias")
         target.add_argument("--endpoint", help="an endpoint's slug")
+        parser.add_argument("--trained-by", dest="trained_by",
+                            help="for --model or --endpoint: the run trained elsewhere (its name or id) that trained "
+                                 "the model; the leaderboard then scores apart the suite's tasks its bundle holds")
         parser.add_argument("--headless", action="store_true", help="evaluate in this process and print the scores")
         parser.add_argument("--json", action="store_true", dest="as_json")
         parser.add_argument("--if-absent", action="store_true",
                             help="do nothing if this was evaluated on the suite's key already")
         parser.add_argument("--project", help="project slug (default: the only project)")
 
-    def handle(self, *args, suite, model, checkpoint, endpoint, headless, as_json, if_absent, project, **_):
+    def handle(self, *args, suite, model, checkpoint, endpoint, headless, as_json, if_absent, project, trained_by=None,
+               **_):
         scope = project_for_command(slug=project)
         try:
             version = version_resolve(project=scope, ref=Ref("bundle", *split_slug_ref(suite)))
             key, _ = suite_key(version)
-            target = target_resolve(project=scope, model=model, checkpoint=checkpoint, endpoint=endpoint)
+            target = target_resolve(project=scope, model=model, checkpoint=checkpoint, endpoint=endpoint,
+                                    trained_by=trained_by)
         except (VersionNotFound, NotASuite, CheckpointNotFound, ValueError, EvalError) as exc:
             raise CommandError(str(exc)) from None
         done = Evaluation.objects.filter(project=scope, key=key, model_version=target.get("model"),
