@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "apps.datasets",
     "apps.evals",
     "apps.authoring",
+    "apps.environments",
     "apps.operations",
     "apps.demo",
 ]

@@ -60,10 +60,15 @@ class TokenScope(models.TextChoices):
     REVIEW = "review", "review (a reviewer's rights)"
     WRITE = "write", "write (an editor's rights)"
     ADMIN = "admin", "admin (an owner's rights: the audit log)"
+    # For a trainer elsewhere: it plays the project's environments through `manage.py environments serve`, which
+    # records its episodes as runs (an editor's or an owner's token). Handed to a training cluster, it reads the
+    # rest of the API as a viewer does, and writes nothing there.
+    ENVIRONMENT = "environment", "environment (play the environments served over OpenEnv; a viewer's rights here)"
 
     @classmethod
     def ceiling(cls, scope: str) -> str:
-        return {cls.READ: Role.VIEWER, cls.REVIEW: Role.REVIEWER, cls.WRITE: Role.EDITOR, cls.ADMIN: Role.OWNER}[scope]
+        return {cls.READ: Role.VIEWER, cls.REVIEW: Role.REVIEWER, cls.WRITE: Role.EDITOR, cls.ADMIN: Role.OWNER,
+                cls.ENVIRONMENT: Role.VIEWER}[scope]
 
 
 class ApiToken(models.Model):

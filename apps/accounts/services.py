@@ -53,12 +53,17 @@ def token_digest(token: str) -> str:
 
 def api_token_create(*, user, name: str, project: Project, scope: str = TokenScope.READ,
                      expires_at: datetime | None = None, via: str = "web") -> tuple[ApiToken, str]:
-    """A token for `project` with `scope` (read, review, write), valid until `expires_at` (None: until revoked).
-    Returns the row and the plaintext token; the plaintext is never stored and cannot be shown again."""
+    """A token for `project` with `scope` (read, review, write, admin, environment), valid until `expires_at` (None:
+    until revoked). Returns the row and the plaintext token; the plaintext is never stored and cannot be shown
+    again."""
     if scope not in TokenScope.values:
         raise ValueError(f"Unknown scope {scope!r}; choose one of {', '.join(TokenScope.values)}.")
-    if not Membership.objects.filter(project=project, user=user).exists():
+    role = Membership.objects.filter(project=project, user=user).values_list("role", flat=True).first()
+    if role is None:
         raise ValueError(f"You are not a member of {project.slug}: a token can only act where you can.")
+    if scope == TokenScope.ENVIRONMENT and Role.rank(role) < Role.rank(Role.EDITOR):
+        raise ValueError(f"An environment token records its trainer's episodes as runs of {project.slug}: that "
+                         f"needs an editor or an owner, and your role there is {role}.")
     if expires_at is not None and expires_at <= timezone.now():
         raise ValueError("The expiry must be in the future.")
     prefix = secrets.token_hex(4)

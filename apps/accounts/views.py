@@ -50,11 +50,15 @@ def api_tokens(request):
     if form.is_valid():
         days = form.cleaned_data["expires"]
         # Rendered straight from the POST, never redirected: the plaintext exists only in this response.
-        _, plaintext = services.api_token_create(
-            user=request.user, name=form.cleaned_data["name"], project=form.cleaned_data["project"],
-            scope=form.cleaned_data["scope"], via="web",
-            expires_at=timezone.now() + timedelta(days=int(days)) if days else None)
-        form = ApiTokenCreateForm(user=request.user, initial={"project": project})
+        try:
+            _, plaintext = services.api_token_create(
+                user=request.user, name=form.cleaned_data["name"], project=form.cleaned_data["project"],
+                scope=form.cleaned_data["scope"], via="web",
+                expires_at=timezone.now() + timedelta(days=int(days)) if days else None)
+        except ValueError as exc:  # a scope above the user's role there (the form offers only their projects)
+            form.add_error("scope", str(exc))
+        else:
+            form = ApiTokenCreateForm(user=request.user, initial={"project": project})
     tokens = api_token_list(user=request.user)
     status = 400 if form.is_bound and form.errors else 200
     return render(request, "accounts/api_tokens.html",

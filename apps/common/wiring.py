@@ -44,10 +44,12 @@ def sandbox_backend(name: str | None = None) -> SandboxBackend:
                          docker_control=settings.SANDBOX_DOCKER_CONTROL, network_allowed=settings.SANDBOX_NETWORK)
 
 
-def sandbox_pool(*, backend: str | None = None) -> SandboxPool:
+def sandbox_pool(*, backend: str | None = None, session_ceiling: int | None = None) -> SandboxPool:
     """A new pool on `backend` (default: settings.SANDBOX_BACKEND); the caller closes it. It publishes its
-    state for `manage.py sandbox pool-status`."""
-    return SandboxPool(sandbox_backend(backend), status_dir=settings.SANDBOX_STATUS_DIR)
+    state for `manage.py sandbox pool-status`. `session_ceiling`: the sessions of one prepared workspace it holds at
+    once (default: the pool's own, a GRPO group's worth; the environment server holds as many as it serves)."""
+    options = {} if session_ceiling is None else {"session_ceiling": session_ceiling}
+    return SandboxPool(sandbox_backend(backend), status_dir=settings.SANDBOX_STATUS_DIR, **options)
 
 
 _shared_pool: tuple[tuple, SandboxPool] | None = None  # (the settings it was made with, the pool)
