@@ -195,7 +195,8 @@ def test_only_editors_open_the_form(client, member, outsider, url):
 
 
 def test_every_config_field_has_a_group_and_help_and_the_studios_are_not_editable():
-    names = sorted(set().union(*(cls.names() for cls in CONFIGS.values())))
+    # the kinds the studio launches (a run trained elsewhere has no form: its config is what its trainer said)
+    names = sorted(set().union(*(cls.names() for cls in CONFIGS.values() if cls.launched_here)))
     grouped = [name for _, members in launch.grouped(names) for name in members]
     assert launch.OTHER not in dict(launch.grouped(names)), "give the new config field a group in GROUPS"
     assert sorted(grouped) == sorted(names) and len(grouped) == len(set(grouped))
