@@ -159,7 +159,7 @@ class RunForm(forms.Form):
         bundles.queryset = (Version.objects.filter(definition__project=project, definition__kind="bundle")
                             .select_related("definition").order_by("definition__slug", "-number"))
         bundles.label_from_instance = _bundle_label
-        if earlier is not None:
+        if earlier is not None and earlier.kind in TRAINING_KINDS:  # from a run trained elsewhere: its bundle only
             self.initial.setdefault("kind", earlier.kind)
         start = _start_values(earlier)
         self.chosen_kind = self._chosen_kind()
@@ -174,7 +174,7 @@ class RunForm(forms.Form):
             self.initial.setdefault("bundle", first.pk if first else None)
         else:
             self.initial.setdefault("bundle", earlier.bundle_id)
-            self.initial.setdefault("steps", earlier.steps_total)
+            self.initial.setdefault("steps", earlier.steps_total or self.fields["steps"].initial)
             self.initial.setdefault("from_run", earlier.pk)
         self.posted = frozenset(self.data)  # what the browser sent: another kind's settings only where changed
         if self.is_bound:

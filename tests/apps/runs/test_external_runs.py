@@ -177,6 +177,9 @@ def test_every_page_reads_a_run_trained_elsewhere(login, owner, project, registr
     runs = browser.get(reverse("runs:run_list", kwargs={"project": project.slug})).content.decode()
     assert "step 2 · 5 episodes" in runs and "trained elsewhere (trl)" in runs and "from_run=" not in runs
     assert "trained elsewhere by trl" in browser.get(reverse("runs:home")).content.decode()
+    again = browser.get(reverse("runs:run_new", kwargs={"project": project.slug}), {"from_run": str(run.pk)})
+    form = again.context["form"]  # a run of ours on its bundle, the form's own kind and steps
+    assert (form.chosen_kind, form.initial["bundle"], form.initial["steps"]) == ("grpo", run.bundle_id, 100)
     api = api_as(owner, project=project)
     detail = api.get(f"/projects/{project.slug}/runs/{run.pk}").json()
     assert (detail["kind"], detail["config"]["client"], detail["summary"]["episodes"]) == ("external", "trl", 5)
