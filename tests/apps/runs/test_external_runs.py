@@ -180,11 +180,14 @@ def test_every_page_reads_a_run_trained_elsewhere(login, owner, project, registr
     again = browser.get(reverse("runs:run_new", kwargs={"project": project.slug}), {"from_run": str(run.pk)})
     form = again.context["form"]  # a run of ours on its bundle, the form's own kind and steps
     assert (form.chosen_kind, form.initial["bundle"], form.initial["steps"]) == ("grpo", run.bundle_id, 100)
+    assert "external" not in dict(form.fields["kind"].choices)  # trained elsewhere: no kind the studio launches
     api = api_as(owner, project=project)
     detail = api.get(f"/projects/{project.slug}/runs/{run.pk}").json()
     assert (detail["kind"], detail["config"]["client"], detail["summary"]["episodes"]) == ("external", "trl", 5)
     assert api.get(f"/projects/{project.slug}/runs/{run.pk}/metrics", names="reward/mean").json()[
         "series"]["reward/mean"]["step"] == [1, 2]
+    assert api.post(f"/projects/{project.slug}/runs", {"bundle": "arith-bundle", "steps": 1,
+                                                       "kind": "external"}).status_code == 422
 
     # The replay: the turns the trainer's model wrote, the tool's sandbox result, the verdict by layer.
     replay = browser.get(reverse("trajectories:trajectory_detail",
