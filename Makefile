@@ -88,8 +88,11 @@ secret-key:
 		$(PYTHON) -c "import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())" \
 		> $(DATA_DIR)/secrets_key)
 
+# In PYTEST_WORKERS processes (pytest-xdist; 0: this one), the tests of one shared resource in one of them
+# (tests/conftest.py). Three on two cores: most tests wait on a sandbox, a server or a browser as much as they compute.
+PYTEST_WORKERS ?= 3
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Style (ruff, line length included), the architecture's import contracts ([tool.importlinter] in pyproject.toml)
 # and migrations that match the models.
