@@ -57,7 +57,7 @@ CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("environment_cal
 OPEN_PATHS = frozenset({"/health"})
 RESET_OPTIONS = frozenset({"run", "domain", "template", "task", "trainer_step", "model", "client"})
 NO_RUN = "00000000-0000-0000-0000-000000000000"  # a stateless reset's episode: shown, never recorded
-REFUSED_WEBSOCKET_SECONDS = 10.0  # how long a refused WebSocket waits for the client's first message
+FIRST_CALL_SECONDS = 10.0  # how long a WebSocket refused before any call waits for the client's first message
 
 
 class ResetRefused(StudioError):
@@ -269,7 +269,6 @@ class StudioEnvServer(HTTPEnvServer):
         token_id = self.session_tokens.pop(session_id, None)
         if token_id is not None:
             self.token_sessions[token_id].discard(session_id)
-        self.running.pop(session_id, None)
         await super()._destroy_session(session_id)
 
     async def _run_in_session_executor(self, session_id: str, func, *args, **kwargs):
@@ -277,8 +276,9 @@ class StudioEnvServer(HTTPEnvServer):
         try:
             return await super()._run_in_session_executor(session_id, func, *args, **kwargs)
         finally:
-            if session_id in self.running:
-                self.running[session_id] -= 1
+            self.running[session_id] -= 1
+            if not self.running[session_id]:
+                del self.running[session_id]
             self._update_session_activity(session_id)
 
     async def _reap_idle_sessions(self) -> None:
@@ -309,7 +309,7 @@ class StudioEnvServer(HTTPEnvServer):
 
 class TokenGate:
     """ASGI middleware in front of OpenEnv's app: every route but /health takes a token (access.py). A refused
-    WebSocket is accepted and answered with OpenEnv's error message, then closed (1008), so that the client's next
+    WebSocket is accepted and answered with OpenEnv's error message, then closed (1008), so that the client's first
     call says why instead of a bare handshake failure."""
 
     def __init__(self, app, *, served: ServedBundle, database: ThreadPoolExecutor):
@@ -318,6 +318,8 @@ class TokenGate:
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            receive, send = FirstCallAnswered(receive, send).channels()
         headers = dict(scope.get("headers") or [])
         plaintext = presented_token(headers.get(b"authorization", b"").decode("latin-1"))
         try:
@@ -337,6 +339,34 @@ class TokenGate:
             CALLER.reset(token)
 
 
+class FirstCallAnswered:
+    """A WebSocket closed by the server before its client sent anything (a refused token; OpenEnv's capacity error,
+    sent as soon as the socket is accepted) is closed only once the client's first message comes, or after
+    FIRST_CALL_SECONDS: the client's first call (its reset) then reads the error as its answer. Closed at once, the
+    close races that call, which fails with a bare close code instead of the reason."""
+
+    def __init__(self, receive, send):
+        self._receive, self._send = receive, send
+        self.heard = False  # the client sent a message, or left
+
+    def channels(self):
+        return self.receive, self.send
+
+    async def receive(self):
+        message = await self._receive()
+        if message["type"] in ("websocket.receive", "websocket.disconnect"):
+            self.heard = True
+        return message
+
+    async def send(self, message):
+        if message["type"] == "websocket.close" and not self.heard:
+            try:
+                await asyncio.wait_for(self.receive(), timeout=FIRST_CALL_SECONDS)
+            except TimeoutError:
+                pass
+        await self._send(message)
+
+
 async def _refuse_http(refusal: AccessRefused, receive, send) -> None:
     body = json.dumps({"detail": str(refusal)}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -347,9 +377,6 @@ async def _refuse_http(refusal: AccessRefused, receive, send) -> None:
 
 
 async def _refuse_websocket(refusal: AccessRefused, receive, send) -> None:
-    """Accepted, answered with OpenEnv's error message, and closed once the client's first message (its reset)
-    comes, so that the reply to that call is the refusal: a close sent at once races the client's first send,
-    which then fails with a bare 1008."""
     message = await receive()
     if message["type"] != "websocket.connect":
         return
@@ -357,10 +384,6 @@ async def _refuse_websocket(refusal: AccessRefused, receive, send) -> None:
     await send({"type": "websocket.accept"})
     await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": {
         "message": str(refusal), "code": code}})})
-    try:
-        await asyncio.wait_for(receive(), timeout=REFUSED_WEBSOCKET_SECONDS)
-    except TimeoutError:
-        pass
     await send({"type": "websocket.close", "code": 1008, "reason": code})
 
 
