@@ -38,7 +38,9 @@ from tests.support.resources import require
 from tests.support.specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 from workers.definitions.specs import PUBLISH_ORDER
 
-pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes]
+# One server for the module: under pytest-xdist (make test) its tests stay in one process, beside it.
+pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes,
+              pytest.mark.xdist_group("environments-server")]
 
 MAX_SESSIONS, PER_TOKEN, IDLE_SECONDS = 6, 4, 2.0
 DOMAINS = ["arithmetic", "python-coding", "python-repositories"]
