@@ -17,7 +17,7 @@ from apps.common import wiring
 AREAS = {"registry": "benchmarks.studio.registry", "verify": "benchmarks.studio.verify",
          "ui": "benchmarks.studio.ui", "review": "benchmarks.studio.review",
          "evals": "benchmarks.studio.evals", "archive": "benchmarks.studio.archive",
-         "memory": "benchmarks.studio.memory",
+         "memory": "benchmarks.studio.memory", "environments": "benchmarks.studio.environments",
          "sandbox": "benchmarks.engine.sandbox", "sessions": "benchmarks.engine.sessions",
          "pipeline": "benchmarks.engine.pipeline", "trainer": "benchmarks.engine.trainer",
          "engine": "benchmarks.engine.engine", "serve": "benchmarks.engine.serve"}
@@ -97,6 +97,11 @@ class Command(BaseCommand):
                             help="memory: seconds between two rounds of the explorer and run pages")
         parser.add_argument("--sample-seconds", type=float, default=5.0,
                             help="memory: seconds between two readings of the server's resident memory")
+        parser.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64],
+                            help="environments: concurrent sessions, one measurement each (through the WebSocket "
+                                 "and in-process)")
+        parser.add_argument("--episodes", type=int, default=2, help="environments: episodes each session plays")
+        parser.add_argument("--calls", type=int, default=4, help="environments: bash calls in each episode")
         parser.add_argument("--max-minutes", type=float, default=180.0,
                             help="memory: stop measuring after this long even if the run has not reached its steps")
 
