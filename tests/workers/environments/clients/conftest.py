@@ -23,11 +23,14 @@ from apps.registry.services import version_publish
 from tests.support import ROOT
 from tests.support.processes import database_url, wait_for
 from tests.support.resources import require
+from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 
 PROMPT = "What is {a} + {b}? Check it with run_python, then submit the sum."
 SUMS = [{"key": f"sum-{a}", "inputs": {"a": a, "b": 2}, "hidden": {"answer": a + 2}} for a in range(8)]
 TEMPLATE = "task_template/checked-sums@1"
+# The folder's tests in one test process (make test's `--dist loadgroup`): one server for them all.
+SERVER_GROUP = pytest.mark.xdist_group("environment-clients")
 
 
 def _publish_world(tmp: Path) -> SimpleNamespace:
@@ -91,3 +94,18 @@ def _healthy(base: str, process) -> bool:
 def task_sum(key: str) -> int:
     """The right answer of task `key` (sum-A: A + 2)."""
     return int(key.removeprefix("sum-")) + 2
+
+
+@pytest.fixture
+def tiny_tool_model(tmp_path):
+    """A tiny random Llama whose tokenizer has Qwen3's chat template, which TRL knows how to parse tool calls from
+    (trl.chat_template_utils) and verl's hermes parser reads; long enough a context for its tool instructions.
+    Returns (its directory, its tokenizer)."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    directory = make_tiny_hf_model(tmp_path / "tiny", hidden_size=32, layers=2, heads=2, max_positions=2048)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.chat_template = qwen3_chat_template
+    tokenizer.save_pretrained(directory)
+    return directory, tokenizer

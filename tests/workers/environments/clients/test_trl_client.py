@@ -15,25 +15,10 @@ import torch
 from apps.runs.models import Run, RunKind
 from apps.trajectories.models import Trajectory
 from workers.environments.clients.trl import studio_dataset, studio_environment, studio_reward
-from workers.rl.models.hf_tiny import make_tiny_hf_model
 
-from .conftest import TEMPLATE, task_sum
+from .conftest import SERVER_GROUP, TEMPLATE, task_sum
 
-pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes]
-
-
-@pytest.fixture
-def tiny_tool_model(tmp_path):
-    """A tiny random Llama whose tokenizer has Qwen3's chat template, which TRL knows how to parse tool calls from
-    (trl.chat_template_utils); long enough a context for the template's tool instructions."""
-    from transformers import AutoTokenizer
-    from trl.chat_template_utils import qwen3_chat_template
-
-    directory = make_tiny_hf_model(tmp_path / "tiny", hidden_size=32, layers=2, heads=2, max_positions=2048)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    tokenizer.chat_template = qwen3_chat_template
-    tokenizer.save_pretrained(directory)
-    return directory, tokenizer
+pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes, SERVER_GROUP]
 
 
 def call(name: str, **arguments) -> str:
