@@ -1,7 +1,9 @@
 """What the environment server adds to a trainer elsewhere: episodes per second and tool-call (step) latency p50/p95
 through OpenEnv's WebSocket (a real `manage.py environments serve` process, OpenEnv's own async client) against the
 same episodes played in this process (workers/environments Episode, the same draws, runners and verifier), at each
-number of concurrent sessions; and OpenEnv's round trip alone (list_tools, which touches no sandbox).
+number of concurrent sessions (there the difference is mostly the two sides' share of 2 cores); what one session's
+step costs more through the WebSocket, the same cheap call in alternating blocks (`added_per_step`, the target's
+measure); and OpenEnv's round trip alone (list_tools, which touches no sandbox).
 
 The episodes are the demo's repository tasks (bundle demo-repositories: a sandbox session per episode, bash calls in
 it, then submit, whose diff the hidden tests grade), the heaviest the demo has: the target is 64 concurrent sessions
@@ -71,6 +73,7 @@ def run(*, sessions: list[int] | None = None, episodes: int = 2, calls: int = 4,
                     "added_p50_ms": round(websocket["step_p50_ms"] - in_process["step_p50_ms"], 2),
                     "added_p95_ms": round(websocket["step_p95_ms"] - in_process["step_p95_ms"], 2)}
             round_trip = asyncio.run(_round_trip(url, stamp))
+            added = _added_per_step(url, served, seeds[0], f"bench-environments-{stamp}")
         finally:
             served.close()
     finally:
@@ -80,7 +83,7 @@ def run(*, sessions: list[int] | None = None, episodes: int = 2, calls: int = 4,
         Run.objects.filter(project=project, name__startswith=f"bench-environments-{stamp}").delete()
     return {"bundle": BUNDLE, "template": TEMPLATE, "episodes_per_session": episodes, "calls_per_episode": calls,
             "sandbox_backend": settings.SANDBOX_BACKEND, "cpus": os.cpu_count(), "sessions": results,
-            "openenv_round_trip": round_trip, "server_log": str(log)}
+            "added_per_step": added, "openenv_round_trip": round_trip, "server_log": str(log)}
 
 
 def _free_port() -> int:
@@ -200,6 +203,39 @@ def _in_process(served: ServedBundle, count: int, plan: list[int], calls: int) -
     with ThreadPoolExecutor(max_workers=count) as threads:
         list(threads.map(session, range(count)))
     return _summary(count, len(plan), time.perf_counter() - started, steps, errors)
+
+
+def _added_per_step(url: str, served: ServedBundle, seed: int, run: str, *, blocks: int = 3,
+                    calls: int = 30) -> dict:
+    """The target's own measure: one session, the same cheap call (`true`) through the WebSocket and in-process, one
+    after the other, so that the machine's drift falls on both sides alike; an episode per block (the template
+    allows 40 calls), its first call, which opens the session, not counted."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    sides = {"websocket": [], "in_process": []}
+    call = {"type": "call_tool", "tool_name": "bash", "arguments": {"command": "true"}}
+
+    async def alternate() -> None:
+        async with GenericEnvClient(base_url=url) as env:
+            for _ in range(blocks):
+                await env.reset(template=TEMPLATE, seed=seed, run=run, client="bench")
+                episode = Episode(served.task(seed=seed, template=TEMPLATE), run_id=str(uuid.uuid4()),
+                                  tool_runner=served.tool_runner, verifier=served.verifier, prices=served.prices)
+                for n in range(calls + 1):
+                    started = time.perf_counter()
+                    await env.step(call)
+                    between = time.perf_counter()
+                    episode.call("bash", call["arguments"])
+                    if n:
+                        sides["websocket"].append(between - started)
+                        sides["in_process"].append(time.perf_counter() - between)
+                episode.abandon("the bench moved on")
+
+    asyncio.run(alternate())
+    figures = {side: dict(zip(("p50_ms", "p95_ms"), (round(v, 2) for v in _percentiles(times)), strict=True))
+               for side, times in sides.items()}
+    return {**figures, "samples": len(sides["websocket"]),
+            "added_p50_ms": round(figures["websocket"]["p50_ms"] - figures["in_process"]["p50_ms"], 2)}
 
 
 async def _round_trip(url: str, stamp: str, samples: int = 200) -> dict:
