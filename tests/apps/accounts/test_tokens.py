@@ -77,3 +77,22 @@ def test_the_tokens_page_keeps_the_projects_navigation_and_preselects_an_expiry(
     assert f'href="{runs}"' in client.get(reverse("api_tokens")).content.decode()
     others = outsider.memberships.get().project
     assert client.get(reverse("api_tokens"), {"project": others.slug}).status_code == 404
+
+
+def test_an_environment_token_is_made_by_an_editor_and_reads_the_api_as_a_viewer(login, api_as, owner, member,
+                                                                                  project, registry):
+    """The scope `manage.py environments serve` admits (tests/apps/environments): its episodes become runs, so only
+    an editor or an owner makes one; handed to a training cluster, it writes nothing through the API."""
+    page = login(owner).post(reverse("api_tokens"), {"name": "cluster", "project": project.pk, "scope": "environment",
+                                                     "expires": "30"})
+    assert page.status_code == 200 and ApiToken.objects.get(name="cluster").scope == "environment"
+    refused = login(member("viewer")).post(reverse("api_tokens"), {"name": "mine", "project": project.pk,
+                                                                   "scope": "environment", "expires": "30"})
+    assert refused.status_code == 400 and "needs an editor or an owner" in refused.content.decode()
+    assert not ApiToken.objects.filter(name="mine").exists()
+
+    cluster = api_as(owner, project=project, scope="environment")
+    assert [(p["slug"], p["role"]) for p in cluster.get("/projects").json()] == [("acme-rl", "viewer")]
+    write = cluster.post("/projects/acme-rl/definitions/verifier/numeric/versions",
+                         {"spec": {**registry["verifier"].spec, "pass_threshold": 0.5}, "message": "m"})
+    assert write.status_code == 403 and "scope is environment" in write.json()["detail"]
