@@ -87,17 +87,34 @@ def _read_exactly(size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def kill_everything_else() -> None:
+def kill_everything_else(settle_seconds: float = 2.0) -> None:
+    """SIGKILL every process but pid 1 and this one, and wait (`settle_seconds` at most) until they are gone: a
+    killed process still counts against the sandbox's pids limit until it has exited and been reaped, so on a
+    loaded machine the next program could find its fork budget spent by the last one's leftovers."""
     try:
         os.kill(-1, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    while True:  # reap what was ours; orphans are reaped by pid 1
-        try:
-            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        while True:  # reap what was ours; orphans are reaped by pid 1
+            try:
+                if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                    break
+            except ChildProcessError:
                 break
-        except ChildProcessError:
-            break
+        if not _other_processes() or time.monotonic() > deadline:
+            return
+        time.sleep(0.002)
+
+
+def _other_processes() -> list[str]:
+    """The sandbox's processes (its own pid namespace's /proc) other than pid 1 and this one."""
+    me = str(os.getpid())
+    try:
+        return [name for name in os.listdir("/proc") if name.isdigit() and name not in ("1", me)]
+    except OSError:  # no /proc of its own to read: nothing to wait for
+        return []
 
 
 def remove(path: str) -> None:
