@@ -80,6 +80,7 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.mark.servers
 @pytest.mark.processes
 @pytest.mark.sandbox
+@pytest.mark.redis  # its worker takes the gpu queue of the suite's Redis: no other test's worker may share it
 def test_the_database_restarting_mid_run_loses_and_doubles_nothing(tmp_path):
     with private_postgres() as database:
         env = {"DATABASE_URL": database.url, "STUDIO_RUN_STALE_SECONDS": "30"}

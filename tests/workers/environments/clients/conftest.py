@@ -1,5 +1,5 @@
 """A running `manage.py environments serve` for the clients' tests: one server process on the test database for
-the whole folder, serving a bundle of one template whose tasks are sums the model may check with `run_python`
+each test module, serving a bundle of one template whose tasks are sums the model may check with `run_python`
 (in a fresh sandbox per call) before it submits, so that a scripted model's answer is right or wrong on purpose.
 
 The episodes the trainers play are read back from the archive as trajectories of their external runs."""
@@ -29,8 +29,6 @@ from workers.rl.rollout.tools import RUN_PYTHON_TOOL
 PROMPT = "What is {a} + {b}? Check it with run_python, then submit the sum."
 SUMS = [{"key": f"sum-{a}", "inputs": {"a": a, "b": 2}, "hidden": {"answer": a + 2}} for a in range(8)]
 TEMPLATE = "task_template/checked-sums@1"
-# The folder's tests in one test process (make test's `--dist loadgroup`): one server for them all.
-SERVER_GROUP = pytest.mark.xdist_group("environment-clients")
 
 
 def _publish_world(tmp: Path) -> SimpleNamespace:
@@ -55,7 +53,9 @@ def _publish_world(tmp: Path) -> SimpleNamespace:
     return SimpleNamespace(project=project, owner=owner, token=token, data_dir=tmp / "data", logs=tmp)
 
 
-@pytest.fixture(scope="package")
+# Module-scoped: a "package" fixture of a folder without __init__.py lives as long as the test process, and what it
+# committed (its project) would be there for every later test of that process.
+@pytest.fixture(scope="module")
 def environment_server(django_db_setup, django_db_blocker, tmp_path_factory):
     """The server process serving bundle `sums`; `.base` its URL, `.token` a token of the environment scope."""
     require("postgres", "sandbox")
@@ -79,7 +79,7 @@ def environment_server(django_db_setup, django_db_blocker, tmp_path_factory):
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
         with django_db_blocker.unblock():
-            call_command("flush", interactive=False, verbosity=0)  # what the folder committed goes with it
+            call_command("flush", interactive=False, verbosity=0)  # what the module committed goes with it
 
 
 def _healthy(base: str, process) -> bool:

@@ -16,9 +16,9 @@ from apps.runs.models import Run, RunKind
 from apps.trajectories.models import Trajectory
 from workers.environments.clients.trl import studio_dataset, studio_environment, studio_reward
 
-from .conftest import SERVER_GROUP, TEMPLATE, task_sum
+from .conftest import TEMPLATE, task_sum
 
-pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes, SERVER_GROUP]
+pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes]
 
 
 def call(name: str, **arguments) -> str:

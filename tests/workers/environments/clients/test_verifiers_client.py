@@ -18,9 +18,9 @@ from workers.rl.serving.app import build_app
 
 from ...rl.serving.conftest import serving
 from ...rl.serving.test_openai_conformance import scripted_model
-from .conftest import SERVER_GROUP, task_sum
+from .conftest import task_sum
 
-pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes, SERVER_GROUP]
+pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes]
 
 TOOL_TEXT = "exit code 0\nstdout:\n{}\n"  # what run_python answers a script that prints one line (rollout/tools.py)
 

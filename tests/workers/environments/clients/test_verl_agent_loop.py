@@ -22,11 +22,11 @@ import pytest
 from apps.runs.models import Run, RunKind
 from apps.trajectories.models import Trajectory
 
-from .conftest import SERVER_GROUP, TEMPLATE, task_sum
+from .conftest import TEMPLATE, task_sum
 
 VERL_PYTHON = os.environ.get("STUDIO_VERL_PYTHON", "")
 
-pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes, SERVER_GROUP,
+pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes,
               pytest.mark.skipif(not VERL_PYTHON, reason="verl runs in an environment of its own: set "
                                                          "STUDIO_VERL_PYTHON to its python (this module's docstring)")]
 
