@@ -54,6 +54,8 @@ from .served import ServedBundle
 log = logging.getLogger(__name__)
 
 CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("environment_caller")
+# The WebSocket of the session being created (TokenGate sets it), for the reaper to hang up on.
+CONNECTION: contextvars.ContextVar[FirstCallAnswered] = contextvars.ContextVar("environment_connection")
 OPEN_PATHS = frozenset({"/health"})
 RESET_OPTIONS = frozenset({"run", "domain", "template", "task", "trainer_step", "model", "client"})
 NO_RUN = "00000000-0000-0000-0000-000000000000"  # a stateless reset's episode: shown, never recorded
@@ -244,6 +246,7 @@ class StudioEnvServer(HTTPEnvServer):
         self.max_sessions_per_token = max_sessions_per_token
         self.token_sessions: dict[int, set] = defaultdict(set)  # token id -> its sessions (and reservations)
         self.session_tokens: dict[str, int] = {}
+        self.connections: dict[str, FirstCallAnswered] = {}  # session id -> its WebSocket
         self.running: dict[str, int] = defaultdict(int)  # session id -> its calls under way
 
     async def _create_session(self):
@@ -261,6 +264,9 @@ class StudioEnvServer(HTTPEnvServer):
             held.discard(reservation)
         held.add(session_id)
         self.session_tokens[session_id] = caller.token_id
+        connection = CONNECTION.get(None)
+        if connection is not None:
+            self.connections[session_id] = connection
         environment.bind(caller)
         log.info("session %s opened by %s (%d sessions)", session_id, caller, self.active_sessions)
         return session_id, environment
@@ -269,6 +275,7 @@ class StudioEnvServer(HTTPEnvServer):
         token_id = self.session_tokens.pop(session_id, None)
         if token_id is not None:
             self.token_sessions[token_id].discard(session_id)
+        self.connections.pop(session_id, None)
         await super()._destroy_session(session_id)
 
     async def _run_in_session_executor(self, session_id: str, func, *args, **kwargs):
@@ -296,11 +303,17 @@ class StudioEnvServer(HTTPEnvServer):
                     idle = [session_id for session_id, info in self._session_info.items()
                             if not self.running.get(session_id) and now - info.last_activity_at > timeout]
                 for session_id in idle:
+                    why = f"the session was idle for more than {timeout:g} s"
                     environment = self._sessions.get(session_id)
                     if environment is not None:
-                        environment.closed_because = f"the session was idle for more than {timeout:g} s"
+                        environment.closed_because = why
+                    connection = self.connections.get(session_id)
                     log.info("session %s idle for more than %g s: closed", session_id, timeout)
                     await self._destroy_session(session_id)
+                    if connection is not None:
+                        # OpenEnv's handler would wait on a silent client for ever: its socket and task with it.
+                        # Closed, the client's next call fails with the reason (the close frame's).
+                        await connection.hang_up(f"{why}; connect again to play on")
             except asyncio.CancelledError:
                 break
             except Exception:
@@ -318,8 +331,10 @@ class TokenGate:
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
+        connection = None
         if scope["type"] == "websocket":
-            receive, send = FirstCallAnswered(receive, send).channels()
+            connection = FirstCallAnswered(receive, send)
+            receive, send = connection.channels()
         headers = dict(scope.get("headers") or [])
         plaintext = presented_token(headers.get(b"authorization", b"").decode("latin-1"))
         try:
@@ -328,7 +343,7 @@ class TokenGate:
                                        project=self.served.project))
         except AccessRefused as exc:
             return await (_refuse_websocket if scope["type"] == "websocket" else _refuse_http)(exc, receive, send)
-        token = CALLER.set(caller)
+        token, connected = CALLER.set(caller), CONNECTION.set(connection)
         try:
             await self.app(scope, receive, send)
         except WebSocketDisconnect:
@@ -336,6 +351,7 @@ class TokenGate:
             # Starlette raises for that close (OpenEnv catches only the RuntimeError older Starlettes raised).
             pass
         finally:
+            CONNECTION.reset(connected)
             CALLER.reset(token)
 
 
@@ -348,6 +364,7 @@ class FirstCallAnswered:
     def __init__(self, receive, send):
         self._receive, self._send = receive, send
         self.heard = False  # the client sent a message, or left
+        self.closed = False  # a close was sent: a second one (OpenEnv's, after the server hung up) is not
 
     def channels(self):
         return self.receive, self.send
@@ -359,12 +376,27 @@ class FirstCallAnswered:
         return message
 
     async def send(self, message):
-        if message["type"] == "websocket.close" and not self.heard:
-            try:
-                await asyncio.wait_for(self.receive(), timeout=FIRST_CALL_SECONDS)
-            except TimeoutError:
-                pass
+        if message["type"] == "websocket.close":
+            if self.closed:
+                return
+            if not self.heard:
+                try:
+                    await asyncio.wait_for(self.receive(), timeout=FIRST_CALL_SECONDS)
+                except TimeoutError:
+                    pass
+            self.closed = True
         await self._send(message)
+
+    async def hang_up(self, reason: str) -> None:
+        """Closes the WebSocket from the server's side (1001, going away), its reason in the close frame."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self._send({"type": "websocket.close", "code": 1001, "reason": reason.encode()[:123].decode(
+                "utf-8", "ignore")})
+        except Exception:  # the client left meanwhile: nothing to close
+            pass
 
 
 async def _refuse_http(refusal: AccessRefused, receive, send) -> None:
