@@ -10,6 +10,11 @@ it, then submit, whose diff the hidden tests grade), the heaviest the demo has: 
 on 2 cores without an error, and at most 2 ms added to a step's p50. Each side first plays one episode of every task
 it will draw, so neither pays a workspace's preparation in what is measured.
 
+Last, `never_closed` sessions (1,000 by default) that reset an episode and then neither speak nor close, on a server
+of their own with a 2 s idle timeout, in waves of its 64-session bound: what the server still holds once the reaper
+has freed them (descriptors, memory, busy sandboxes), how many clients it hung up on, how many episodes it recorded
+as abandoned.
+
 The demo is seeded (idempotent: an existing demo is left as it is) and committed, since the server is another
 process; the bench's token is revoked and its runs deleted at the end.
 """
@@ -45,7 +50,8 @@ COMMANDS = ("ls", "wc -l README* setup.py 2>/dev/null | tail -1", "python3 -c 'p
             "grep -rl 'def ' --include=*.py . | head -3")
 
 
-def run(*, sessions: list[int] | None = None, episodes: int = 2, calls: int = 4, **_) -> dict:
+def run(*, sessions: list[int] | None = None, episodes: int = 2, calls: int = 4, never_closed: int = 1000,
+        **_) -> dict:
     sessions = sessions or [1, 16, 64]
     call_command("seed_demo", stdout=io.StringIO())
     project = Project.objects.get(slug="demo")
@@ -79,11 +85,15 @@ def run(*, sessions: list[int] | None = None, episodes: int = 2, calls: int = 4,
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
+    try:
+        left = _never_closed(plaintext, seeds, never_closed, f"bench-environments-{stamp}-never-closed") \
+            if never_closed else None
+    finally:
         api_token_revoke(token=ApiToken.objects.get(pk=token.pk), actor=owner, via="cli")
         Run.objects.filter(project=project, name__startswith=f"bench-environments-{stamp}").delete()
     return {"bundle": BUNDLE, "template": TEMPLATE, "episodes_per_session": episodes, "calls_per_episode": calls,
             "sandbox_backend": settings.SANDBOX_BACKEND, "cpus": os.cpu_count(), "sessions": results,
-            "added_per_step": added, "openenv_round_trip": round_trip, "server_log": str(log)}
+            "added_per_step": added, "openenv_round_trip": round_trip, "never_closed": left, "server_log": str(log)}
 
 
 def _free_port() -> int:
@@ -92,13 +102,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _start_server(port: int, sessions: int):
+def _start_server(port: int, sessions: int, *, idle_timeout: float = 300.0, name: str = "server"):
     """The server in a process of its own, on this process's settings (its environment: the same database)."""
-    log = Path(settings.DATA_DIR) / "bench-environments-server.log"
+    log = Path(settings.DATA_DIR) / f"bench-environments-{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
         [sys.executable, "manage.py", "environments", "serve", "--bundle", BUNDLE, "--project", "demo", "--port",
-         str(port), "--max-sessions", str(sessions), "--max-sessions-per-token", str(sessions)],
+         str(port), "--max-sessions", str(sessions), "--max-sessions-per-token", str(sessions), "--idle-timeout",
+         str(idle_timeout)],
         cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     import httpx
 
@@ -261,3 +272,73 @@ def _rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def _never_closed(plaintext: str, seeds: list[int], total: int, run: str, *, wave: int = 64,
+                  idle: float = 2.0) -> dict:
+    """`total` sessions that reset an episode and then never speak again nor close, in waves of the server's bound
+    (a server of their own: `wave` sessions, `idle` seconds to the reaper): what the server holds once the idle
+    timeout has freed them (its descriptors, memory and busy sandboxes against before the first wave), whether each
+    client was hung up on, and each episode recorded as abandoned. A wave's client refused because the last wave's
+    places were not free yet is counted and tried again in the next."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    from apps.trajectories.models import Trajectory
+
+    port = _free_port()
+    server, log = _start_server(port, wave, idle_timeout=idle, name="never-closed")
+    url = f"http://bench:{plaintext}@127.0.0.1:{port}"
+    before = {"fds": _fds(server.pid), "rss_mb": _rss_mb(server.pid)}
+    held, refusals = [], 0
+
+    async def one(seed: int):
+        env = GenericEnvClient(base_url=url, message_timeout_s=600)
+        await env.reset(template=TEMPLATE, seed=seed, run=run, client="bench")
+        return env
+
+    async def waves() -> None:
+        nonlocal refusals
+        while len(held) < total:
+            batch = [seeds[(len(held) + n) % len(seeds)] for n in range(min(wave, total - len(held)))]
+            for answer in await asyncio.gather(*(one(seed) for seed in batch), return_exceptions=True):
+                if isinstance(answer, BaseException):
+                    refusals += 1
+                else:
+                    held.append(answer)
+            await asyncio.sleep(idle * 1.5)  # nobody calls: the reaper (every idle / 4) frees the wave
+
+    async def closing() -> None:
+        for env in held:
+            await env.close()
+
+    started = time.perf_counter()
+    try:
+        asyncio.run(waves())
+        seconds = time.perf_counter() - started
+        time.sleep(idle)
+        hung_up = sum(1 for env in held if env._ws is not None and env._ws.close_code == 1001)
+        after = {"fds": _fds(server.pid), "rss_mb": _rss_mb(server.pid),
+                 "sandboxes_busy": _busy_sandboxes(server.pid)}
+        asyncio.run(closing())
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    abandoned = Trajectory.objects.filter(run__name=run, status="abandoned").count()
+    return {"sessions": total, "opened": len(held), "seconds": round(seconds, 1), "capacity_refusals": refusals,
+            "hung_up": hung_up, "abandoned_recorded": abandoned, "server_before": before, "server_after": after,
+            "server_log": str(log)}
+
+
+def _fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
+
+
+def _busy_sandboxes(pid: int) -> int:
+    """Sandboxes the server's pool holds (its status files, published every second)."""
+    import json
+
+    files = (Path(settings.DATA_DIR) / "sandbox-pools").glob(f"pool-{pid}-*.json")
+    return sum(image["busy"] for path in files for image in json.loads(path.read_text())["images"])

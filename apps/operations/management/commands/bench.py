@@ -102,6 +102,9 @@ class Command(BaseCommand):
                                  "and in-process)")
         parser.add_argument("--episodes", type=int, default=2, help="environments: episodes each session plays")
         parser.add_argument("--calls", type=int, default=4, help="environments: bash calls in each episode")
+        parser.add_argument("--never-closed", type=int, default=1000,
+                            help="environments: sessions that reset and then never speak nor close, freed by the "
+                                 "idle timeout in waves (0: none)")
         parser.add_argument("--max-minutes", type=float, default=180.0,
                             help="memory: stop measuring after this long even if the run has not reached its steps")
 
