@@ -8,12 +8,7 @@ a malformed action, an unknown tool, a step after the end, another project's tas
 dropped WebSocket, sessions never closed, and sessions past either bound."""
 
 import asyncio
-import os
 import shlex
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +16,6 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 from websockets.exceptions import ConnectionClosed
@@ -33,8 +27,8 @@ from apps.registry.models import InstanceSetMember, Version
 from apps.registry.services import version_publish
 from apps.runs.models import Run, RunKind
 from apps.trajectories.models import Trajectory
-from tests.support import ROOT
-from tests.support.processes import database_url, wait_for
+from tests.support.environment_server import environment_server as environment_server_process
+from tests.support.processes import wait_for
 from tests.support.resources import require
 from tests.support.specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 from workers.definitions.specs import PUBLISH_ORDER
@@ -89,37 +83,15 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("environments")
     with django_db_blocker.unblock():
         world = _publish_world(tmp)
-        environment = {**os.environ, "DATABASE_URL": database_url(), "STUDIO_DATA_DIR": str(world.data_dir)}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = (tmp / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "environments", "serve", "--bundle", "elsewhere", "--project", "elsewhere",
-         "--port", str(port), "--max-sessions", str(MAX_SESSIONS), "--max-sessions-per-token", str(PER_TOKEN),
-         "--idle-timeout", str(IDLE_SECONDS)],
-        cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _healthy(base, process), seconds=90, what="the environment server", logs=tmp)
+    with environment_server_process(bundle="elsewhere", project="elsewhere", data_dir=world.data_dir, logs=tmp,
+                                    django_db_blocker=django_db_blocker,
+                                    options=("--max-sessions", str(MAX_SESSIONS), "--max-sessions-per-token",
+                                             str(PER_TOKEN), "--idle-timeout", str(IDLE_SECONDS))) as (base, process):
+        port = base.rsplit(":", 1)[1]
         world.base = base
         world.url = lambda token: f"http://trainer:{token}@127.0.0.1:{port}"
         world.process = process
         yield world
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-        with django_db_blocker.unblock():
-            call_command("flush", interactive=False, verbosity=0)  # what the module committed goes with it
-
-
-def _healthy(base: str, process) -> bool:
-    if process.poll() is not None:
-        raise AssertionError(f"the environment server exited with {process.returncode}")
-    try:
-        return httpx.get(f"{base}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _hidden(project, template: str, key: str) -> dict:

@@ -4,24 +4,16 @@ each test module, serving a bundle of one template whose tasks are sums the mode
 
 The episodes the trainers play are read back from the archive as trajectories of their external runs."""
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 
 from apps.accounts.models import TokenScope
 from apps.accounts.services import api_token_create, project_create
 from apps.registry.services import version_publish
-from tests.support import ROOT
-from tests.support.processes import database_url, wait_for
+from tests.support.environment_server import environment_server as environment_server_process
 from tests.support.resources import require
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.rollout.tools import RUN_PYTHON_TOOL
@@ -62,33 +54,12 @@ def environment_server(django_db_setup, django_db_blocker, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("environments")
     with django_db_blocker.unblock():
         world = _publish_world(tmp)
-        environment = {**os.environ, "DATABASE_URL": database_url(), "STUDIO_DATA_DIR": str(world.data_dir)}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = (tmp / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "environments", "serve", "--bundle", "sums", "--project", "elsewhere",
-         "--port", str(port), "--max-sessions", "16", "--max-sessions-per-token", "16", "--idle-timeout", "120"],
-        cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    world.base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _healthy(world.base, process), seconds=90, what="the environment server", logs=tmp)
+    with environment_server_process(bundle="sums", project="elsewhere", data_dir=world.data_dir, logs=tmp,
+                                    django_db_blocker=django_db_blocker,
+                                    options=("--max-sessions", "16", "--max-sessions-per-token", "16",
+                                             "--idle-timeout", "120")) as (base, _):
+        world.base = base
         yield world
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-        with django_db_blocker.unblock():
-            call_command("flush", interactive=False, verbosity=0)  # what the module committed goes with it
-
-
-def _healthy(base: str, process) -> bool:
-    if process.poll() is not None:
-        raise AssertionError(f"the environment server exited with {process.returncode}")
-    try:
-        return httpx.get(f"{base}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def task_sum(key: str) -> int:
