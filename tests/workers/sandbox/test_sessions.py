@@ -16,7 +16,9 @@ from workers.sandbox.types import Limits
 
 IMAGE = SandboxImage(key="test/session@1", layers=({"type": "base", "image": "python-3.11"},),
                      limits=Limits(cpu_seconds=5, wall_seconds=5, memory_mb=128, disk_mb=32), warm_pool_size=1)
-SPEC = SessionSettings(idle_timeout=30, lifetime=60, max_calls=50, disk_mb=32, memory_mb=128, call_seconds=5)
+# Idle and lifetime bounds far above what a test takes, even while CI's parallel test processes slow a docker
+# session's start to tens of seconds (the tests of those bounds set their own).
+SPEC = SessionSettings(idle_timeout=180, lifetime=360, max_calls=50, disk_mb=32, memory_mb=128, call_seconds=5)
 
 
 @pytest.fixture(scope="module")
