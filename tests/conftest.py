@@ -25,20 +25,6 @@ def pytest_configure(config):
     required()  # a misspelt STUDIO_REQUIRE is a usage error, not a silently optional resource
 
 
-# Resources one machine holds once, whichever test process uses them: the tests that use one run one after another
-# in the same pytest-xdist worker (`--dist loadgroup`, make test), the rest in parallel. Redis: the Celery queues and
-# channel groups of every test process are in one database, so two tests' Celery workers would take each other's
-# tasks. Docker: one engine, whose image tags every test of the backend builds.
-SHARED_RESOURCES = ("redis", "docker")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        shared = [name for name in SHARED_RESOURCES if item.get_closest_marker(name)]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Before any fixture of the test is set up: the resources its markers name are there, or it is skipped

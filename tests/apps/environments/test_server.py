@@ -33,9 +33,8 @@ from tests.support.resources import require
 from tests.support.specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC, addition_instances
 from workers.definitions.specs import PUBLISH_ORDER
 
-# One server for the module: under pytest-xdist (make test) its tests stay in one process, beside it.
-pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes,
-              pytest.mark.xdist_group("environments-server")]
+# One server for the module (make test runs a module's tests in one process).
+pytestmark = [pytest.mark.postgres, pytest.mark.sandbox, pytest.mark.processes]
 
 MAX_SESSIONS, PER_TOKEN, IDLE_SECONDS = 6, 4, 2.0
 DOMAINS = ["arithmetic", "python-coding", "python-repositories"]
