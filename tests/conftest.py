@@ -25,6 +25,14 @@ def pytest_configure(config):
     required()  # a misspelt STUDIO_REQUIRE is a usage error, not a silently optional resource
 
 
+def pytest_collection_modifyitems(config, items):
+    """The browser tests last, in the order they were collected: once one has run, Playwright's sync API keeps an
+    event loop running in the process's main thread for the rest of the session, and async_to_sync and asyncio.run
+    refuse to run there (the live-page and environment-server tests use them). Under pytest-xdist (make test) the
+    scheduler hands out modules in this order, so a process that has started the browser tests runs only those."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Before any fixture of the test is set up: the resources its markers name are there, or it is skipped
