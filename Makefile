@@ -91,15 +91,17 @@ secret-key:
 # The suite in parallel processes. The tests of a resource the machine holds once — the suite's Redis (two tests'
 # Celery workers would take each other's tasks) and the Docker engine (its sandboxes share one uid's process count) —
 # run one after another in one process, while the rest run in PYTEST_WORKERS more (pytest-xdist, a module's tests
-# in one of them: its module fixtures start once). Three processes on two cores: most tests wait on a sandbox, a
-# server or a browser as much as they compute. (pytest-xdist's own grouping, --dist loadgroup, cannot group under
+# in one of them: its module fixtures start once; modules in the order collected, the browser tests last:
+# conftest.py). Three processes on two cores: most tests wait on a sandbox, a server or a browser as much as they
+# compute. (pytest-xdist's own grouping, --dist loadgroup, cannot group under
 # pytest 9: it renames node ids, which pytest 9 no longer reads.) A session that collects nothing (exit 5) is fine.
 PYTEST_WORKERS ?= 2
 SHARED_RESOURCES := redis or docker
 test: setup
 	@shared_log=$$(mktemp); \
 	$(BIN)/python -m pytest -m "$(SHARED_RESOURCES)" $(PYTEST_ARGS) > $$shared_log 2>&1 & shared=$$!; \
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope -m "not ($(SHARED_RESOURCES))" $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		-m "not ($(SHARED_RESOURCES))" $(PYTEST_ARGS); \
 	parallel_rc=$$?; wait $$shared; shared_rc=$$?; \
 	echo "--- the tests of shared resources ($(SHARED_RESOURCES)), in one process:"; cat $$shared_log; \
 	rm -f $$shared_log; \
