@@ -50,6 +50,7 @@ def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSe
         return version
 
     weights, quotas = (config.domain_weights, config.domain_quotas) if config is not None else ({}, {})
+    category_weights = config.category_weights if config is not None else {}
     templates, items, hashes, domains = {}, {}, {}, []
     for (kind, slug), domain_version in sorted(versions.items()):
         if kind != "domain":
@@ -80,12 +81,20 @@ def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSe
             if not items[key]:
                 raise PinnedBundleError(f"{key} has no task instances")
             mixes.append(TemplateMix(key=key, weight=draw["weight"], task_keys=tuple(items[key])))
-        weight = weights.get(slug, domain_version.spec["sampling_weight"])
-        domains.append(DomainMix(name=slug, weight=weight, templates=tuple(mixes), quota=quotas.get(slug)))
+        category = domain_version.spec.get("category", "")
+        weight = weights.get(slug, domain_version.spec["sampling_weight"]) * category_weights.get(category, 1.0)
+        domains.append(DomainMix(name=slug, weight=weight, templates=tuple(mixes), quota=quotas.get(slug),
+                                 category=category))
     unknown_domains = sorted((set(weights) | set(quotas)) - {d.name for d in domains})
     if unknown_domains:
         raise PinnedBundleError(f"the config names domains the bundle does not have: {', '.join(unknown_domains)} "
                                 f"(it has {', '.join(d.name for d in domains)})")
+    category_quotas = config.category_quotas if config is not None else {}
+    unknown_categories = sorted((set(category_weights) | set(category_quotas)) - {d.category for d in domains})
+    if unknown_categories:
+        raise PinnedBundleError(f"the config names categories no domain of the bundle has: "
+                                f"{', '.join(unknown_categories)} (it has "
+                                f"{', '.join(sorted({d.category for d in domains if d.category})) or 'none'})")
     if not domains:
         raise PinnedBundleError(f"{bundle.ref} pins no domain: a run samples tasks from domains")
     return TaskSet(templates=templates, domains=domains, items=items, item_hashes=hashes)

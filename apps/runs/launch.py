@@ -37,7 +37,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Model", ("model", "model_version", "model_sha256", "start_from", "chat_template", "engine", "device",
                "precision", "data_parallel", "lora_rank", "lora_alpha")),
     ("Sampling", ("temperature", "curriculum", "dynamic_sampling", "oversampling", "domain_weights",
-                  "domain_quotas")),
+                  "domain_quotas", "category_weights", "category_quotas")),
     ("GRPO", ("groups_per_step", "group_size", "clip_low", "clip_high", "normalize_std", "kl_coef")),
     ("SFT and DPO", ("dataset", "dataset_file", "dataset_sha256", "batch_size", "dpo_beta")),
     ("Training", ("seed", "learning_rate", "lr_schedule", "warmup_steps", "weight_decay", "max_grad_norm",

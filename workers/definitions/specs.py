@@ -80,8 +80,14 @@ class TemplateDraw(Spec):
     weight: Weight = 1.0
 
 
-class DomainSpec(Spec):
+class DomainSpec(GrownSpec):
+    ADDED_LATER = ("category",)
+
     sampling_weight: Weight = 1.0
+    # Domains come by the hundred (a generator library's datasets): the pages group and filter them by category,
+    # and a run's weights and quotas can be set per category as well as per domain.
+    category: str = Field(default="", pattern=rf"^({SLUG_RE})?$",
+                          description="the group this domain belongs to, e.g. algebra (empty: none)")
     templates: list[TemplateDraw] = Field(min_length=1)
 
     @field_validator("templates")

@@ -447,6 +447,10 @@ class GRPOConfig(TrainingConfig, RolloutConfig):
     """Per-domain sampling weights replacing the domains' own (domain slug -> weight)."""
     domain_quotas: dict = field(default_factory=dict)
     """Largest share of one step a domain may take (domain slug -> fraction)."""
+    category_weights: dict = field(default_factory=dict)
+    """Per-category factors on the weights of the category's domains (category -> factor; 0 leaves it out)."""
+    category_quotas: dict = field(default_factory=dict)
+    """Largest share of one step the domains of a category may take together (category -> fraction)."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (above 0; 1: the policy's own distribution)."""
     clip_low: float = 0.2
@@ -486,10 +490,12 @@ class GRPOConfig(TrainingConfig, RolloutConfig):
         if len(self.inference_servers) > 4000 or any(not SERVER_URL.fullmatch(url) for url in self.server_urls()):
             problems.append(FieldError("inference_servers",
                                        "base URLs (http://host:port/v1) separated by spaces or commas"))
-        if any(not isinstance(w, int | float) or not 0 <= w <= 1000 for w in self.domain_weights.values()):
-            problems.append(FieldError("domain_weights", "weights must be numbers from 0 to 1000"))
-        if any(not isinstance(q, int | float) or not 0 < q <= 1 for q in self.domain_quotas.values()):
-            problems.append(FieldError("domain_quotas", "quotas must be fractions in (0, 1]"))
+        for name in ("domain_weights", "category_weights"):
+            if any(not isinstance(w, int | float) or not 0 <= w <= 1000 for w in getattr(self, name).values()):
+                problems.append(FieldError(name, "weights must be numbers from 0 to 1000"))
+        for name in ("domain_quotas", "category_quotas"):
+            if any(not isinstance(q, int | float) or not 0 < q <= 1 for q in getattr(self, name).values()):
+                problems.append(FieldError(name, "quotas must be fractions in (0, 1]"))
         return problems
 
     def server_urls(self) -> list[str]:
@@ -638,6 +644,8 @@ def run_config_schema() -> dict:
             "model": {"maxLength": 500},
             "domain_weights": {"additionalProperties": {"type": "number", "minimum": 0, "maximum": 1000}},
             "domain_quotas": {"additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+            "category_weights": {"additionalProperties": {"type": "number", "minimum": 0, "maximum": 1000}},
+            "category_quotas": {"additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
         }.get(name, {}))
         taken_by = f"Taken by: {', '.join(takers[name])}."
         field_schema["description"] = f"{help_texts[name]} {taken_by}" if help_texts.get(name) else taken_by

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.resources import require
 from tests.support.sandbox import reachable_cache, remove_cache
+from workers.sandbox.docker import LABEL
 from workers.sandbox.soak import _temporary_entries, uid_process_counts
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -58,7 +59,6 @@ def test_a_worker_killed_mid_session_leaves_no_process_mount_or_workspace(backen
     try:
         line = holder.stdout.readline()
         assert line.startswith("holding"), holder.stderr.read() if holder.poll() is not None else line
-        sandbox_id = line.split()[1]
         time.sleep(0.3)  # the call is running in the sandbox
         uids = range(200_000 + (holder.pid % 1000) * 1000, 200_000 + (holder.pid % 1000) * 1000 + 1000)
         if backend == "process":
@@ -71,8 +71,11 @@ def test_a_worker_killed_mid_session_leaves_no_process_mount_or_workspace(backen
             if backend == "process":
                 found += [f"process of uid {uid}" for uid in uid_process_counts(uids)]
             else:
+                # Every container of the killed worker (its warm pool's too) and its control directory: a warm
+                # container still removing itself keeps its directory until the next reaping.
                 found += [f"container {c['Names']}" for c in probe.client.api.containers(
-                    all=True, filters={"name": sandbox_id})]
+                    all=True, filters={"label": f"{LABEL}={holder.pid}"})]
+                found += [f"control directory {entry}" for entry in _temporary_entries(probe) - temporary_before]
             found += [f"mount {m}" for m in _mounts() - mounts_before]
             return found
 

@@ -29,6 +29,7 @@ class DomainMix:
     weight: float
     templates: tuple[TemplateMix, ...]
     quota: float | None = None  # the largest share of one batch this domain may take, e.g. 0.5
+    category: str = ""  # the domain spec's category: weights and quotas can be set per category too
 
 
 @dataclass(frozen=True)
