@@ -36,7 +36,8 @@ def build_pipeline(*, run_id: str, config: GRPOConfig, total_steps: int, tasks: 
     if model.engine.shares_weights and config.mode != "sync":
         raise ValueError("an engine that samples from the trainer's own model needs a sync run: an async one "
                          "trains while rollouts sample")
-    scheduler = Scheduler(tasks.domains, seed=config.seed, curriculum=Curriculum() if config.curriculum else None)
+    scheduler = Scheduler(tasks.domains, seed=config.seed, curriculum=Curriculum() if config.curriculum else None,
+                          category_quotas=config.category_quotas)
     trainer = trainer_for(model.policy, config=config, total_steps=total_steps, engine=model.engine)
     return Pipeline(
         run_id=run_id, config=config, total_steps=total_steps, tasks=tasks, scheduler=scheduler,

@@ -2,18 +2,25 @@
 
 - Domains are drawn by their sampling weight, then a template within the domain by its weight, then a task
   instance of that template uniformly.
-- Per-domain quotas cap a domain's share of one batch (a domain at its quota is left out of the draw).
+- Per-domain quotas cap a domain's share of one batch, and per-category quotas the share of a category's domains
+  together (a domain at its quota, or in a category at its quota, is left out of the draw).
 - The optional curriculum down-weights tasks that carry no learning signal: a task the policy always solves
   or never solves (by a moving pass rate over its recent groups) is drawn `stale_weight` times as often. The
   same holds one level up, for whole templates: with thousands of instances a task is rarely seen twice, but a
   template the policy never (or always) solves is plain after a few groups, and its domain's share of the
   draws shrinks with it — the compute goes where the rewards still vary.
 - The same seed, mix and history give the same batches: resuming a run replays its schedule.
+
+A draw costs the same at a thousand domains as at ten: the domains' weights are worked out again only when the
+curriculum changes a template's standing, the cumulative table only when a quota closes a domain, and a task is
+found among the template's stale ones by bisection rather than by weighing every task of the template.
 """
 
 import random
+from bisect import bisect, bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import accumulate, compress
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,18 @@ class Curriculum:
     observations: dict = field(default_factory=lambda: defaultdict(int))
     template_rates: dict = field(default_factory=dict)
     template_observations: dict = field(default_factory=lambda: defaultdict(int))
+    # Derived from the above (reindex() rebuilds them), for the scheduler: which tasks of each template are stale
+    # now, which templates are, and when each last changed — a draw reads these instead of weighing every task.
+    stale_tasks: dict = field(default_factory=lambda: defaultdict(set), repr=False)
+    stale_templates: set = field(default_factory=set, repr=False)
+    changed: dict = field(default_factory=dict, repr=False)  # template -> revision of its stale tasks' last change
+    reindexed: int = field(default=0, repr=False)  # revision of the last reindex: every template changed then
+    templates_changed: int = field(default=0, repr=False)  # revision of the stale templates' last change
+    revision: int = field(default=0, repr=False)  # counts the changes to the stale sets
+
+    def __post_init__(self) -> None:
+        if self.pass_rates or self.template_rates:
+            self.reindex()
 
     def observe(self, task: ScheduledTask, rewards: list[float]) -> None:
         rate = sum(r >= 1.0 for r in rewards) / len(rewards)
@@ -61,6 +80,7 @@ class Curriculum:
             previous = rates.get(key)
             rates[key] = rate if previous is None else self.decay * previous + (1 - self.decay) * rate
             counts[key] += 1
+        self._restand(task.template, task.task_key)
 
     def _factor(self, rate: float | None, observed: int, needed: int) -> float:
         if observed < needed:
@@ -75,9 +95,34 @@ class Curriculum:
         return self._factor(self.template_rates.get(template), self.template_observations[template],
                             self.min_template_observations)
 
+    def reindex(self) -> None:
+        """Rebuild the stale sets from the pass rates (after they were replaced: a restored checkpoint)."""
+        self.stale_tasks, self.stale_templates, self.changed = defaultdict(set), set(), {}
+        self.revision += 1
+        self.reindexed = self.templates_changed = self.revision
+        for template, task_key in self.pass_rates:
+            self._restand(template, task_key)
+        for template in self.template_rates:
+            self._restand(template, None)
+
+    def _restand(self, template: str, task_key: str | None) -> None:
+        """Keep the stale sets in step with one task's (and its template's) pass rate."""
+        if task_key is not None:
+            stale, tasks = self.weight(template, task_key) != 1.0, self.stale_tasks[template]
+            if stale != (task_key in tasks):
+                (tasks.add if stale else tasks.discard)(task_key)
+                self.revision += 1
+                self.changed[template] = self.revision
+        stale = self.template_weight(template) != 1.0
+        if stale != (template in self.stale_templates):
+            (self.stale_templates.add if stale else self.stale_templates.discard)(template)
+            self.revision += 1
+            self.templates_changed = self.revision
+
 
 class Scheduler:
-    def __init__(self, domains: list[DomainMix], *, seed: int, curriculum: Curriculum | None = None):
+    def __init__(self, domains: list[DomainMix], *, seed: int, curriculum: Curriculum | None = None,
+                 category_quotas: dict[str, float] | None = None):
         if not domains or all(d.weight <= 0 for d in domains):
             raise ValueError("the mix needs at least one domain with a positive weight")
         empty = [t.key for d in domains for t in d.templates if not t.task_keys]
@@ -85,34 +130,122 @@ class Scheduler:
             raise ValueError(f"templates without tasks: {', '.join(empty)}")
         self.domains = domains
         self.curriculum = curriculum
+        self.category_quotas = dict(category_quotas or {})
         self.rng = random.Random(seed)
+        self._template_totals = [sum(t.weight for t in d.templates) for d in domains]
+        self._in_category: dict[str, list[int]] = defaultdict(list)
+        for index, domain in enumerate(domains):
+            self._in_category[domain.category].append(index)
+        self._weights_at: int | None = None  # the curriculum's templates_changed the weights were worked out at
+        self._weights: tuple[list[float], list[list[float]]] = ([], [])
+        self._positions: dict[str, dict[str, int]] = {}  # template -> task key -> position, once it has stale tasks
+        self._stale_at: dict[str, tuple[int, list[int]]] = {}  # template -> (revision, stale task positions)
 
     def sample(self, batch_size: int) -> list[ScheduledTask]:
-        counts: dict[str, int] = defaultdict(int)
+        weights, template_weights = self._domain_weights()
+        limits = {index: max(1, int(d.quota * batch_size)) for index, d in enumerate(self.domains)
+                  if d.quota is not None}
+        category_limits = {category: max(1, int(quota * batch_size))
+                           for category, quota in self.category_quotas.items()}
+        counts: dict[int, int] = defaultdict(int)
+        category_counts: dict[str, int] = defaultdict(int)
+        is_open = [weight > 0 for weight in weights]
+        candidates, cumulative = self._table(weights, is_open)
         batch = []
         for _ in range(batch_size):
-            open_domains = [d for d in self.domains if d.weight > 0 and (
-                d.quota is None or counts[d.name] + 1 <= max(1, int(d.quota * batch_size)))]
-            if not open_domains:
+            if not candidates:
                 raise ValueError(f"the quotas leave no room for a batch of {batch_size}")
-            template_weights = {d.name: [t.weight * self._template_factor(t.key) for t in d.templates]
-                                for d in open_domains}
-            # A domain weighs its own weight times the share of its template weight the curriculum keeps.
-            domain = self.rng.choices(open_domains, weights=[
-                d.weight * sum(template_weights[d.name]) / sum(t.weight for t in d.templates) for d in open_domains])[0]
-            template = self.rng.choices(domain.templates, weights=template_weights[domain.name])[0]
+            # What random.choices does, on a table kept from one draw to the next.
+            index = candidates[bisect(cumulative, self.rng.random() * cumulative[-1], 0, len(candidates) - 1)]
+            domain = self.domains[index]
+            template_table = template_weights[index]
+            template = domain.templates[bisect(template_table, self.rng.random() * template_table[-1], 0,
+                                               len(template_table) - 1)]
             batch.append(ScheduledTask(domain.name, template.key, self._task(template)))
-            counts[domain.name] += 1
+            counts[index] += 1
+            category = domain.category
+            if category in category_limits:
+                category_counts[category] += 1
+                if category_counts[category] + 1 > category_limits[category]:
+                    for other in self._in_category[category]:
+                        is_open[other] = False
+                    candidates, cumulative = self._table(weights, is_open)
+            if index in limits and counts[index] + 1 > limits[index] and is_open[index]:
+                is_open[index] = False
+                self._close(index, candidates, cumulative, weights)
         return batch
 
+    @staticmethod
+    def _table(weights: list[float], is_open: list[bool]) -> tuple[list[int], list[float]]:
+        """The open domains in order and their cumulative weights, as random.choices would build them."""
+        candidates = list(compress(range(len(weights)), is_open))
+        return candidates, list(accumulate(map(weights.__getitem__, candidates)))
+
+    @staticmethod
+    def _close(index: int, candidates: list[int], cumulative: list[float], weights: list[float]) -> None:
+        """Take one domain out of the table: the sums before it stand, the ones after are summed again from
+        there (the same additions a rebuilt table would make, so the same numbers)."""
+        position = bisect_left(candidates, index)
+        del candidates[position]
+        tail = map(weights.__getitem__, candidates[position:])
+        cumulative[position:] = list(accumulate(tail, initial=cumulative[position - 1]))[1:] if position else \
+            list(accumulate(tail))
+
+    def _domain_weights(self) -> tuple[list[float], list[list[float]]]:
+        """Each domain's weight in the draw, and its templates' cumulative weights; worked out again only when
+        the curriculum has changed which templates are stale."""
+        revision = 0 if self.curriculum is None else self.curriculum.templates_changed
+        if self._weights_at == revision:
+            return self._weights
+        weights, template_tables = [], []
+        for domain, total in zip(self.domains, self._template_totals, strict=True):
+            template_weights = [t.weight * self._template_factor(t.key) for t in domain.templates]
+            # A domain weighs its own weight times the share of its template weight the curriculum keeps.
+            weights.append(domain.weight * sum(template_weights) / total if domain.weight > 0 else 0.0)
+            template_tables.append(list(accumulate(template_weights)))
+        self._weights, self._weights_at = (weights, template_tables), revision
+        return self._weights
+
     def _template_factor(self, template: str) -> float:
-        return 1.0 if self.curriculum is None else self.curriculum.template_weight(template)
+        if self.curriculum is None or template not in self.curriculum.stale_templates:
+            return 1.0
+        return self.curriculum.stale_weight
 
     def _task(self, template: TemplateMix) -> str:
         if self.curriculum is None:
             return self.rng.choice(template.task_keys)
-        weights = [self.curriculum.weight(template.key, key) for key in template.task_keys]
-        return self.rng.choices(template.task_keys, weights=weights)[0]
+        stale = self._stale_positions(template)
+        keys, weight = template.task_keys, self.curriculum.stale_weight
+        count = len(keys)
+        # random.choices over [1.0 or stale_weight per task], without the per-task table: the cumulative weight
+        # up to task i is (i + 1) - (1 - stale_weight) * (stale tasks at or before i); the first i whose
+        # cumulative weight passes the draw is found by bisection.
+        target = self.rng.random() * (count - (1 - weight) * len(stale))
+        low, high = 0, count - 1
+        while low < high:
+            middle = (low + high) // 2
+            if (middle + 1) - (1 - weight) * bisect_right(stale, middle) > target:
+                high = middle
+            else:
+                low = middle + 1
+        return keys[low]
+
+    def _stale_positions(self, template: TemplateMix) -> list[int]:
+        """The positions of the template's stale tasks, in order (kept until the curriculum changes them)."""
+        curriculum = self.curriculum
+        revision = curriculum.changed.get(template.key, curriculum.reindexed)
+        cached = self._stale_at.get(template.key)
+        if cached is None or cached[0] != revision:
+            stale = curriculum.stale_tasks.get(template.key)
+            if stale:
+                positions = self._positions.get(template.key)
+                if positions is None:
+                    positions = self._positions[template.key] = {key: i for i, key in enumerate(template.task_keys)}
+                cached = (revision, sorted(positions[key] for key in stale if key in positions))
+            else:
+                cached = (revision, [])
+            self._stale_at[template.key] = cached
+        return cached[1]
 
     def state(self) -> dict:
         """What a checkpoint keeps so a resumed run draws the same batches (JSON-safe)."""
@@ -135,3 +268,4 @@ class Scheduler:
             c.observations = defaultdict(int, {(t, k): n for t, k, _, n in state.get("curriculum", [])})
             c.template_rates = {t: rate for t, rate, _ in state.get("template_curriculum", [])}
             c.template_observations = defaultdict(int, {t: n for t, _, n in state.get("template_curriculum", [])})
+            c.reindex()
