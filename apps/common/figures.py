@@ -1,8 +1,9 @@
 """Plotly figures, defined once here and shared by the run page, the compare page and the Dash explorer.
 
-A run page's panels are chosen by metric name (domains vary per run, so reward/<domain> is matched by
-prefix). The pages render a panel's figure here with empty traces and the browser fills in x and y (history
-first, then live points); the explorer fills the same figures with data on the server.
+A run page's panels are chosen by metric name. The pages render a panel's figure here with empty traces and the
+browser fills in x and y (history first, then live points); the explorer fills the same figures with data on the
+server. The per-domain series (reward/<domain>, eval/reward/<domain>: apps/common/series.py) are in no panel: a run
+has hundreds of them, shown as a heatmap and a table (`domain_heatmap`, apps/runs/domains.py), never as traces.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import asdict, dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
+
+from .series import is_per_domain
 
 COLOURS = ["#2f5bd3", "#d9672b", "#2e9b46", "#a23fb5", "#c99a16", "#1a9bb0", "#c03434", "#6b7486", "#7a5c2e"]
 # No plotly template: its JSON would ride along with every figure; these few settings are the look.
@@ -32,7 +35,6 @@ class Panel:
     y_title: str = ""
     stacked: bool = False  # stacked areas (idle time by cause)
     secondary: tuple[str, ...] = ()  # series on a right-hand axis (entropy beside KL)
-    per_domain: bool = False
     y_format: str = ""  # d3 format of the y ticks
 
     def matches(self, name: str) -> bool:
@@ -43,8 +45,8 @@ class Panel:
 
 # First match wins; a name no panel takes gets a panel of its namespace ("trainer", "infra", ...).
 RUN_PANELS = (
-    Panel("reward", "Reward, overall and per domain", prefixes=("reward/",), exclude=("reward/slope_per_hour",),
-          y_title="reward", per_domain=True),
+    Panel("reward", "Reward (mean over the step's tasks; by domain below)", names=("reward/mean",),
+          y_title="reward"),
     Panel("throughput", "Trajectories per hour: effective vs all",
           names=("throughput/trajectories_per_hour", "throughput/effective_trajectories_per_hour"), y_title="per hour"),
     # Prices are per hour in the settings' one currency (GPU_PRICE_PER_HOUR ...); a task costs fractions of a cent.
@@ -78,9 +80,9 @@ def panel_for(name: str) -> Panel:
 
 
 def panels_for(names) -> list[tuple[Panel, list[str]]]:
-    """The panels these metric names fill, in page order, each with its series (overall before domains)."""
+    """The panels these metric names fill, in page order, each with its series; the per-domain series fill none."""
     chosen: dict[str, tuple[Panel, list[str]]] = {}
-    for name in sorted(names, key=lambda n: (n != "reward/mean", n)):
+    for name in sorted(n for n in names if not is_per_domain(n)):
         panel = panel_for(name)
         chosen.setdefault(panel.key, (panel, []))[1].append(name)
     order = [p.key for p in RUN_PANELS]
@@ -160,11 +162,28 @@ def to_json(figure: go.Figure) -> str:
     return pio.to_json(figure, validate=False)
 
 
+# Reward 0 is red, 1 green, through a pale middle: a domain never solved, always solved, or learning reads at a glance.
+REWARD_COLOURS = [[0.0, "#c03434"], [0.5, "#f3efe0"], [1.0, "#2e9b46"]]
+
+
+def domain_heatmap() -> go.Figure:
+    """Reward by domain (rows) and step (columns), the run page's and the compare page's: empty here, the browser
+    fills z (a row per domain of the page, or per category, a column per bucket of steps), x and y from the domains
+    endpoint. One trace however many domains: a page of rows, never a chart per domain."""
+    figure = go.Figure([go.Heatmap(z=[], x=[], y=[], zmin=0, zmax=1, colorscale=REWARD_COLOURS, hoverongaps=False,
+                                   colorbar=dict(title=dict(text="reward"), thickness=12),
+                                   hovertemplate="%{y}<br>steps to %{x}: %{z:.3f}<extra></extra>")])
+    figure.update_layout(**{**LAYOUT, "hovermode": "closest", "margin": dict(l=150, r=20, t=36, b=36)},
+                         title=dict(text="Reward by domain and step", x=0.01, font=dict(size=14)),
+                         xaxis=dict(AXIS, title="step"), yaxis=dict(AXIS, autorange="reversed", type="category"))
+    return figure
+
+
 def panel_rules() -> list[dict]:
-    """The panels' matching rules for the browser, which places a series that appears live (a new domain)."""
+    """The panels' matching rules for the browser, which places a series that appears live (a limit first hit)."""
     return [{k: v for k, v in asdict(p).items() if k in ("key", "prefixes", "names", "exclude", "stacked",
                                                           "secondary")} for p in RUN_PANELS]
 
 
-__all__ = ["RUN_PANELS", "Panel", "compare_figure", "histogram_figure", "panel_figure", "panel_for",
-           "panel_rules", "panels_for", "timeline_figure", "to_json", "trace_for"]
+__all__ = ["REWARD_COLOURS", "RUN_PANELS", "Panel", "compare_figure", "domain_heatmap", "histogram_figure",
+           "panel_figure", "panel_for", "panel_rules", "panels_for", "timeline_figure", "to_json", "trace_for"]

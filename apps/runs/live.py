@@ -3,7 +3,12 @@
 Observability never blocks training: a failed or slow send is logged and dropped; a page that missed
 something fetches it from the history endpoint when it reconnects. Messages (the `type` routes them to
 the consumer's handler):
-  {"type": "run.step", "run": id, "step": n, "wall_time": t, "points": {name: value}, "events": [[kind, message]]}
+  {"type": "run.step", "run": id, "step": n, "wall_time": t, "points": {name: value}, "domains": d,
+   "events": [[kind, message]]}
+A step's per-domain points (reward/<domain>, eval/reward/<domain>) are not sent: a run of a thousand domains would
+send a thousand a step to every page. `domains` says how many the step wrote; the page reads them from its domains
+endpoint, a page of them at a time, at a bounded rate (static/js/run_domains.js). So a step's message is the same
+size at 1,000 domains as at 10.
   {"type": "run.event", "run": id, "event": {id, kind, message, step, created_at}}
   {"type": "run.status", "run": id, "status": s, "step": n, "requested": r}
 """
@@ -15,6 +20,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from django.db import transaction
+
+from apps.common.series import is_per_domain
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +83,16 @@ def _send_on_commit(run_id, message: dict) -> None:
     transaction.on_commit(send)
 
 
+def step_message(*, run_id, step: int, wall_time: float, points: dict, events: list) -> dict:
+    """The run.step message of one step: its points less the per-domain ones, which it counts."""
+    shared = {name: value for name, value in points.items() if not is_per_domain(name)}
+    return {"type": "run.step", "run": str(run_id), "step": step, "wall_time": wall_time, "points": shared,
+            "domains": len(points) - len(shared), "events": [list(e) for e in events]}
+
+
 def broadcast_step(*, run_id, step: int, wall_time: float, points: dict, events: list) -> None:
-    _send_on_commit(run_id, {"type": "run.step", "run": str(run_id), "step": step, "wall_time": wall_time,
-                             "points": points, "events": [list(e) for e in events]})
+    _send_on_commit(run_id, step_message(run_id=run_id, step=step, wall_time=wall_time, points=points,
+                                         events=events))
 
 
 def broadcast_event(event) -> None:

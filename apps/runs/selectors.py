@@ -18,6 +18,7 @@ from django.http import Http404
 from apps.trajectories.models import Trajectory
 from workers.rl.tasks.overlap import task_label
 
+from .domains import per_domain_q
 from .embedded import LANES
 from .models import ACTIVE_STATUSES, CLAIMABLE_STATUSES, MetricPoint, Run, RunEvent, RunKind, RunStatus
 
@@ -122,12 +123,16 @@ def runs_get(*, project, run_ids) -> list[Run]:
     return [found[str(i)] for i in run_ids if str(i) in found]
 
 
-def metric_names(*, run: Run) -> list[str]:
-    return list(MetricPoint.objects.filter(run=run).values_list("name", flat=True).distinct().order_by("name"))
+def metric_names(*, run: Run, per_domain: bool = True) -> list[str]:
+    """The run's series, by name; without `per_domain`, its per-domain ones (reward/<domain> ...) left out."""
+    points = MetricPoint.objects.filter(run=run)
+    if not per_domain:
+        points = points.exclude(per_domain_q())
+    return list(points.values_list("name", flat=True).distinct().order_by("name"))
 
 
 def metric_history(*, run: Run, after_step: int | None = None, names: list[str] | None = None,
-                   max_points: int = MAX_POINTS) -> dict:
+                   max_points: int = MAX_POINTS, per_domain: bool = True) -> dict:
     """{"series": {name: {"step": [...], "wall_time": [...], "value": [...]}}, "last_step": n, "bucket": w}.
 
     Points after `after_step`, or every point without one: step 0 holds what was measured before training (the
@@ -135,9 +140,12 @@ def metric_history(*, run: Run, after_step: int | None = None, names: list[str] 
     `max_points` of them, consecutive steps are averaged in buckets of `w` steps (the point sits at the bucket's
     last step), in the database: a run of a million steps costs the page a thousand points a series. The last
     bucket may be partial; the browser replaces it with the raw points that follow. `last_step` is None while
-    there is no point at all.
+    there is no point at all. Without `per_domain`, the per-domain series are left out (the run page reads those
+    from its domains endpoint, domains.py).
     """
     points = MetricPoint.objects.filter(run=run)
+    if not per_domain:
+        points = points.exclude(per_domain_q())
     if after_step is not None:
         points = points.filter(step__gt=after_step)
     if names:

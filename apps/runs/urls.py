@@ -13,5 +13,6 @@ urlpatterns = [
     path("p/<slug:project>/runs/compare/", views.run_compare, name="run_compare"),
     path(run, views.run_detail, name="run_detail"),
     path(run + "history.json", views.run_history, name="run_history"),
+    path(run + "domains.json", views.run_domains, name="run_domains"),
     path(run + "control/", views.run_control, name="run_control"),
 ]

@@ -16,10 +16,11 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page, project_list_for_user
-from apps.common import figures
+from apps.common import figures, series
+from apps.registry import categories
 from apps.registry.diff import spec_diff
 
-from . import launch, selectors
+from . import domains, launch, selectors
 from .models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS
 from .services import RunError, run_config_resolve, run_create, run_request
 
@@ -104,14 +105,25 @@ def run_new(request, project):
 
 
 def run_detail(request, project, run_id):
+    """The run live. Its series load from the history endpoint after the page (per-domain ones left out), its
+    rewards by domain from the domains endpoint a page at a time: the page itself is the same size at 1,000
+    domains as at 10, but for its category filter's options."""
     project, can_edit = project_for_page(user=request.user, slug=project)
     run = selectors.run_get(project=project, run_id=run_id)
-    panels = figures.panels_for(selectors.metric_names(run=run))
+    panels = figures.panels_for(selectors.metric_names(run=run, per_domain=False))
+    bundle_domains = categories.bundle_domains(run.bundle)
     context = {"project": project, "can_edit": can_edit, "run": run, "live": run.status in ACTIVE_STATUSES,
                "active_statuses": " ".join(ACTIVE_STATUSES),
                "panels": [{"key": p.key, "figure": figures.to_json(figures.panel_figure(p, names, legend=False))}
                           for p, names in panels],
                "panel_rules": figures.panel_rules(),
+               "by_domain": bool(bundle_domains) or domains.domain_points(run).exists(),
+               "domain_count": len(bundle_domains),
+               "domain_categories": [(name or domains.NONE_CATEGORY, n)
+                                     for name, n in categories.category_counts(bundle_domains)],
+               "domain_heatmap": figures.to_json(figures.domain_heatmap()),
+               "domain_per_page": domains.PER_PAGE,
+               "per_domain_rule": {"prefixes": [series.REWARD, series.EVAL_REWARD], "overall": list(series.OVERALL)},
                "checkpoints": run.checkpoints.all()[:20], "queue": selectors.run_queue_place(run=run),
                "embedded": settings.EMBEDDED, "external": selectors.external_tally(run=run)}
     return render(request, "runs/run_detail.html", context)
@@ -131,11 +143,22 @@ def run_history(request, project, run_id):
     run = selectors.run_get(project=project, run_id=run_id)
     names = [n for n in request.GET.getlist("name") if n] or None
     history = selectors.metric_history(run=run, after_step=_int(request.GET.get("after_step"), None), names=names,
-                                       max_points=min(5000, _int(request.GET.get("max_points"), 1000) or 1000))
+                                       max_points=min(5000, _int(request.GET.get("max_points"), 1000) or 1000),
+                                       per_domain=request.GET.get("per_domain") != "0")
     events = selectors.event_list(run=run, after_id=_int(request.GET.get("after_event")))
     return JsonResponse({**history, "events": [selectors.event_json(e) for e in events],
                          "run": {"id": str(run.pk), "status": run.status, "step": run.step,
                                  "steps_total": run.steps_total, "requested": run.requested}})
+
+
+@require_safe
+def run_domains(request, project, run_id):
+    """The run's reward by domain, a page of it (domains.DomainQuery: ?q, category, sort, order, page, per_page,
+    buckets): each row's bucket means (the heatmap's row, the sparkline), reward, change and trajectories, and the
+    category means over every matching domain."""
+    project, _ = project_for_page(user=request.user, slug=project)
+    run = selectors.run_get(project=project, run_id=run_id)
+    return JsonResponse(domains.domain_table(run, domains.DomainQuery.from_params(request.GET)).to_json())
 
 
 @require_POST

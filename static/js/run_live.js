@@ -1,6 +1,8 @@
 // The run page: history from the JSON endpoint (downsampled on the server), then live points over the websocket.
 // The socket opens first and buffers; the history fetch names the last step held, so nothing falls in between,
 // and a reconnect fetches only what it missed. Smoothing and the x axis are the browser's business.
+// The per-domain series (reward/<domain> ...) are neither fetched nor sent here: run_domains.js reads a page of them
+// from the domains endpoint when a step says it wrote some ("studio:step" on #run-live).
 (function () {
   "use strict";
   const root = document.getElementById("run-live");
@@ -8,6 +10,7 @@
   const urls = JSON.parse(document.getElementById("run-urls").textContent);
   const rules = JSON.parse(document.getElementById("run-panel-rules").textContent);
   const initialPanels = JSON.parse(document.getElementById("run-panels").textContent);
+  const perDomain = JSON.parse(document.getElementById("run-per-domain").textContent);
   const COLOURS = ["#2f5bd3", "#d9672b", "#2e9b46", "#a23fb5", "#c99a16", "#1a9bb0", "#c03434", "#6b7486", "#7a5c2e"];
   const runId = root.dataset.run;
 
@@ -20,6 +23,9 @@
   const live = window.studioLive = { run: runId, rendered: [], received: [], connected: false,
     reconnects: 0 };
 
+  function isPerDomain(name) {
+    return !perDomain.overall.includes(name) && perDomain.prefixes.some(p => name.startsWith(p));
+  }
   function panelKeyFor(name) {
     for (const rule of rules) {
       if ((rule.exclude || []).includes(name)) continue;
@@ -96,6 +102,7 @@
   }
 
   function append(name, step, wallTime, value) {
+    if (isPerDomain(name)) return; // the domains' heatmap and table have them (run_domains.js)
     ensureSeries(name);
     const s = series[name];
     const n = s.step.length;
@@ -189,6 +196,7 @@
   function hold(step) { lastStep = lastStep === null ? step : Math.max(lastStep, step); }
 
   function applyHistory(body) {
+    const reconnected = lastStep !== null;
     for (const [name, s] of Object.entries(body.series)) {
       for (let i = 0; i < s.step.length; i++) append(name, s.step[i], s.wall_time[i], s.value[i]);
     }
@@ -197,6 +205,8 @@
     setStatus(body.run.status, body.run.step);
     const bucket = root.parentNode.querySelector("[data-bucket]");
     if (bucket && body.bucket > 1) bucket.textContent = "history averaged over " + body.bucket + " steps a point";
+    // After a reconnect the domains may have moved while the page had no socket: run_domains.js reads them again.
+    if (reconnected) root.dispatchEvent(new CustomEvent("studio:step", { detail: { step: lastStep, domains: 1 } }));
   }
 
   function handle(message) {
@@ -204,6 +214,7 @@
       live.received.push({ step: message.step, at: Date.now() });
       for (const [name, value] of Object.entries(message.points)) append(name, message.step, message.wall_time, value);
       hold(message.step);
+      root.dispatchEvent(new CustomEvent("studio:step", { detail: { step: message.step, domains: message.domains || 0 } }));
       setStatus(root.dataset.status, lastStep);
       pendingSteps.push(message.step);
     } else if (message.type === "run.event") {
@@ -221,7 +232,7 @@
     let buffer = [];
     socket.onopen = () => {
       link = "live"; showLiveState();
-      const query = "?" + (lastStep === null ? "" : "after_step=" + lastStep + "&") + "after_event=" + lastEventId;
+      const query = "?per_domain=0&" + (lastStep === null ? "" : "after_step=" + lastStep + "&") + "after_event=" + lastEventId;
       fetch(urls.history + query, { credentials: "same-origin" })
         .then(r => { if (!r.ok) throw new Error(r.status); return r.json(); })
         .then(body => {
