@@ -64,16 +64,21 @@ class DomainQuery:
     buckets: int = BUCKETS
 
     @classmethod
-    def from_params(cls, params) -> DomainQuery:
+    def from_params(cls, params, *, prefix: str = "", sorts: tuple[str, ...] = SORTS) -> DomainQuery:
+        """From a request's query (`prefix` before each name: the compare page's are dq, dcategory, ...)."""
+        def text(name, default=""):
+            value = params.get(prefix + name, default)
+            return value if isinstance(value, str) else default
+
         def number(name, default, low, high):
             try:
-                return min(high, max(low, int(params.get(name, default))))
+                return min(high, max(low, int(text(name, str(default)))))
             except (TypeError, ValueError):
                 return default
 
-        sort = params.get("sort", "domain")
-        return cls(search=params.get("q", "").strip()[:100], category=params.get("category", "")[:100],
-                   sort=sort if sort in SORTS else "domain", descending=params.get("order") == "desc",
+        sort = text("sort", "domain")
+        return cls(search=text("q").strip()[:100], category=text("category")[:100],
+                   sort=sort if sort in sorts else "domain", descending=text("order") == "desc",
                    page=number("page", 1, 1, 1_000_000), per_page=number("per_page", PER_PAGE[0], 5, PER_PAGE[-1]),
                    buckets=number("buckets", BUCKETS, 4, 200))
 
@@ -252,3 +257,71 @@ def _category_means(rows: list[DomainRow], buckets: int) -> list[dict]:
              "cells": [total / n if n else None for total, n in sums[name]]}
             for name in sorted(sums, key=lambda c: (c == NO_CATEGORY, c))]
 
+
+
+COMPARE_SORTS = ("domain", "category", "reward", "difference")
+
+
+@dataclass
+class ComparedDomain:
+    domain: str
+    category: str
+    rewards: list[float | None]  # each run's reward on the domain (its last bucket's mean), in the runs' order
+    differences: list[float | None]  # each run after the first: its reward minus the first run's
+
+    @property
+    def reward(self) -> float | None:
+        return self.rewards[0]
+
+    @property
+    def difference(self) -> float | None:
+        return self.differences[0] if self.differences else None
+
+
+@dataclass
+class DomainComparison:
+    rows: list[ComparedDomain]  # the page's
+    domains: int
+    total: int
+    page: int
+    pages: int
+    categories: list[tuple[str, int]]
+    # per category of the matching domains: each run's mean reward over them (each domain weighs the same)
+    by_category: list[tuple[str, int, list[float | None]]]
+    every: list[ComparedDomain] = field(default_factory=list, repr=False)  # every domain, unfiltered, by name
+
+
+def domain_comparison(runs: list[Run], query: DomainQuery) -> DomainComparison:
+    """The runs side by side, a domain a row: every run's reward on it, and each later run's difference from the
+    first; searched, filtered, sorted (COMPARE_SORTS: `reward` is the first run's, `difference` the second's from
+    it) and paged as the run page's table is."""
+    per_run = [domain_rows(run, buckets=query.buckets)[0] for run in runs]
+    categories: dict[str, str] = {}
+    for rows in per_run:
+        for domain, row in rows.items():
+            if row.category or domain not in categories:
+                categories[domain] = row.category
+    compared = []
+    for domain in sorted(categories):
+        rewards = [rows[domain].reward if domain in rows else None for rows in per_run]
+        base = rewards[0]
+        compared.append(ComparedDomain(domain, categories[domain], rewards,
+                                       [None if base is None or r is None else r - base for r in rewards[1:]]))
+    matching = [c for c in compared if query.matches(c)]
+    ordered = sorted_rows(matching, query.sort, query.descending)
+    pages = max(1, math.ceil(len(ordered) / query.per_page))
+    page = min(query.page, pages)
+    means: dict[str, list[list[float]]] = {}
+    counts: dict[str, int] = {}
+    for row in matching:
+        counts[row.category] = counts.get(row.category, 0) + 1
+        for i, reward in enumerate(row.rewards):
+            if reward is not None:
+                means.setdefault(row.category, [[] for _ in runs])[i].append(reward)
+    by_category = [(name or NONE_CATEGORY, counts[name],
+                    [sum(v) / len(v) if v else None for v in means.get(name, [[] for _ in runs])])
+                   for name in sorted(counts, key=lambda c: (c == NO_CATEGORY, c))]
+    return DomainComparison(rows=ordered[(page - 1) * query.per_page: page * query.per_page], domains=len(compared),
+                            total=len(matching), page=page, pages=pages,
+                            categories=[(name or NONE_CATEGORY, n) for name, n in category_counts(compared)],
+                            by_category=by_category, every=compared)

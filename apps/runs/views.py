@@ -25,6 +25,8 @@ from .models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS
 from .services import RunError, run_config_resolve, run_create, run_request
 
 COMPARE_LIMIT = 8
+COMPARE_CHARTS = 12  # charts the compare page draws at most, however many metrics are asked for
+COMPARE_DOMAIN_CHARTS = 5  # runs of this many domains or fewer chart each domain by default
 
 
 def home(request):
@@ -178,23 +180,63 @@ def run_control(request, project, run_id):
 
 
 def run_compare(request, project):
+    """Runs side by side: a chart per chosen metric (a trace per run), the runs' rewards by domain as a table (a page
+    of it: searched, by category, sorted by the difference; domains.domain_comparison) from which a domain's chart
+    is added, and each run's bundle and config against the first's. The metric list holds the runs' shared series,
+    never a thousand domains: a domain's series is charted from its row."""
     project, can_edit = project_for_page(user=request.user, slug=project)
     runs = selectors.runs_get(project=project, run_ids=request.GET.getlist("run")[:COMPARE_LIMIT])
     context = {"project": project, "can_edit": can_edit, "runs": runs,
                "choices": selectors.run_list(project=project)[:100]}
     if len(runs) >= 1:
-        names = sorted({n for run in runs for n in selectors.metric_names(run=run)},
+        names = sorted({n for run in runs for n in selectors.metric_names(run=run, per_domain=False)},
                        key=lambda n: (n != "reward/mean", not n.startswith("reward/"), n))
-        wanted = [n for n in request.GET.getlist("metric") if n in names] or \
-            [n for n in names if n.startswith("reward/") and n != "reward/slope_per_hour"][:6]
-        context.update(metric_names=names, metrics=wanted,
+        query = domains.DomainQuery.from_params(request.GET, prefix="d", sorts=domains.COMPARE_SORTS)
+        comparison = domains.domain_comparison(runs, query)
+        measured = {f"{series.REWARD}{row.domain}" for row in comparison.every
+                    if any(r is not None for r in row.rewards)}
+        asked = [n for n in dict.fromkeys(request.GET.getlist("metric")) if n in names or n in measured]
+        # A few domains (the demo's six): their charts as before; hundreds: the overall one, and the table.
+        wanted = asked[:COMPARE_CHARTS] or [n for n in ("reward/mean",) if n in names] + (
+            sorted(measured) if len(comparison.every) <= COMPARE_DOMAIN_CHARTS else [])
+        context.update(metric_names=names + [n for n in wanted if n not in names], metrics=wanted,
                        figures=[{"name": n, "figure": figures.to_json(figures.compare_figure(n, runs))}
-                                for n in wanted])
+                                for n in wanted],
+                       comparison=comparison, domain_query=query, domain_sorts=domains.COMPARE_SORTS,
+                       domain_per_page=domains.PER_PAGE, domain_columns=2 * len(runs) + 2,
+                       domain_rows=[(row, _query_with(request, metric=[*wanted, f"{series.REWARD}{row.domain}"])
+                                     + "#charts") for row in comparison.rows],
+                       domain_pages={"first": _query_with(request, dpage=1),
+                                     "previous": _query_with(request, dpage=comparison.page - 1),
+                                     "next": _query_with(request, dpage=comparison.page + 1)})
         base = runs[0]
+        every = request.GET.get("changes") == "all"
         context["diffs"] = [{"run": other,
-                             "bundle": spec_diff(_bundle_lock(base), _bundle_lock(other)),
-                             "config": spec_diff(base.config, other.config)} for other in runs[1:]]
+                             "bundle": _bounded(spec_diff(_bundle_lock(base), _bundle_lock(other)), every),
+                             "config": _bounded(spec_diff(base.config, other.config), every)} for other in runs[1:]]
+        context["all_changes"] = _query_with(request, changes="all")
     return render(request, "runs/run_compare.html", context)
+
+
+DIFF_SHOWN = 40  # changes a diff lists before "show all": two bundles of a thousand domains differ a thousand times
+
+
+def _bounded(changes: list, every: bool) -> dict:
+    """A diff's changes to list (the first DIFF_SHOWN unless `every`), how many there are, and how many of each
+    kind."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        counts[change.op] = counts.get(change.op, 0) + 1
+    return {"shown": changes if every else changes[:DIFF_SHOWN], "total": len(changes),
+            "counts": sorted(counts.items())}
+
+
+def _query_with(request, **changed) -> str:
+    """This page's query string with `changed` parameters replaced (a list value repeats its name)."""
+    query = request.GET.copy()
+    for name, value in changed.items():
+        query.setlist(name, [str(v) for v in value] if isinstance(value, list) else [str(value)])
+    return "?" + query.urlencode()
 
 
 def _bundle_lock(run) -> dict:
