@@ -16,7 +16,7 @@ from .errors import FieldError, ReferenceNotFound, SpecError, VersionNotFound
 from .lock import BundleLock, PinnedVersion
 from .models import Version
 from .refs import Ref, parse_ref, split_slug_ref
-from .selectors import version_resolve
+from .selectors import version_resolve, versions_resolve
 
 
 def spec_references(kind: str, spec: dict) -> list[tuple[str, Ref]]:
@@ -32,11 +32,34 @@ def spec_references(kind: str, spec: dict) -> list[tuple[str, Ref]]:
     return []
 
 
-def check_references(*, project: Project, kind: str, spec: dict) -> None:
+class _Versions:
+    """version_resolve with a memory, filled in bulk: a bundle's closure is looked up a level at a time (its
+    members, then what they name, ...), in a few queries per level rather than a few per definition. A reference
+    the bulk lookup did not find goes to version_resolve itself, which raises what is wrong with it."""
+
+    def __init__(self, project: Project):
+        self.project = project
+        self.known: dict[Ref, Version] = {}
+
+    def load(self, refs) -> list[Version]:
+        """Look up every reference not known yet; returns the versions the references name (the ones found)."""
+        refs = list(refs)
+        self.known.update(versions_resolve(project=self.project, refs=[r for r in refs if r not in self.known]))
+        return [self.known[ref] for ref in refs if ref in self.known]
+
+    def get(self, ref: Ref) -> Version:
+        version = self.known.get(ref)
+        return version if version is not None else version_resolve(project=self.project, ref=ref)
+
+
+def check_references(*, project: Project, kind: str, spec: dict, versions: _Versions | None = None) -> None:
+    versions = versions or _Versions(project)
+    references = spec_references(kind, spec)
+    versions.load(ref for _, ref in references)
     errors = []
-    for field, ref in spec_references(kind, spec):
+    for field, ref in references:
         try:
-            version_resolve(project=project, ref=ref)
+            versions.get(ref)
         except VersionNotFound as exc:
             errors.append(FieldError(field, str(exc)))
     if errors:
@@ -49,14 +72,16 @@ def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:
     Raises SpecError for a member that names nothing, a bundle that includes itself (a cycle), or a closure
     that needs two versions of one definition.
     """
-    check_references(project=project, kind="bundle", spec=spec)
-    lock, errors = _lock(project=project, resolved=spec.get("resolved", []))
+    versions = _Versions(project)
+    check_references(project=project, kind="bundle", spec=spec, versions=versions)
+    lock, errors = _lock(resolved=spec.get("resolved", []), versions=versions)
+    _load_closure(versions, [lock.pin(ref) for _, ref in spec_references("bundle", spec)], lock=lock)
     pinned: dict[tuple[str, str], Version] = {}
     members = []
     for field, ref in spec_references("bundle", spec):
-        version = version_resolve(project=project, ref=lock.pin(ref))
+        version = versions.get(lock.pin(ref))
         members.append(version.ref)
-        for path, member in _closure(project=project, version=version, path=(version.ref,), lock=lock):
+        for path, member in _closure(versions, version=version, path=(version.ref,), lock=lock):
             key = (member.definition.kind, member.definition.slug)
             if key == ("bundle", slug):
                 errors.append(FieldError(field, f"bundle cycle: {slug} -> {' -> '.join(path)}"))
@@ -69,7 +94,7 @@ def resolve_bundle(*, project: Project, slug: str, spec: dict) -> dict:
     run_config = dict(spec.get("run_config", {}))
     try:  # the base model its run settings name is pinned with the rest
         model = run_model_ref(run_config)
-        version = None if model is None else version_resolve(project=project, ref=lock.pin(model))
+        version = None if model is None else versions.get(lock.pin(model))
     except VersionNotFound as exc:
         errors.append(FieldError("run_config.model", str(exc)))
         version = None
@@ -99,13 +124,14 @@ def run_model_ref(run_config: dict) -> Ref | None:
     return parse_ref(model)
 
 
-def _lock(*, project: Project, resolved: list[dict]) -> tuple[BundleLock, list[FieldError]]:
+def _lock(*, resolved: list[dict], versions: _Versions) -> tuple[BundleLock, list[FieldError]]:
     """The lock a draft carries (as written, perhaps by hand), each entry checked against this registry."""
     pinned, errors = [], []
-    for index, entry in enumerate(resolved):
-        ref = parse_ref(entry["ref"])
+    refs = [parse_ref(entry["ref"]) for entry in resolved]
+    versions.load(refs)
+    for index, (entry, ref) in enumerate(zip(resolved, refs, strict=True)):
         try:
-            version = version_resolve(project=project, ref=ref)
+            version = versions.get(ref)
         except VersionNotFound as exc:
             errors.append(FieldError(f"resolved[{index}].ref", str(exc)))
             continue
@@ -117,16 +143,38 @@ def _lock(*, project: Project, resolved: list[dict]) -> tuple[BundleLock, list[F
     return BundleLock(tuple(pinned)), errors
 
 
-def _closure(*, project: Project, version: Version, path: tuple[str, ...], lock: BundleLock):
+def _children(version: Version, lock: BundleLock) -> list[Ref]:
+    """What _closure looks up below a version: an included bundle's lock, or the references of its spec."""
+    if version.definition.kind == "bundle":
+        return [pinned.ref for pinned in version.lock.pinned]
+    return [lock.pin(ref) for _, ref in spec_references(version.definition.kind, version.spec)]
+
+
+def _load_closure(versions: _Versions, refs: list[Ref], *, lock: BundleLock) -> None:
+    """Look up everything _closure will walk below `refs`, a level at a time."""
+    seen: set[int] = set()
+    level = versions.load(refs)
+    while level:
+        walked, pinned_by_bundles = [], []  # an included bundle's lock is its closure already: not walked further
+        for version in level:
+            if version.pk not in seen:
+                seen.add(version.pk)
+                (pinned_by_bundles if version.definition.kind == "bundle" else walked).extend(
+                    _children(version, lock))
+        versions.load(pinned_by_bundles)
+        level = versions.load(walked)
+
+
+def _closure(versions: _Versions, *, version: Version, path: tuple[str, ...], lock: BundleLock):
     """Yields (path, version) for the version and everything it references, depth first."""
     yield path, version
     if version.definition.kind == "bundle":
         for pinned in version.lock.pinned:
-            yield path + (str(pinned.ref),), version_resolve(project=project, ref=pinned.ref)
+            yield path + (str(pinned.ref),), versions.get(pinned.ref)
         return
-    for _, ref in spec_references(version.definition.kind, version.spec):
-        child = version_resolve(project=project, ref=lock.pin(ref))
-        yield from _closure(project=project, version=child, path=path + (child.ref,), lock=lock)
+    for ref in _children(version, lock):
+        child = versions.get(ref)
+        yield from _closure(versions, version=child, path=path + (child.ref,), lock=lock)
 
 
 def dependents(*, project: Project, kind: str, slug: str) -> dict[str, list[str]]:

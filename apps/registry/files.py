@@ -21,6 +21,7 @@ and only when there are none is anything published, in one transaction.
 import hashlib
 import json
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,10 +35,10 @@ from workers.definitions.specs import KINDS, PUBLISH_ORDER, SLUG_RE, validate_sp
 
 from .dataset_store import jsonl_read, jsonl_store, rows_key, upload_key
 from .errors import FieldError, PublishConflict, SpecError, VersionNotFound
-from .models import Alias, Definition, Version
+from .models import Alias, Definition, InstanceSetMember, Version
 from .refs import parse_ref
 from .selectors import instance_rows
-from .services import alias_move, version_publish
+from .services import Published, alias_move, version_publish
 
 FILE_HEADER = (
     "# Posttrain Studio definition. Edit `spec` or `description` (task instances: the .instances.jsonl file),\n"
@@ -146,23 +147,56 @@ def _jsonl(rows) -> str:
 # --- export -----------------------------------------------------------------------------------------------
 
 
+# Instance sets up to this size are read together, a batch of definitions at a time (a project of a thousand small
+# templates in a few queries); larger ones a chunk at a time each, so an export never holds more than this many.
+_READ_TOGETHER = 2000
+_DEFINITIONS_PER_BATCH = 200
+
+
 def export_project(*, project: Project, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = [directory / "project.yaml"]
     written[0].write_text(dump_yaml({"slug": project.slug, "name": project.name, "team": project.team.slug}))
-    for definition in Definition.objects.filter(project=project).order_by("kind", "slug"):
-        written += _export_definition(definition, directory / definition.kind)
+    definitions = list(Definition.objects.filter(project=project).order_by("kind", "slug"))
+    versions: dict[int, list[Version]] = defaultdict(list)
+    for version in (Version.objects.filter(definition__project=project).select_related("instance_set")
+                    .order_by("definition_id", "number")):
+        versions[version.definition_id].append(version)
+    aliases: dict[int, dict[str, int]] = defaultdict(dict)
+    for definition_id, name, number in (Alias.objects.filter(definition__project=project).order_by("name")
+                                        .values_list("definition_id", "name", "version__number")):
+        aliases[definition_id][name] = number
+    for start in range(0, len(definitions), _DEFINITIONS_PER_BATCH):
+        batch = definitions[start:start + _DEFINITIONS_PER_BATCH]
+        small = {v.instance_set_id for d in batch for v in versions[d.pk]
+                 if v.instance_set_id is not None and v.instance_set.count <= _READ_TOGETHER}
+        read = _instance_sets_read(small)
+        for definition in batch:
+            written += _export_definition(definition, directory / definition.kind, versions=versions[definition.pk],
+                                          aliases=aliases[definition.pk], read=read)
     return written
 
 
-def _instances_rows(instance_set_id):
+def _instance_sets_read(instance_sets: set[int]) -> dict[int, list[dict]]:
+    """The rows of several instance sets in one query, each set's in key order."""
+    read: dict[int, list[dict]] = {instance_set: [] for instance_set in instance_sets}
+    for instance_set, key, inputs, hidden in (
+            InstanceSetMember.objects.filter(instance_set_id__in=instance_sets).order_by("instance_set_id", "key")
+            .values_list("instance_set_id", "key", "instance__inputs", "instance__hidden")):
+        read[instance_set].append({"key": key, "inputs": inputs, "hidden": hidden})
+    return read
+
+
+def _instances_rows(instance_set_id, read: dict[int, list[dict]]):
+    if instance_set_id in read:
+        return read[instance_set_id]
     rows = instance_rows(version=Version(instance_set_id=instance_set_id))
     return ({"key": key, "inputs": inputs, "hidden": hidden} for key, inputs, hidden in rows)
 
 
-def _export_definition(definition: Definition, folder: Path) -> list[Path]:
+def _export_definition(definition: Definition, folder: Path, *, versions: list[Version], aliases: dict[str, int],
+                       read: dict[int, list[dict]]) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    versions = list(Version.objects.filter(definition=definition).select_related("instance_set").order_by("number"))
     head = versions[-1]
     written = []
     doc = {"kind": definition.kind, "slug": definition.slug, "description": definition.description,
@@ -172,7 +206,7 @@ def _export_definition(definition: Definition, folder: Path) -> list[Path]:
         head_file = f"{definition.slug}.instances.jsonl"
         doc["instances"] = head_file
         path = folder / head_file
-        path.write_text(_jsonl(_instances_rows(head.instance_set_id)))
+        path.write_text(_jsonl(_instances_rows(head.instance_set_id, read)))
         written.append(path)
     for version in versions:
         entry = {"number": version.number, "message": version.message, "content_hash": version.content_hash}
@@ -184,14 +218,13 @@ def _export_definition(definition: Definition, folder: Path) -> list[Path]:
                 path = folder / entry["instances"]
                 if not path.exists():
                     path.parent.mkdir(exist_ok=True)
-                    path.write_text(_jsonl(_instances_rows(version.instance_set_id)))
+                    path.write_text(_jsonl(_instances_rows(version.instance_set_id, read)))
                     written.append(path)
         entry["spec"] = version.spec
         history.append(entry)
     if definition.kind == "dataset":
         written += _export_dataset_rows(definition.slug, [version.spec for version in versions], folder)
-    doc["aliases"] = {a.name: a.version.number for a in Alias.objects.filter(definition=definition)
-                      .select_related("version").order_by("name")}
+    doc["aliases"] = aliases
     doc["history"] = history
     path = folder / f"{definition.slug}.yaml"
     path.write_text(FILE_HEADER + dump_yaml(doc))
@@ -337,6 +370,7 @@ def _import_one(item: DefinitionFile, *, project, actor, message, report: Import
         _import_dataset_rows(item)
     definition = Definition.objects.filter(project=project, kind=item.kind, slug=item.slug).first()
     existing = {v.number: v for v in Version.objects.filter(definition=definition)} if definition else {}
+    rebuilt = None  # the newest version published from history here, if any
     for entry in item.history:
         number = entry["number"]
         if number in existing:
@@ -352,9 +386,16 @@ def _import_one(item: DefinitionFile, *, project, actor, message, report: Import
             raise ValueError(f"history @{number}: its spec hashes to {published.version.content_hash[:12]}, "
                              f"not the recorded {entry['content_hash'][:12]}; history is read-only")
         report.published.append(published.version.ref)
-    published = version_publish(project=project, kind=item.kind, slug=item.slug, spec=item.spec, author=actor,
-                                message=message or f"Imported from {item.name}", description=item.description,
-                                instances=item.instances, via="cli")
+        rebuilt = (entry, published)
+    if rebuilt is not None and rebuilt[0] is item.history[-1] and rebuilt[0]["spec"] == item.spec \
+            and item.instances is item.history_instances.get(rebuilt[0]["number"]):
+        # The file's spec is its newest version's, just published from history: publishing it again would check
+        # it all again (a bundle's whole closure) to find it unchanged.
+        published = Published(rebuilt[1].version, created=False)
+    else:
+        published = version_publish(project=project, kind=item.kind, slug=item.slug, spec=item.spec, author=actor,
+                                    message=message or f"Imported from {item.name}", description=item.description,
+                                    instances=item.instances, via="cli")
     if published.created:
         report.published.append(published.version.ref)
     elif published.version.ref not in report.published:  # not just rebuilt from history

@@ -49,6 +49,12 @@ def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSe
             raise PinnedBundleError(f"{bundle.ref} does not pin {kind}/{slug}")
         return version
 
+    members = _instances_of([versions[("task_template", split_slug_ref(draw["template"])[0])].instance_set_id
+                             for (kind, _), domain_version in versions.items() if kind == "domain"
+                             for draw in domain_version.spec["templates"]
+                             if ("task_template", split_slug_ref(draw["template"])[0]) in versions])
+    images: dict[str, SandboxImage] = {}  # one image serves many templates: built once
+
     weights, quotas = (config.domain_weights, config.domain_quotas) if config is not None else ({}, {})
     category_weights = config.category_weights if config is not None else {}
     templates, items, hashes, domains = {}, {}, {}, []
@@ -62,9 +68,10 @@ def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSe
             verifier_version = pinned("verifier", template_version.spec["verifier"])
             key = template_version.ref
             if key not in templates:
+                if image_version.ref not in images:
+                    images[image_version.ref] = SandboxImage.from_spec(image_version.ref, image_version.spec)
                 template = TaskTemplate.from_spec(
-                    key=key, domain=slug, spec=template_version.spec,
-                    image=SandboxImage.from_spec(image_version.ref, image_version.spec),
+                    key=key, domain=slug, spec=template_version.spec, image=images[image_version.ref],
                     verifier_key=verifier_version.ref, verifier_spec=verifier_version.spec)
                 unknown = [] if template.session and offers_swe_tools(template.tools) else \
                     unknown_tools(template.tools)
@@ -73,11 +80,10 @@ def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSe
                                             f"(built in: {', '.join(BUILTIN_TOOLS)}; with a session: "
                                             f"{', '.join(SWE_TOOL_NAMES)})")
                 templates[key] = template
-                members = (InstanceSetMember.objects.filter(instance_set_id=template_version.instance_set_id)
-                           .select_related("instance").order_by("key"))
-                items[key] = {m.key: Item(key=m.key, inputs=m.instance.inputs, hidden=m.instance.hidden)
-                              for m in members}
-                hashes[key] = {m.key: m.instance.content_hash for m in members}
+                rows = members.get(template_version.instance_set_id, [])
+                items[key] = {task_key: Item(key=task_key, inputs=inputs, hidden=hidden)
+                              for task_key, inputs, hidden, _ in rows}
+                hashes[key] = {task_key: content_hash for task_key, _, _, content_hash in rows}
             if not items[key]:
                 raise PinnedBundleError(f"{key} has no task instances")
             mixes.append(TemplateMix(key=key, weight=draw["weight"], task_keys=tuple(items[key])))
@@ -98,6 +104,18 @@ def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSe
     if not domains:
         raise PinnedBundleError(f"{bundle.ref} pins no domain: a run samples tasks from domains")
     return TaskSet(templates=templates, domains=domains, items=items, item_hashes=hashes)
+
+
+def _instances_of(instance_sets: list[int | None]) -> dict[int, list[tuple]]:
+    """The task instances of every instance set, (key, inputs, hidden, content hash) in key order: one query for a
+    bundle's thousand templates rather than one each."""
+    members: dict[int, list[tuple]] = {}
+    rows = (InstanceSetMember.objects.filter(instance_set_id__in={s for s in instance_sets if s is not None})
+            .order_by("instance_set_id", "key")
+            .values_list("instance_set_id", "key", "instance__inputs", "instance__hidden", "instance__content_hash"))
+    for instance_set_id, *row in rows.iterator(chunk_size=5000):
+        members.setdefault(instance_set_id, []).append(tuple(row))
+    return members
 
 
 @dataclass(frozen=True)
