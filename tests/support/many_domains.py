@@ -8,8 +8,14 @@ valid one that a run can pin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from apps.accounts.services import project_create
 from apps.registry.models import Version
 from apps.registry.services import version_publish
 from tests.support.specimens import IMAGE_SPEC, TEMPLATE_SPEC, VERIFIER_SPEC
@@ -21,6 +27,8 @@ CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition"
 
 @dataclass(frozen=True)
 class ManyDomains:
+    project: object
+    owner: object
     bundle: Version
     domains: tuple[str, ...]  # domain slugs, in order
     categories: dict[str, str]  # domain slug -> category
@@ -59,4 +67,16 @@ def publish_many_domains(*, project, author, count: int, instances: int = 4, pre
         slugs.append(slug)
         assigned[slug] = category
     bundle = publish("bundle", bundle_slug, {"members": [f"domain/{slug}@latest" for slug in slugs]})
-    return ManyDomains(bundle=bundle, domains=tuple(slugs), categories=assigned)
+    return ManyDomains(project=project, owner=author, bundle=bundle, domains=tuple(slugs), categories=assigned)
+
+
+@contextmanager
+def many_domains_for_module(django_db_blocker, *, count: int, **options) -> Iterator[ManyDomains]:
+    """For a module-scoped fixture (`django_db_setup, django_db_blocker`): `count` domains published once for the
+    module, in a transaction rolled back when it is done; each test (with `db`) runs in a savepoint inside it, so
+    what a test writes is gone after it and the domains stay."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        owner = get_user_model().objects.create_user("many-domains-owner")
+        project = project_create(team_slug="many", slug="many-domains", name="Many domains", owner=owner)
+        yield publish_many_domains(project=project, author=owner, count=count, **options)
+        transaction.set_rollback(True)
