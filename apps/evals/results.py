@@ -5,7 +5,7 @@ it is never a wrong answer."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from apps.common.errors import StudioError
 from apps.trajectories.models import Trajectory
@@ -64,37 +64,57 @@ class Row:
     # on, and on those it did (exactly or as a near duplicate).
     clean: dict[str, statistics.Score] = field(default_factory=dict)
     overlapping: dict[str, statistics.Score] = field(default_factory=dict)
+    # Every domain's mean score (the mean over its tasks of their mean reward), without an interval: cheap enough
+    # for a thousand domains, to sort and filter by before the shown ones are scored in full (Leaderboard.score).
+    means: dict[str, float | None] = field(default_factory=dict)
+    rewards: Rewards | None = field(default=None, repr=False)
 
 
 @dataclass
 class Leaderboard:
-    domains: list[str]
+    domains: list[str]  # every domain any row answered, by name, then ALL
     rows: list[Row]
     groups: dict[str, dict[int, int]]  # domain -> evaluation id -> its tied group (1: tied with the best)
 
+    def score(self, names) -> None:
+        """Score `names` (domains, or ALL) in full for every row that answered them: the interval, pass@k, clean
+        and trained-on scores, and the tied groups. A bootstrap a domain and row: a page scores the domains it
+        shows, not all thousand."""
+        for name in names:
+            if name in self.groups:
+                continue
+            for row in self.rows:
+                if name != ALL and name not in row.rewards.by_domain:
+                    continue
+                tasks = row.rewards.domain(name)
+                row.scores[name] = statistics.score(tasks)
+                overlap = row.evaluation.overlap
+                if overlap:
+                    seen = set(overlap.get("exact", [])) | set(overlap.get("near", []))
+                    row.clean[name] = statistics.score({t: r for t, r in tasks.items() if t not in seen})
+                    row.overlapping[name] = statistics.score({t: r for t, r in tasks.items() if t in seen})
+            tied = statistics.tied_groups({r.evaluation.pk: r.scores[name] for r in self.rows if name in r.scores})
+            self.groups[name] = {pk: number for number, group in enumerate(tied, start=1) for pk in group}
 
-def leaderboard(evaluations: list[Evaluation]) -> Leaderboard:
-    """Rows of evaluations of one comparability key (the caller groups by key), scores per domain and overall."""
-    rows, domains = [], set()
+
+def _mean_score(tasks: dict[str, list[float]]) -> float | None:
+    means = [sum(values) / len(values) for values in tasks.values() if values]
+    return sum(means) / len(means) if means else None
+
+
+def leaderboard(evaluations: list[Evaluation], *, domains=None) -> Leaderboard:
+    """Rows of evaluations of one comparability key (the caller groups by key), scores per domain and overall:
+    every domain scored in full, or only `domains` (and overall; each row's `means` holds every domain's mean)."""
+    rows, names = [], set()
     for evaluation in evaluations:
         rewards = evaluation_rewards(evaluation)
-        domains |= set(rewards.by_domain)
-        row = Row(evaluation, infra_errors=rewards.infra_errors, cost=rewards.cost)
-        seen = set(evaluation.overlap.get("exact", [])) | set(evaluation.overlap.get("near", []))
-        for name in [*rewards.by_domain, ALL]:
-            tasks = rewards.domain(name)
-            row.scores[name] = statistics.score(tasks)
-            if evaluation.overlap:
-                row.clean[name] = statistics.score({t: r for t, r in tasks.items() if t not in seen})
-                row.overlapping[name] = statistics.score({t: r for t, r in tasks.items() if t in seen})
-        rows.append(row)
-    ordered = [*sorted(domains), ALL]
-    groups = {}
-    for name in ordered:
-        tied = statistics.tied_groups({r.evaluation.pk: r.scores[name] for r in rows if name in r.scores})
-        groups[name] = {pk: number for number, group in enumerate(tied, start=1) for pk in group}
+        names |= set(rewards.by_domain)
+        rows.append(Row(evaluation, infra_errors=rewards.infra_errors, cost=rewards.cost, rewards=rewards,
+                        means={name: _mean_score(tasks) for name, tasks in rewards.by_domain.items()}))
+    board = Leaderboard([*sorted(names), ALL], rows, {})
+    board.score([*(sorted(names) if domains is None else domains), ALL])
     rows.sort(key=lambda r: -(r.scores[ALL].mean if r.scores[ALL].mean is not None else -1))
-    return Leaderboard(ordered, rows, groups)
+    return board
 
 
 def comparable(a: Evaluation, b: Evaluation) -> None:
@@ -108,16 +128,30 @@ class Paired:
     a: Evaluation
     b: Evaluation
     by_domain: dict[str, statistics.Comparison]
+    left: Rewards | None = field(default=None, repr=False)
+    right: Rewards | None = field(default=None, repr=False)
+
+    def intervals(self, names) -> None:
+        """The bootstrap interval of each domain in `names` that has none yet (compare(..., intervals=False))."""
+        for name in names:
+            found = self.by_domain.get(name)
+            if found is None or found.low is not None or found.difference is None:
+                continue
+            full = statistics.compare(self.left.domain(name), self.right.domain(name))
+            self.by_domain[name] = replace(found, low=full.low, high=full.high)
 
 
-def compare(a: Evaluation, b: Evaluation) -> Paired:
-    """b against a, paired by task, per domain (Benjamini-Hochberg across the domains) and overall."""
+def compare(a: Evaluation, b: Evaluation, *, intervals: bool = True) -> Paired:
+    """b against a, paired by task, per domain (Benjamini-Hochberg across the domains) and overall. Without
+    `intervals`, only the overall comparison has its bootstrap interval: a page of hundreds of domains works out
+    its rows' with Paired.intervals."""
     comparable(a, b)
     left, right = evaluation_rewards(a), evaluation_rewards(b)
     domains = sorted(set(left.by_domain) | set(right.by_domain))
-    adjusted = statistics.adjust({d: statistics.compare(left.domain(d), right.domain(d)) for d in domains})
+    adjusted = statistics.adjust({d: statistics.compare(left.domain(d), right.domain(d), interval=intervals)
+                                  for d in domains})
     adjusted[ALL] = statistics.compare(left.domain(ALL), right.domain(ALL))
-    return Paired(a, b, adjusted)
+    return Paired(a, b, adjusted, left, right)
 
 
 @dataclass

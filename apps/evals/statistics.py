@@ -124,8 +124,11 @@ def score(rewards: Mapping[str, Sequence[float]], *, seed: int = 0, samples: int
 
 
 def compare(a: Mapping[str, Sequence[float]], b: Mapping[str, Sequence[float]], *, seed: int = 0,
-            samples: int = BOOTSTRAP_SAMPLES, confidence: float = CONFIDENCE, alpha: float = 0.05) -> Comparison:
-    """Model b against model a on the tasks both answered (each task's mean reward over its samples)."""
+            samples: int = BOOTSTRAP_SAMPLES, confidence: float = CONFIDENCE, alpha: float = 0.05,
+            interval: bool = True) -> Comparison:
+    """Model b against model a on the tasks both answered (each task's mean reward over its samples). Without
+    `interval`, no bootstrap (low and high None): the difference and the test only, for the domains a page does
+    not show."""
     shared = sorted(set(a) & set(b))
     shared = [task for task in shared if len(a[task]) and len(b[task])]
     if not shared:
@@ -133,9 +136,11 @@ def compare(a: Mapping[str, Sequence[float]], b: Mapping[str, Sequence[float]], 
     mean_a = np.array([np.mean(a[task]) for task in shared])
     mean_b = np.array([np.mean(b[task]) for task in shared])
     differences = mean_b - mean_a
-    draws = _bootstrap_means(differences, np.random.default_rng(seed), samples)
-    tail = (1 - confidence) / 2 * 100
-    low, high = (float(x) for x in np.percentile(draws, [tail, 100 - tail]))
+    low = high = None
+    if interval:
+        draws = _bootstrap_means(differences, np.random.default_rng(seed), samples)
+        tail = (1 - confidence) / 2 * 100
+        low, high = (float(x) for x in np.percentile(draws, [tail, 100 - tail]))
     # McNemar on pass/fail per task (a task passes when its mean reward passes): exact, on the discordant pairs.
     passed_a, passed_b = mean_a >= PASS, mean_b >= PASS
     a_only, b_only = int(np.sum(passed_a & ~passed_b)), int(np.sum(~passed_a & passed_b))

@@ -15,8 +15,9 @@ from apps.accounts.credentials import CredentialRefused, credential_names, proje
 from apps.accounts.models import Role
 from apps.accounts.selectors import project_for_page, project_for_user, role_of
 from apps.runs.checkpoints import CheckpointNotFound, alias_move, checkpoint_resolve
+from apps.runs.domains import PER_PAGE, DomainQuery
 
-from . import external, results, selectors, statistics
+from . import breakdown, external, results, selectors, statistics
 from .figures import timeline_figure
 from .forms import EndpointCredentialForm, EndpointForm, EvaluationLaunchForm, ExternalResultsForm, SecretForm
 from .services import (
@@ -140,19 +141,53 @@ def suite_page(request, project, slug, number=None):
     same = [e for e in selectors.evaluation_list(project=project).filter(key=key)]
     others = [(e, key_differences(parts, e.key_parts)) for e in
               selectors.evaluation_list(project=project).filter(suite__definition=suite.definition).exclude(key=key)]
-    board = results.leaderboard(same)
+    board = results.leaderboard(same, domains=())  # overall scores; the breakdown scores the domains it shows
     tasks = max((row.scores[results.ALL].tasks for row in board.rows), default=0)
     lines = selectors.timeline(board=board)
-    table = [(row, [(domain, row.scores.get(domain), board.groups[domain].get(row.evaluation.pk),
-                     row.clean.get(domain), row.overlapping.get(domain)) for domain in board.domains])
-             for row in board.rows]
+    table = [(row, row.scores[results.ALL], board.groups[results.ALL].get(row.evaluation.pk),
+              row.clean.get(results.ALL), row.overlapping.get(results.ALL)) for row in board.rows]
+    query = DomainQuery.from_params(request.GET, prefix="d", sorts=())
+    sort = request.GET.get("dsort", "domain")
+    all_columns = request.GET.get("columns") == "all"
+    domains = breakdown.leaderboard_breakdown(board, suite, query, all_columns=all_columns, sort=sort)
     context = {"project": project, "suite": suite, "key": key, "parts": parts, "board": board, "others": others,
-               "table": table,
+               "table": table, "breakdown": domains, "domain_query": query, "domain_sort": sort,
+               "all_columns": all_columns,
+               "domain_per_page": PER_PAGE, "pinned": _pinned(parts, every=request.GET.get("pinned") == "all"),
+               "links": {**_page_links(request, domains.page), "columns": _query_with(request, columns="all"),
+                         "pinned": _query_with(request, pinned="all")},
                "form": form, "can_edit": can_edit, "tasks": tasks,
                "detectable": statistics.minimum_detectable_difference(tasks) if tasks else None,
                "timeline": timeline_figure(lines) if lines else None,
                "champion": _champion(board)}
     return render(request, "evals/suite.html", context, status=400 if form.errors else 200)
+
+
+PINNED_SHOWN = 12  # pinned versions the suite page lists before "show all": a suite of a thousand domains pins 3,000
+
+
+def _pinned(parts: dict, *, every: bool) -> dict:
+    """The suite's pinned versions to list, how many there are, and how many of each kind."""
+    versions = [pin["version"] for pin in parts["pinned"].values()]
+    kinds: dict[str, int] = {}
+    for version in versions:
+        kind = version.split("/", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return {"shown": versions if every else versions[:PINNED_SHOWN], "total": len(versions),
+            "kinds": sorted(kinds.items())}
+
+
+def _query_with(request, **changed) -> str:
+    """This page's query string with `changed` parameters replaced."""
+    query = request.GET.copy()
+    for name, value in changed.items():
+        query[name] = str(value)
+    return "?" + query.urlencode()
+
+
+def _page_links(request, page: int) -> dict:
+    return {"first": _query_with(request, dpage=1), "previous": _query_with(request, dpage=page - 1),
+            "next": _query_with(request, dpage=page + 1)}
 
 
 def _champion(board) -> dict | None:
@@ -165,7 +200,7 @@ def _champion(board) -> dict | None:
                   and r.evaluation != champion), key=lambda e: e.created_at, default=None)
     if champion is None or newest is None:
         return None
-    paired = results.compare(champion, newest)
+    paired = results.compare(champion, newest, intervals=False)  # significance only: no bootstrap a domain
     worse = [d for d, c in paired.by_domain.items() if d != results.ALL and c.significant and c.difference < 0]
     return {"champion": champion, "newest": newest, "worse": worse}
 
@@ -195,10 +230,27 @@ def compare_page(request, project, a, b):
     left, right = selectors.evaluation_get(project=project, pk=a), selectors.evaluation_get(project=project, pk=b)
     context = {"project": project, "a": left, "b": right}
     try:
-        paired = results.compare(left, right)
-        context["domains"] = [(domain, c, c.verdict_for(right.label)) for domain, c in paired.by_domain.items()]
-        context["regressions"], context["improvements"] = results.task_diff(left, right)
+        paired = results.compare(left, right, intervals=False)
+        regressions, improvements = results.task_diff(left, right)
     except results.NotComparable as exc:
         context["refused"] = str(exc)
         return render(request, "evals/compare.html", context, status=409)
+    query = DomainQuery.from_params(request.GET, prefix="d", sorts=tuple(k for k, _ in breakdown.PAIRED_SORTS))
+    significant = request.GET.get("significant") == "1"
+    domains = breakdown.paired_breakdown(paired, right.label, query, significant=significant)
+    paired.intervals([row.domain for row in domains["rows"]])  # the page's rows' intervals, not a thousand
+    domains["rows"] = [breakdown.PairedRow(r.domain, r.category, paired.by_domain[r.domain], r.verdict)
+                       for r in domains["rows"]]
+    if domains["filtered"]:  # the task lists follow the domain filter
+        regressions = [c for c in regressions if c.domain in domains["domain_names"]]
+        improvements = [c for c in improvements if c.domain in domains["domain_names"]]
+    context.update(paired_domains=domains, domain_query=query, significant=significant,
+                   domain_sorts=breakdown.PAIRED_SORTS, domain_per_page=PER_PAGE, changes_shown=CHANGES_SHOWN,
+                   changes_slice="" if request.GET.get("changes") == "all" else f":{CHANGES_SHOWN}",
+                   all_changes=_query_with(request, changes="all"),
+                   regressions=regressions, improvements=improvements,
+                   links=_page_links(request, domains["page"]))
     return render(request, "evals/compare.html", context)
+
+
+CHANGES_SHOWN = 50  # tasks each of the comparison's lists shows (the largest changes) before "show all"
