@@ -1,5 +1,6 @@
 """The task scheduler: weighted mixing, quotas, the curriculum, determinism and resume."""
 
+import json
 import statistics
 import time
 from collections import Counter
@@ -142,6 +143,22 @@ def test_the_draw_keeps_the_plain_semantics_through_quotas_and_a_curriculum_and_
             assert resumed.sample(48) == expected
             assert _reference_sample(plain, 48) == expected
     assert fast.curriculum.stale_tasks and fast.curriculum.stale_templates  # the history made both kinds stale
+
+
+def test_a_state_is_a_snapshot_that_later_observations_leave_alone():
+    """The training loop takes the state at every step and may write it to a checkpoint steps later."""
+    scheduler = Scheduler(_mix(20, 10), seed=4, curriculum=Curriculum())
+    for step in range(5):
+        _observe_batch(scheduler.curriculum, scheduler.sample(16), step)
+    state = scheduler.state()
+    written = json.dumps(state)
+    expected = scheduler.sample(16)
+    for step in range(5, 10):
+        _observe_batch(scheduler.curriculum, scheduler.sample(16), step)
+    assert json.dumps(state) == written
+    resumed = Scheduler(_mix(20, 10), seed=0, curriculum=Curriculum())
+    resumed.restore(json.loads(written))
+    assert resumed.sample(16) == expected
 
 
 def test_a_draw_at_a_thousand_domains_costs_milliseconds():
