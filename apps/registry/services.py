@@ -26,6 +26,7 @@ from workers.definitions.specs import (
 from workers.rl.config import SET_BY_THE_STUDIO, ConfigError, check_recommended
 from workers.rl.models.packaged import ModelUnavailable
 from workers.rl.models.weights import WeightsMismatch, source_model, weights_sha256
+from workers.rl.tasks.generators import GeneratorError, materialise
 
 from .bulk import bulk_insert, json_text
 from .closure import check_references, resolve_bundle
@@ -119,13 +120,16 @@ def version_publish(
 ) -> Published:
     """Publish `spec` as the next version of kind/slug, creating the definition on its first version.
 
-    instances: for task templates, the full list of {key, inputs, hidden}; None keeps the previous version's.
+    instances: for task templates, the full list of {key, inputs, hidden}; None keeps the previous version's. A
+    template with a `generator` takes none: its instances are materialised from it (workers/rl/tasks/generators.py),
+    or kept from the previous version when that one has the same generator.
     expected_head: the version number an edit started from; if another version was published since, the
     publish is refused with PublishConflict rather than silently overwriting that work.
     """
     normalised = spec_check(project=project, kind=kind, slug=slug, spec=spec)
     if instances is not None and kind != "task_template":
         raise SpecError([FieldError("instances", f"only task templates have task instances, not a {kind}")])
+    generated = _generated_instances(project=project, slug=slug, spec=normalised, instances=instances)
 
     with transaction.atomic():
         definition = _definition_for_publish(project=project, kind=kind, slug=slug, description=description,
@@ -138,7 +142,14 @@ def version_publish(
             )
         instance_set = None
         if kind == "task_template":
-            if instances is None:
+            if normalised.get("generator"):
+                if head is not None and head.spec.get("generator") == normalised["generator"]:
+                    instance_set = head.instance_set
+                else:
+                    generated = generated if generated is not None else _materialised(normalised)
+                    _instances_check(normalised, generated)
+                    instance_set = _instance_set_store(definition=definition, instances=generated)
+            elif instances is None:
                 instance_set = head.instance_set if head else _instance_set_store(definition=definition, instances=[])
             else:
                 _instances_check(normalised, instances)
@@ -160,6 +171,28 @@ def version_publish(
         audit_record(project=project, actor=author, action="version.publish", target=version.ref, via=via,
                      details={"content_hash": content, "parent": head.number if head else None, "message": message})
         return Published(version, created=True)
+
+
+def _generated_instances(*, project, slug: str, spec: dict, instances) -> list[dict] | None:
+    """A generated template's instances, materialised before the publish's transaction (it takes seconds, and
+    holds no lock meanwhile); None when the newest version has the same generator, whose instances are kept."""
+    if not spec.get("generator"):
+        return None
+    if instances is not None:
+        raise SpecError([FieldError("instances", "a generated template's instances come from its generator; "
+                                                 "leave them out")])
+    head = (Version.objects.filter(definition__project=project, definition__kind="task_template",
+                                   definition__slug=slug).order_by("-number").only("spec").first())
+    if head is not None and head.spec.get("generator") == spec["generator"]:
+        return None
+    return _materialised(spec)
+
+
+def _materialised(spec: dict) -> list[dict]:
+    try:
+        return materialise(spec["generator"])
+    except GeneratorError as exc:
+        raise SpecError([FieldError("generator", str(exc))]) from None
 
 
 def _definition_for_publish(*, project, kind, slug, description, actor, via) -> Definition:

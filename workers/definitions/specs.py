@@ -169,8 +169,35 @@ class ExampleMessage(Spec):
     content: str = Field(min_length=1)
 
 
+MAX_GENERATED_INSTANCES = 10_000
+
+
+class GeneratorSpec(Spec):
+    """Instances made by a procedural generator instead of uploaded: a library's dataset, its configuration, a seed
+    and a size, materialised when the version is published (workers/rl/tasks/generators.py), the same instances on
+    every host. `version` is the library's release they were made with: a host with another release installed
+    refuses to materialise them, so a new release is a new version of the template, never a silent change."""
+
+    library: Literal["reasoning-gym"] = Field(description="the generator library")
+    version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+!-]{0,40}$", description="the library's release that made "
+                                                                             "the instances, e.g. 0.1.25")
+    dataset: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$", description="the library's name of the dataset")
+    config: dict[str, Any] = Field(default_factory=dict, description="the dataset's own configuration (its keyword "
+                                                                     "arguments, seed and size apart)")
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    size: int = Field(ge=1, le=MAX_GENERATED_INSTANCES, description="how many instances: indices 0 to size-1")
+
+    @field_validator("config")
+    @classmethod
+    def seed_and_size_apart(cls, config: dict[str, Any]) -> dict[str, Any]:
+        named = sorted({"seed", "size"} & set(config))
+        if named:
+            raise ValueError(f"{' and '.join(named)} are fields of the generator, not of its config")
+        return config
+
+
 class TaskTemplateSpec(GrownSpec):
-    ADDED_LATER = ("examples", "session", "context")
+    ADDED_LATER = ("examples", "session", "context", "generator")
 
     system_prompt: str = Field(default="", description="shown before everything else; literal text")
     # A worked exchange shown before every instance's prompt, as earlier turns of the conversation (few-shot as
@@ -189,6 +216,8 @@ class TaskTemplateSpec(GrownSpec):
                                                                       "its workspace persists between tool calls")
     context: ContextPolicy | None = Field(default=None, description="what to do when the conversation outgrows "
                                                                     "the model's context (default: end the rollout)")
+    generator: GeneratorSpec | None = Field(default=None, description="the instances come from a generator "
+                                                                      "library, materialised when published")
 
     @field_validator("prompt_template")
     @classmethod
@@ -413,6 +442,15 @@ class PythonGrader(Check):
         return source
 
 
+class GeneratorScore(Check):
+    """A generated task's own scoring: the generator library's function for the task's dataset (reasoning-gym's
+    `score_answer`), run in the sandbox on the answer the library's convention takes from the response
+    (workers/verifiers/generated.py)."""
+
+    type: Literal["generator_score"]
+    timeout_seconds: float = Field(default=10, gt=0, le=600)
+
+
 class LogRule(Spec):
     pattern: str = Field(min_length=1)
     effect: Literal["fail", "pass"] = "fail"
@@ -471,14 +509,14 @@ class LabelModel(Check):
 
 CHECKS_BY_LAYER = {
     "exact": {"string_check", "text_similarity", "numeric", "math", "regex", "json_schema", "unit_tests",
-              "python_grader"},
+              "python_grader", "generator_score"},
     "environment": {"log_rules", "mesh_geometry", "citations", "python_grader", "repository_tests"},
     "judge": {"score_model", "label_model"},
 }
 
 CheckSpec = Annotated[
     Union[StringCheck, TextSimilarity, NumericMatch, MathMatch, RegexMatch, JsonSchemaCheck, UnitTests, PythonGrader,
-          LogRules, MeshGeometry, Citations, ScoreModel, LabelModel, RepositoryTests],
+          LogRules, MeshGeometry, Citations, ScoreModel, LabelModel, RepositoryTests, GeneratorScore],
     Field(discriminator="type"),
 ]
 
