@@ -15,6 +15,7 @@ from functools import cache
 from workers.definitions.specs import (
     Check,
     Citations,
+    GeneratorScore,
     JsonSchemaCheck,
     LabelModel,
     LogRules,
@@ -42,6 +43,7 @@ IMPLEMENTATIONS: dict[type[Check], str] = {
     UnitTests: "unit_tests.unit_tests_check",
     RepositoryTests: "repository.repository_tests_check",
     PythonGrader: "graders.python_grader_check",
+    GeneratorScore: "generated.generator_score_check",
     LogRules: "logs.log_rules_check",
     MeshGeometry: "mesh.mesh_geometry_check",
     ScoreModel: "judge.score_model_check",

@@ -23,6 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from workers.definitions.specs import ToolSpec
+from workers.verifiers.generated import answer_response, is_generated
 
 from .chat_formats import CharChat
 from .tiny_lm import ModelConfig, TinyLM
@@ -102,8 +103,12 @@ def reference_turns(*, tools: Sequence[ToolSpec], inputs: dict, hidden: dict, rn
                     tool_call_fraction: float = 0.3) -> list[dict] | None:
     """The assistant's side of a right answer, from the hidden fields the demo's task families use:
     `canonical_solution` / `reference_script` (code), `citations` with `answer` (document QA), `working`
-    with `answer` (word problems), a gold `patch` (a repository task: repository_reference_turns), or a bare
-    `answer`. None when the instance has none of them."""
+    with `answer` (word problems), a gold `patch` (a repository task: repository_reference_turns), a generated
+    task's entry (its answer where the generated tasks' convention puts it: workers/verifiers/generated.py), or a
+    bare `answer`. None when the instance has none of them."""
+    if is_generated(hidden):
+        answer = hidden["entry"].get("answer")
+        return None if answer is None else [{"role": "assistant", "content": answer_response(str(answer))}]
     tool_names = {tool.name for tool in tools}
     if hidden.get("patch") and SWE_TOOL_NAMES <= tool_names:
         return repository_reference_turns(hidden)
