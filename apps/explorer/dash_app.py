@@ -1,5 +1,9 @@
-"""The Dash explorer of one project: slice its trajectories by run, domain, template, verifier layer, status and
-policy version; reward distributions, cost and latency histograms, and the trainer's idle time over steps.
+"""The Dash explorer of one project: slice its trajectories by run, category, domain, template, verifier layer,
+status and policy version; reward distributions, cost and latency histograms, and the trainer's idle time over steps.
+
+At hundreds of domains: the domain dropdown offers the DOMAIN_OPTIONS first domains that match what is typed (and the
+category chosen), never all of them; the distributions by domain become distributions by category (the domains'
+newest versions', apps/registry/categories.py) once a slice holds more than MAX_GROUPS domains.
 
 One Dash app per project, built on first use, mounted at /p/<slug>/explore/ (views.py checks membership
 before a request reaches it). Its figures come from apps.common.figures, as the run pages' do.
@@ -19,9 +23,14 @@ from dash import Dash, Input, Output, dcc, html
 from flask import Flask
 
 from apps.common import figures
+from apps.registry.categories import NO_CATEGORY, project_categories, project_domain_categories
 from apps.runs.models import Run
 from apps.runs.selectors import metric_history, metric_names
+from apps.trajectories.models import Trajectory
 from apps.trajectories.selectors import BadFilter, trajectory_slice
+
+DOMAIN_OPTIONS = 50  # domains the dropdown lists for what is typed (the chosen ones besides)
+MAX_GROUPS = 8  # distributions a histogram overlays before it groups domains by category
 
 _apps: dict[int, Dash] = {}
 _lock = threading.Lock()
@@ -74,8 +83,11 @@ def _layout(project):
             html.Label(["Run", dcc.Dropdown(id="run", options=[{"label": r["name"], "value": str(r["id"])}
                                                                for r in runs], placeholder="all runs",
                                             style={"minWidth": "14rem"})]),
-            html.Label(["Domain", dcc.Dropdown(id="domain", options=_options(r["domain"] for r in recent),
-                                               **dropdown)]),
+            html.Label(["Category", dcc.Dropdown(id="category", options=_options(project_categories(project)),
+                                                 **dropdown)]),
+            html.Label(["Domain", dcc.Dropdown(id="domain", options=_domain_options(project, "", None, None),
+                                               multi=True, placeholder="type to search",
+                                               style={"minWidth": "11rem"})]),
             html.Label(["Template", dcc.Dropdown(id="template", options=_options(r["template"] for r in recent),
                                                  **dropdown)]),
             html.Label(["Verifier layer", dcc.Dropdown(id="layer", options=_options(r["deciding_layer"]
@@ -95,6 +107,28 @@ def _layout(project):
     ])
 
 
+def _known_domains(project) -> dict[str, str]:
+    """The domains the explorer offers, with their categories: the project's registry's, and any its newest
+    trajectories name (a run's trainer may name one the registry does not hold)."""
+    known = project_domain_categories(project)
+    recent = (Trajectory.objects.filter(project=project).order_by("-finished_at", "id")
+              .values_list("domain", flat=True)[:5000])
+    for domain in set(recent):
+        known.setdefault(domain, NO_CATEGORY)
+    return known
+
+
+def _domain_options(project, search, categories, chosen) -> list[dict]:
+    """The first DOMAIN_OPTIONS domains whose name holds `search`, of `categories` if any are chosen, and the
+    domains already chosen."""
+    search = (search or "").strip().lower() if isinstance(search, str) else ""
+    categories = set(categories) if isinstance(categories, list) else set()
+    chosen = [c for c in chosen if isinstance(c, str)] if isinstance(chosen, list) else []
+    matches = [d for d, c in sorted(_known_domains(project).items())
+               if search in d.lower() and (not categories or c in categories)][:DOMAIN_OPTIONS]
+    return _options([*matches, *chosen])
+
+
 def _callbacks(app: Dash, project) -> None:
     @app.callback(Output("run", "value"), Input("url", "search"))
     def run_from_url(search):
@@ -103,16 +137,22 @@ def _callbacks(app: Dash, project) -> None:
         values = parse_qs((search or "").lstrip("?")).get("run")
         return values[0] if values else None
 
+    @app.callback(Output("domain", "options"), Input("domain", "search_value"), Input("category", "value"),
+                  Input("domain", "value"))
+    def domain_options(search, categories, chosen):
+        return _domain_options(project, search, categories, chosen)
+
     @app.callback(
         Output("summary", "children"), Output("reward-hist", "figure"), Output("reward-by-version", "figure"),
         Output("cost-hist", "figure"), Output("latency-hist", "figure"), Output("idle-time", "figure"),
         Input("run", "value"), Input("domain", "value"), Input("template", "value"), Input("layer", "value"),
-        Input("status", "value"), Input("policy-min", "value"), Input("policy-max", "value"))
-    def update(run, domains, templates, layers, statuses, policy_min, policy_max):
+        Input("status", "value"), Input("policy-min", "value"), Input("policy-max", "value"),
+        Input("category", "value"))
+    def update(run, domains, templates, layers, statuses, policy_min, policy_max, categories):
         try:
             rows = trajectory_slice(project=project, run=run or None, domains=domains or (),
-                                    templates=templates or (), layers=layers or (), statuses=statuses or (),
-                                    policy_min=policy_min, policy_max=policy_max)
+                                    categories=categories or (), templates=templates or (), layers=layers or (),
+                                    statuses=statuses or (), policy_min=policy_min, policy_max=policy_max)
         except BadFilter as exc:  # a hand-made callback (the page's own controls cannot send these)
             return (f"No trajectories: {exc}.", *explorer_figures(project=project, rows=[], run_id=None))
         return (_summary(rows), *explorer_figures(project=project, rows=rows, run_id=run or None))
@@ -152,6 +192,26 @@ def explorer_figures(*, project, rows: list[dict], run_id=None) -> list:
         idle.update_layout(title=dict(text=f"{idle_panel.title}: {run.name}"))
     else:
         idle = figures.panel_figure(idle_panel, [])
-    return [figures.histogram_figure("Reward by domain", dict(by_domain), "reward"), version_figure,
-            figures.histogram_figure("Cost per trajectory", dict(costs), "money"),
+    categories = project_domain_categories(project) if len(by_domain) > MAX_GROUPS or len(costs) > MAX_GROUPS \
+        else {}
+    reward_title, reward_groups = _grouped("Reward", by_domain, categories)
+    cost_title, cost_groups = _grouped("Cost per trajectory", costs, categories)
+    return [figures.histogram_figure(reward_title, reward_groups, "reward"), version_figure,
+            figures.histogram_figure(cost_title, cost_groups, "money"),
             figures.histogram_figure("Latency by status", dict(by_status), "seconds"), idle]
+
+
+def _grouped(title: str, by_domain: dict[str, list[float]], categories: dict[str, str]) -> tuple[str, dict]:
+    """A histogram's groups: by domain up to MAX_GROUPS domains; beyond, by category (each domain's newest
+    version's), the largest MAX_GROUPS with the rest as "other"; never a distribution per domain of hundreds."""
+    if len(by_domain) <= MAX_GROUPS:
+        return f"{title} by domain", dict(by_domain)
+    grouped: dict[str, list[float]] = defaultdict(list)
+    for domain, values in by_domain.items():
+        grouped[categories.get(domain) or "(no category)"].extend(values)
+    largest = sorted(grouped, key=lambda name: -len(grouped[name]))
+    shown = {name: grouped[name] for name in sorted(largest[:MAX_GROUPS])}
+    rest = [v for name in largest[MAX_GROUPS:] for v in grouped[name]]
+    if rest:
+        shown["other"] = rest
+    return f"{title} by category ({len(by_domain)} domains)", shown

@@ -85,4 +85,9 @@ def project_categories(project) -> list[str]:
 def domains_in_category(project, category: str) -> QuerySet:
     """The slugs of the project's domains whose newest version is in `category`, as a subquery (a filter on
     trajectories' domain takes it without a list of a thousand names)."""
-    return _newest_domain_versions(project).filter(spec__category=category).values("definition__slug")
+    return domains_in_categories(project, [category])
+
+
+def domains_in_categories(project, categories) -> QuerySet:
+    """The slugs of the project's domains whose newest version is in one of `categories`, as a subquery."""
+    return _newest_domain_versions(project).filter(spec__category__in=list(categories)).values("definition__slug")

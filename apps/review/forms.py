@@ -28,6 +28,7 @@ class QueueCreateForm(forms.Form):
     # The trajectory browser's filters, under its own names, so that its query string fills them in.
     run = forms.ChoiceField(required=False)
     domain = forms.CharField(required=False, max_length=63)
+    category = forms.CharField(required=False, max_length=63, help_text="the domains of a category, e.g. algebra")
     template = forms.CharField(required=False, max_length=140, help_text="task_template/SLUG, any version")
     verifier = forms.CharField(required=False, max_length=140, help_text="verifier/SLUG, any version")
     verdict_status = forms.ChoiceField(required=False, choices=[("", "any"), *[(s, s) for s in
@@ -67,9 +68,9 @@ class QueueCreateForm(forms.Form):
             self.fields[name].label_from_instance = lambda user: user.username
 
     GROUPS = (("Queue", ("slug", "description", "rubric")),
-              ("Trajectories (the browser's filters)", ("run", "domain", "template", "verifier", "verdict_status",
-                                                         "deciding_layer", "policy_version", "reward_min",
-                                                         "reward_max")),
+              ("Trajectories (the browser's filters)", ("run", "domain", "category", "template", "verifier",
+                                                         "verdict_status", "deciding_layer", "policy_version",
+                                                         "reward_min", "reward_max")),
               ("Sampling", ("rule", "n", "seed", "follow_share")),
               ("People", ("overlap", "blind", "reviewers", "adjudicators", "reservation_minutes")))
 

@@ -192,10 +192,14 @@ def _sort_key(sort: str):
     return lambda r: getattr(r, sort)
 
 
-def sorted_rows(rows: list[DomainRow], sort: str, descending: bool) -> list[DomainRow]:
-    """By `sort`, rows without a value (no point yet) last either way; ties by domain."""
+def sorted_rows(rows: list, sort: str, descending: bool) -> list:
+    """By `sort` (an attribute of the rows), rows without a value (no point yet) last either way; ties by domain."""
+    return sorted_by(rows, _sort_key(sort), descending)
+
+
+def sorted_by(rows: list, key, descending: bool) -> list:
+    """By `key(row)`, rows it gives None last either way; ties by domain."""
     rows = sorted(rows, key=lambda r: r.domain)
-    key = _sort_key(sort)
     present = [r for r in rows if key(r) is not None]
     missing = [r for r in rows if key(r) is None]
     return sorted(present, key=key, reverse=descending) + missing

@@ -21,6 +21,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from apps.common.errors import StudioError
+from apps.registry.categories import domains_in_categories, domains_in_category
 
 from .models import Trajectory
 
@@ -33,8 +34,8 @@ SORTS = {
     "reward_low": ("reward", False, False),
     "slowest": ("duration_s", True, True),
 }
-FILTERS = ("run", "domain", "template", "verifier", "status", "verdict_status", "deciding_layer", "policy_version",
-           "task_key", "reward_min", "reward_max")
+FILTERS = ("run", "domain", "category", "template", "verifier", "status", "verdict_status", "deciding_layer",
+           "policy_version", "task_key", "reward_min", "reward_max")
 # Filters on a versioned reference: a value without "@N" matches every version of it.
 ANY_VERSION = ("template", "verifier")
 RANGES = {"reward_min": "reward__gte", "reward_max": "reward__lte"}
@@ -115,6 +116,8 @@ def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
             continue
         if name in RANGES:
             rows = rows.filter(**{RANGES[name]: float(value)})
+        elif name == "category":  # the domains of the category (their newest versions'), as a subquery
+            rows = rows.filter(domain__in=domains_in_category(project, str(value)))
         elif name in ANY_VERSION and "@" not in str(value):
             rows = rows.filter(**{f"{name}__startswith": f"{value}@"})
         else:
@@ -191,7 +194,7 @@ SLICE_COLUMNS = ("domain", "template", "deciding_layer", "status", "verdict_stat
                  "cost", "duration_s")
 
 
-def trajectory_slice(*, project, run=None, domains=(), templates=(), layers=(), statuses=(),
+def trajectory_slice(*, project, run=None, domains=(), categories=(), templates=(), layers=(), statuses=(),
                      policy_min: int | None = None, policy_max: int | None = None,
                      limit: int = EXPLORER_SAMPLE) -> list[dict]:
     """The explorer's rows: the newest `limit` trajectories matching the slice, only the columns it plots.
@@ -199,12 +202,15 @@ def trajectory_slice(*, project, run=None, domains=(), templates=(), layers=(), 
     rows = Trajectory.objects.filter(project=project)
     if run:
         rows = rows.filter(run_id=_checked_filters({"run": run})["run"])
-    for column, values in (("domain", domains), ("template", templates), ("deciding_layer", layers),
-                           ("status", statuses)):
+    for column, values in (("domain", domains), ("category", categories), ("template", templates),
+                           ("deciding_layer", layers), ("status", statuses)):
         if values:
             if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
                 raise BadFilter(f"{column}: expected a list of names, not {values!r}"[:200], field=column)
-            rows = rows.filter(**{f"{column}__in": list(values)})
+            if column == "category":
+                rows = rows.filter(domain__in=domains_in_categories(project, values))
+            else:
+                rows = rows.filter(**{f"{column}__in": list(values)})
     for bound, lookup in ((policy_min, "gte"), (policy_max, "lte")):
         if bound not in (None, ""):
             _checked_filters({"policy_version": bound})

@@ -10,6 +10,7 @@ from django.shortcuts import render
 
 from apps.accounts.selectors import project_for_user
 from apps.common.errors import StudioError
+from apps.registry.categories import project_categories
 
 from . import selectors
 from .artifacts import artifact_open
@@ -27,12 +28,14 @@ def trajectory_list(request, project):
                                          after=request.GET.get("after", ""))
     except StudioError as exc:  # a filter that names nothing (at its field), a damaged page link (at `after`)
         return render(request, "trajectories/trajectory_list.html",
-                      {"project": project, "error": str(exc), "error_field": exc.field, "filters": filters},
+                      {"project": project, "error": str(exc), "error_field": exc.field, "filters": filters,
+                       "categories": project_categories(project)},
                       status=exc.status)
     query = request.GET.copy()
     query.pop("after", None)
     context = {"project": project, "page": page, "filters": filters, "sorts": selectors.SORTS,
                "statuses": STATUSES, "verdicts": VERDICTS, "runs": selectors.run_choices(project=project),
+               "categories": project_categories(project),
                "base_query": query.urlencode(), "first_page": not request.GET.get("after")}
     template = ("trajectories/_trajectory_rows.html" if request.headers.get("HX-Request") == "true"
                 else "trajectories/trajectory_list.html")

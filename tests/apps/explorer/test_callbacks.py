@@ -15,7 +15,8 @@ def test_the_explorer_callback_needs_the_csrf_token(client, owner, project, stud
     token = client.cookies["csrftoken"].value
     body = {"output": "summary.children", "outputs": {"id": "summary", "property": "children"},
             "inputs": [{"id": i, "property": "value", "value": None}
-                       for i in ("run", "domain", "template", "layer", "status", "policy-min", "policy-max")],
+                       for i in ("run", "domain", "template", "layer", "status", "policy-min", "policy-max",
+                                 "category")],
             "changedPropIds": ["run.value"]}
     body["output"] = ("..summary.children...reward-hist.figure...reward-by-version.figure...cost-hist.figure"
                       "...latency-hist.figure...idle-time.figure..")
@@ -34,7 +35,7 @@ def test_the_explorer_callback_needs_the_csrf_token(client, owner, project, stud
 
 UPDATE_OUTPUT = ("..summary.children...reward-hist.figure...reward-by-version.figure...cost-hist.figure"
                  "...latency-hist.figure...idle-time.figure..")
-FILTERS = ("run", "domain", "template", "layer", "status", "policy-min", "policy-max")
+FILTERS = ("run", "domain", "template", "layer", "status", "policy-min", "policy-max", "category")
 
 
 def update_body(**values) -> dict:
@@ -68,6 +69,7 @@ def update(explorer, body):
                                            "[{'name': 'arithmetic'}]."),
     ({"status": "ok"}, "No trajectories: status: expected a list of names, not 'ok'."),
     ({"layer": [1, 2]}, "No trajectories: deciding_layer: expected a list of names, not [1, 2]."),
+    ({"category": "algebra"}, "No trajectories: category: expected a list of names, not 'algebra'."),
 ])
 def test_a_filter_value_the_page_cannot_send_is_named_in_the_summary(explorer, values, summary):
     answer = update(explorer, update_body(**values))
