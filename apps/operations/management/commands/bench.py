@@ -18,6 +18,7 @@ AREAS = {"registry": "benchmarks.studio.registry", "verify": "benchmarks.studio.
          "ui": "benchmarks.studio.ui", "review": "benchmarks.studio.review",
          "evals": "benchmarks.studio.evals", "archive": "benchmarks.studio.archive",
          "memory": "benchmarks.studio.memory", "environments": "benchmarks.studio.environments",
+         "domains": "benchmarks.studio.domains",
          "sandbox": "benchmarks.engine.sandbox", "sessions": "benchmarks.engine.sessions",
          "pipeline": "benchmarks.engine.pipeline", "trainer": "benchmarks.engine.trainer",
          "engine": "benchmarks.engine.engine", "serve": "benchmarks.engine.serve"}
@@ -105,6 +106,8 @@ class Command(BaseCommand):
         parser.add_argument("--never-closed", type=int, default=1000,
                             help="environments: sessions that reset and then never speak nor close, freed by the "
                                  "idle timeout in waves (0: none)")
+        parser.add_argument("--domains", type=int, nargs="+", default=[100, 1000],
+                            help="domains: how many domains, one measurement each (10 is measured too, to compare)")
         parser.add_argument("--max-minutes", type=float, default=180.0,
                             help="memory: stop measuring after this long even if the run has not reached its steps")
 
