@@ -28,6 +28,10 @@ class BundleDomain:
     category: str
     weight: float  # the domain's own sampling weight (a run's domain_weights replace it)
 
+    @property
+    def domain(self) -> str:  # what the pages' domain tables filter and sort by (apps/runs/domains.py)
+        return self.slug
+
 
 _KEPT = 64  # bundle versions whose domains this process keeps: a version is immutable, so they never go stale
 _kept: OrderedDict[int, tuple[BundleDomain, ...]] = OrderedDict()

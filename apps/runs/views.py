@@ -19,6 +19,7 @@ from apps.accounts.selectors import project_for_page, project_list_for_user
 from apps.common import figures, series
 from apps.registry import categories
 from apps.registry.diff import spec_diff
+from apps.registry.models import Version
 
 from . import domains, launch, selectors
 from .models import ACTIVE_STATUSES, DATASET_KINDS, TRAINING_KINDS
@@ -104,6 +105,29 @@ def run_new(request, project):
                    model_note=launch.default_model_note(config=config, overrides=overrides, bundle=bundle),
                    stale=action == "queue")  # asked to queue what no review showed (or no longer resolves so)
     return render(request, "runs/run_new.html", context, status=409 if action == "queue" else 200)
+
+
+@require_safe
+def run_new_domains(request, project):
+    """What the run form's weights and quotas editor lists for ?bundle=<id>: every category of the bundle's domains
+    (with how many, a handful to a few dozen), and a page of its domains (?q, category, page, per_page), each with
+    its category and own weight: a thousand domains are searched here, not sent to the page."""
+    project, _ = project_for_page(user=request.user, slug=project, min_role=Role.EDITOR)
+    bundle = Version.objects.filter(pk=_int(request.GET.get("bundle"), None), definition__project=project,
+                                    definition__kind="bundle").select_related("definition").first()
+    every = categories.bundle_domains(bundle)
+    query = domains.DomainQuery.from_params(request.GET, sorts=("domain", "category"))
+    matching = [d for d in every if query.matches(d)]
+    pages = max(1, -(-len(matching) // query.per_page))
+    page = min(query.page, pages)
+    shown = domains.sorted_rows(matching, query.sort, query.descending)[(page - 1) * query.per_page:
+                                                                       page * query.per_page]
+    return JsonResponse({"bundle": bundle.ref if bundle else None, "domains_total": len(every),
+                         "categories": [[name or domains.NONE_CATEGORY, n]
+                                        for name, n in categories.category_counts(every)],
+                         "domains": [{"domain": d.domain, "category": d.category or domains.NONE_CATEGORY,
+                                      "weight": d.weight} for d in shown],
+                         "total": len(matching), "page": page, "pages": pages})
 
 
 def run_detail(request, project, run_id):
