@@ -1,4 +1,5 @@
 """`manage.py tasks from-repo PATH --out DIR`: bug-fix tasks from a Python repository and its tests.
+`manage.py tasks from-generator reasoning-gym`: a domain per dataset of a generator library, published (below).
 
 PATH is the repository: a folder, or an archive such as the package index's sdist (one top folder, taken off). Its
 source is mutated (workers/rl/tasks/repository_mutations.py: flipped comparisons, off-by-one, swapped arguments,
@@ -13,14 +14,29 @@ before it is published:
     manage.py tasks from-repo inflection-0.5.1.tar.gz --out var/inflection-tasks --count 8
     manage.py import_tasks var/inflection-tasks/instances.jsonl --format swe-bench \
         --repos var/inflection-tasks/repos --template repository-bugfix
+
+`from-generator LIBRARY [--datasets a,b] [--categories x,y] [--size N] [--seed S] [--project P] [--bundle SLUG]`
+publishes the library's datasets (apps/task_import/generated.py): one sandbox image and verifier, a template and a
+domain per dataset (its category the library's folder), a bundle of them all; each dataset's reference check first
+(its own answers score 1, an empty answer 0, in the sandbox). It prints each dataset as it goes and a summary of
+what was published and what was refused, and why; run again, it leaves what it published as it is.
+
+    manage.py tasks from-generator reasoning-gym --size 20
+    manage.py tasks from-generator reasoning-gym --categories arithmetic,algebra --bundle rg-maths
 """
 
 import json
 from pathlib import Path
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.accounts.selectors import project_for_command
 from apps.common import wiring
+from apps.registry.errors import SpecError
+from apps.task_import.generated import DEFAULT_BUNDLE, LIBRARY, GeneratedReport, publish_generated
+from workers.definitions.specs import MAX_GENERATED_INSTANCES
+from workers.rl.tasks.generators import GeneratorError
 from workers.rl.tasks.repository_mutations import (
     RepositoryRefused,
     instances_from_record,
@@ -45,7 +61,8 @@ SEARCH_IMAGE = SandboxImage(key="builtin/python-pytest",
 
 
 class Command(BaseCommand):
-    help = "Make bug-fix repository tasks from a Python repository with tests (tasks from-repo PATH --out DIR)."
+    help = ("Make bug-fix repository tasks from a Python repository with tests (tasks from-repo PATH --out DIR), or "
+            "publish a generator library's datasets as domains (tasks from-generator reasoning-gym).")
 
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="action", required=True)
@@ -58,8 +75,56 @@ class Command(BaseCommand):
         from_repo.add_argument("--max-tries", type=int, default=40, help="mutations to try at most")
         from_repo.add_argument("--seed", type=int, default=0)
         from_repo.add_argument("--timeout", type=float, default=120, help="seconds for one run of the tests")
+        generated = commands.add_parser("from-generator", help="a domain per dataset of a generator library")
+        generated.add_argument("library", choices=[LIBRARY])
+        generated.add_argument("--datasets", type=_names, help="only these datasets (comma-separated)")
+        generated.add_argument("--categories", type=_names, help="only the datasets of these categories")
+        generated.add_argument("--size", type=int, default=50, help="tasks per dataset (default 50)")
+        generated.add_argument("--seed", type=int, default=0)
+        generated.add_argument("--max-tokens", type=int, default=1024, help="what a rollout may sample (default 1024)")
+        generated.add_argument("--project", help="project slug (default: the only project)")
+        generated.add_argument("--bundle", default=DEFAULT_BUNDLE, help=f"the bundle's slug (default {DEFAULT_BUNDLE})")
+        generated.add_argument("--user", help="author of the new versions")
 
-    def handle(self, *args, action, path, out, package, licence, count, max_tries, seed, timeout, **_):
+    def handle(self, *args, action, **options):
+        if action == "from-generator":
+            return self.from_generator(**options)
+        return self.from_repo(**options)
+
+    def from_generator(self, *, library, datasets, categories, size, seed, max_tokens, project, bundle, user, **_):
+        if not 1 <= size <= MAX_GENERATED_INSTANCES:
+            raise CommandError(f"--size takes 1 to {MAX_GENERATED_INSTANCES:,}")
+        try:
+            scope = project_for_command(slug=project)
+        except LookupError as exc:
+            raise CommandError(str(exc))
+        author = get_user_model().objects.filter(username=user).first() if user else None
+        pool = wiring.sandbox_pool()
+        try:
+            report = publish_generated(project=scope, author=author, pool=pool, library=library, datasets=datasets,
+                                       categories=categories, size=size, seed=seed, bundle=bundle,
+                                       max_tokens=max_tokens, say=self.stdout.write)
+        except (GeneratorError, SpecError, ValueError) as exc:
+            raise CommandError(str(exc))
+        finally:
+            pool.close()
+        self.summary(report)
+        if not report.bundle:
+            raise CommandError("no dataset was published")
+
+    def summary(self, report: GeneratedReport) -> None:
+        published = [o for o in report.domains if o.status == "published"]
+        unchanged = [o for o in report.domains if o.status == "unchanged"]
+        self.stdout.write(f"\n{report.library} {report.version}: {len(report.domains)} domain(s) in {report.bundle} "
+                          f"({len(published)} published, {len(unchanged)} unchanged), {len(report.refused)} "
+                          f"refused, in {report.seconds:.1f} s")
+        for outcome in published:
+            self.stdout.write(f"  published {outcome.name} ({outcome.category}): {outcome.template}, "
+                              f"{outcome.domain}, {outcome.tasks} tasks")
+        for outcome in report.refused:
+            self.stdout.write(f"  refused {outcome.name} ({outcome.category}): {outcome.reason}")
+
+    def from_repo(self, *, path, out, package, licence, count, max_tries, seed, timeout, **_):
         try:
             files = directory_files(path) if path.is_dir() else archive_files(path)
         except SnapshotError as exc:
@@ -96,3 +161,7 @@ class Command(BaseCommand):
                           f"(left out: {search.rejected or 'none'}); written to {out}")
         for instance in instances:
             self.stdout.write(f"  {instance['key']}: {len(instance['hidden']['FAIL_TO_PASS'])} FAIL_TO_PASS")
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
