@@ -11,9 +11,10 @@
   draws shrinks with it — the compute goes where the rewards still vary.
 - The same seed, mix and history give the same batches: resuming a run replays its schedule.
 
-A draw costs the same at a thousand domains as at ten: the domains' weights are worked out again only when the
-curriculum changes a template's standing, the cumulative table only when a quota closes a domain, and a task is
-found among the template's stale ones by bisection rather than by weighing every task of the template.
+A draw costs about the same at a thousand domains as at ten: a domain's weight is worked out again only when the
+curriculum changes the standing of one of its templates, the cumulative table once a step and again (from the
+closed domain on) when a quota closes a domain, and a task is found among its template's stale ones by bisection
+rather than by weighing every task of the template — with the same floats as the plain draw, so the same batches.
 """
 
 import random
@@ -72,6 +73,7 @@ class Curriculum:
     changed: dict = field(default_factory=dict, repr=False)  # template -> revision of its stale tasks' last change
     reindexed: int = field(default=0, repr=False)  # revision of the last reindex: every template changed then
     templates_changed: int = field(default=0, repr=False)  # revision of the stale templates' last change
+    template_changes: list = field(default_factory=list, repr=False)  # the templates whose standing changed, in order
     revision: int = field(default=0, repr=False)  # counts the changes to the stale sets
 
     def __post_init__(self) -> None:
@@ -109,7 +111,7 @@ class Curriculum:
 
     def reindex(self) -> None:
         """Rebuild the stale sets from the pass rates (after they were replaced: a restored checkpoint)."""
-        self.stale_tasks, self.stale_templates, self.changed = defaultdict(set), set(), {}
+        self.stale_tasks, self.stale_templates, self.changed, self.template_changes = defaultdict(set), set(), {}, []
         self.task_rows, self.template_rows = {}, {}
         self.revision += 1
         self.reindexed = self.templates_changed = self.revision
@@ -133,6 +135,7 @@ class Curriculum:
             (self.stale_templates.add if stale else self.stale_templates.discard)(template)
             self.revision += 1
             self.templates_changed = self.revision
+            self.template_changes.append(template)
 
 
 class Scheduler:
@@ -151,8 +154,12 @@ class Scheduler:
         self._in_category: dict[str, list[int]] = defaultdict(list)
         for index, domain in enumerate(domains):
             self._in_category[domain.category].append(index)
-        self._weights_at: int | None = None  # the curriculum's templates_changed the weights were worked out at
+        self._weights_at: tuple | None = None  # (reindexed, changes read) of the curriculum the weights are at
         self._weights: tuple[list[float], list[list[float]]] = ([], [])
+        self._with_template: dict[str, list[int]] = defaultdict(list)  # template -> the domains drawing it
+        for index, domain in enumerate(domains):
+            for template in domain.templates:
+                self._with_template[template.key].append(index)
         self._positions: dict[str, dict[str, int]] = {}  # template -> task key -> position, once it has stale tasks
         self._stale_at: dict[str, tuple[int, list[int]]] = {}  # template -> (revision, stale task positions)
 
@@ -207,19 +214,30 @@ class Scheduler:
             list(accumulate(tail))
 
     def _domain_weights(self) -> tuple[list[float], list[list[float]]]:
-        """Each domain's weight in the draw, and its templates' cumulative weights; worked out again only when
-        the curriculum has changed which templates are stale."""
-        revision = 0 if self.curriculum is None else self.curriculum.templates_changed
-        if self._weights_at == revision:
-            return self._weights
-        weights, template_tables = [], []
-        for domain, total in zip(self.domains, self._template_totals, strict=True):
-            template_weights = [t.weight * self._template_factor(t.key) for t in domain.templates]
-            # A domain weighs its own weight times the share of its template weight the curriculum keeps.
-            weights.append(domain.weight * sum(template_weights) / total if domain.weight > 0 else 0.0)
-            template_tables.append(list(accumulate(template_weights)))
-        self._weights, self._weights_at = (weights, template_tables), revision
+        """Each domain's weight in the draw, and its templates' cumulative weights; worked out again for the
+        domains whose templates the curriculum has moved in or out of the stale ones since the last draw."""
+        curriculum = self.curriculum
+        reindexed, changes = (0, ()) if curriculum is None else (curriculum.reindexed, curriculum.template_changes)
+        if self._weights_at is None or self._weights_at[0] != reindexed:
+            weights, tables = [], []
+            for index in range(len(self.domains)):
+                weight, table = self._domain_weight(index)
+                weights.append(weight)
+                tables.append(table)
+            self._weights = (weights, tables)
+        elif self._weights_at[1] < len(changes):
+            weights, tables = self._weights
+            for index in {i for template in changes[self._weights_at[1]:] for i in self._with_template[template]}:
+                weights[index], tables[index] = self._domain_weight(index)
+        self._weights_at = (reindexed, len(changes))
         return self._weights
+
+    def _domain_weight(self, index: int) -> tuple[float, list[float]]:
+        domain = self.domains[index]
+        template_weights = [t.weight * self._template_factor(t.key) for t in domain.templates]
+        # A domain weighs its own weight times the share of its template weight the curriculum keeps.
+        weight = domain.weight * sum(template_weights) / self._template_totals[index] if domain.weight > 0 else 0.0
+        return weight, list(accumulate(template_weights))
 
     def _template_factor(self, template: str) -> float:
         if self.curriculum is None or template not in self.curriculum.stale_templates:
