@@ -156,6 +156,7 @@ class Scheduler:
             self._in_category[domain.category].append(index)
         self._weights_at: tuple | None = None  # (reindexed, changes read) of the curriculum the weights are at
         self._weights: tuple[list[float], list[list[float]]] = ([], [])
+        self._quotas = [(index, d.quota) for index, d in enumerate(domains) if d.quota is not None]
         self._with_template: dict[str, list[int]] = defaultdict(list)  # template -> the domains drawing it
         for index, domain in enumerate(domains):
             for template in domain.templates:
@@ -165,8 +166,7 @@ class Scheduler:
 
     def sample(self, batch_size: int) -> list[ScheduledTask]:
         weights, template_weights = self._domain_weights()
-        limits = {index: max(1, int(d.quota * batch_size)) for index, d in enumerate(self.domains)
-                  if d.quota is not None}
+        limits = {index: max(1, int(quota * batch_size)) for index, quota in self._quotas}
         category_limits = {category: max(1, int(quota * batch_size))
                            for category, quota in self.category_quotas.items()}
         counts: dict[int, int] = defaultdict(int)
