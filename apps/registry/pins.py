@@ -93,17 +93,23 @@ def bundle_tasks(*, bundle: Version, config: GRPOConfig | None = None) -> TaskSe
                                  category=category))
     unknown_domains = sorted((set(weights) | set(quotas)) - {d.name for d in domains})
     if unknown_domains:
-        raise PinnedBundleError(f"the config names domains the bundle does not have: {', '.join(unknown_domains)} "
-                                f"(it has {', '.join(d.name for d in domains)})")
+        raise PinnedBundleError(f"the config names domains the bundle does not have: {_listed(unknown_domains)} "
+                                f"(it has {_listed([d.name for d in domains])})")
     category_quotas = config.category_quotas if config is not None else {}
     unknown_categories = sorted((set(category_weights) | set(category_quotas)) - {d.category for d in domains})
     if unknown_categories:
         raise PinnedBundleError(f"the config names categories no domain of the bundle has: "
-                                f"{', '.join(unknown_categories)} (it has "
-                                f"{', '.join(sorted({d.category for d in domains if d.category})) or 'none'})")
+                                f"{_listed(unknown_categories)} (it has "
+                                f"{_listed(sorted({d.category for d in domains if d.category})) or 'none'})")
     if not domains:
         raise PinnedBundleError(f"{bundle.ref} pins no domain: a run samples tasks from domains")
     return TaskSet(templates=templates, domains=domains, items=items, item_hashes=hashes)
+
+
+def _listed(names: list[str], most: int = 20) -> str:
+    """Names for a message, the first `most` of them: a bundle of a thousand domains would fill a page."""
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
 def _instances_of(instance_sets: list[int | None]) -> dict[int, list[tuple]]:

@@ -56,6 +56,9 @@ def test_pinning_reads_every_templates_tasks_at_once_with_categories_and_their_w
         "answer": 7}
     with pytest.raises(PinnedBundleError, match="categories no domain of the bundle has: astrology"):
         bundle_tasks(bundle=many.bundle, config=GRPOConfig(category_quotas={"astrology": 0.5}))
+    listed = r"does not have: nowhere \(it has syn-0000, .*, syn-0019 and 28 more\)$"  # not a thousand names
+    with pytest.raises(PinnedBundleError, match=listed):
+        bundle_tasks(bundle=many.bundle, config=GRPOConfig(domain_weights={"nowhere": 2.0}))
 
 
 def test_an_export_of_many_domains_imports_as_the_same_bundle(many, db, tmp_path):
