@@ -15,8 +15,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from threading import Lock
 
-from django.db.models import Max, OuterRef, QuerySet, Subquery
-
 from .models import Version
 
 NO_CATEGORY = ""  # a domain published before categories, or without one: the pages call it "(none)"
@@ -34,7 +32,7 @@ class BundleDomain:
 
 
 _KEPT = 64  # bundle versions whose domains this process keeps: a version is immutable, so they never go stale
-_kept: OrderedDict[int, tuple[BundleDomain, ...]] = OrderedDict()
+_kept: OrderedDict[tuple[int, str], tuple[BundleDomain, ...]] = OrderedDict()
 _kept_lock = Lock()
 
 
@@ -42,10 +40,11 @@ def bundle_domains(bundle: Version | None) -> tuple[BundleDomain, ...]:
     """The domains `bundle` pins, by slug, each with its category and weight (empty for no bundle)."""
     if bundle is None:
         return ()
+    key = (bundle.pk, bundle.content_hash)  # the hash too: a test database may give a rolled-back version's id again
     with _kept_lock:
-        if bundle.pk in _kept:
-            _kept.move_to_end(bundle.pk)
-            return _kept[bundle.pk]
+        if key in _kept:
+            _kept.move_to_end(key)
+            return _kept[key]
     pinned = {p.ref.slug: p.ref.number for p in bundle.lock.of_kind("domain")}
     rows = (Version.objects.filter(definition__project_id=bundle.definition.project_id, definition__kind="domain",
                                    definition__slug__in=list(pinned))
@@ -54,7 +53,7 @@ def bundle_domains(bundle: Version | None) -> tuple[BundleDomain, ...]:
                    for slug, number, category, weight in rows if pinned.get(slug) == number)
     domains = tuple(found)
     with _kept_lock:
-        _kept[bundle.pk] = domains
+        _kept[key] = domains
         while len(_kept) > _KEPT:
             _kept.popitem(last=False)
     return domains
@@ -68,17 +67,15 @@ def category_counts(domains) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda item: (item[0] == NO_CATEGORY, item[0]))
 
 
-def _newest_domain_versions(project) -> QuerySet[Version]:
-    newest = (Version.objects.filter(definition=OuterRef("definition")).values("definition")
-              .annotate(top=Max("number")).values("top"))
-    return Version.objects.filter(definition__project=project, definition__kind="domain",
-                                  number=Subquery(newest))
-
-
 def project_domain_categories(project) -> dict[str, str]:
-    """Every domain of `project` -> the category of its newest version."""
-    return {slug: category or NO_CATEGORY for slug, category in
-            _newest_domain_versions(project).values_list("definition__slug", "spec__category")}
+    """Every domain of `project` -> the category of its newest version. One query over the project's domain
+    versions (a correlated "newest version" subquery is what a planner without statistics makes a disaster of)."""
+    categories: dict[str, str] = {}
+    rows = (Version.objects.filter(definition__project=project, definition__kind="domain")
+            .order_by("definition__slug", "number").values_list("definition__slug", "spec__category"))
+    for slug, category in rows:
+        categories[slug] = category or NO_CATEGORY  # the newest version comes last
+    return categories
 
 
 def project_categories(project) -> list[str]:
@@ -86,12 +83,13 @@ def project_categories(project) -> list[str]:
     return sorted({category for category in project_domain_categories(project).values() if category})
 
 
-def domains_in_category(project, category: str) -> QuerySet:
-    """The slugs of the project's domains whose newest version is in `category`, as a subquery (a filter on
-    trajectories' domain takes it without a list of a thousand names)."""
+def domains_in_category(project, category: str) -> list[str]:
+    """The slugs of the project's domains whose newest version is in `category`."""
     return domains_in_categories(project, [category])
 
 
-def domains_in_categories(project, categories) -> QuerySet:
-    """The slugs of the project's domains whose newest version is in one of `categories`, as a subquery."""
-    return _newest_domain_versions(project).filter(spec__category__in=list(categories)).values("definition__slug")
+def domains_in_categories(project, categories) -> list[str]:
+    """The slugs of the project's domains whose newest version is in one of `categories` (a few hundred names at
+    most: a filter on trajectories' domain takes them as a list, on its (run, domain) index)."""
+    wanted = set(categories)
+    return sorted(slug for slug, category in project_domain_categories(project).items() if category in wanted)

@@ -116,7 +116,7 @@ def trajectory_filter(*, project, filters: dict) -> QuerySet[Trajectory]:
             continue
         if name in RANGES:
             rows = rows.filter(**{RANGES[name]: float(value)})
-        elif name == "category":  # the domains of the category (their newest versions'), as a subquery
+        elif name == "category":  # the domains of the category (their newest versions')
             rows = rows.filter(domain__in=domains_in_category(project, str(value)))
         elif name in ANY_VERSION and "@" not in str(value):
             rows = rows.filter(**{f"{name}__startswith": f"{value}@"})
