@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 
 from apps.accounts.services import project_create
 from apps.evals.models import Evaluation, TargetKind
@@ -104,7 +104,9 @@ def bulk_run(*, project, author, wide: BulkDomains, steps: int, name: str = "wid
         for name_, value in (("throughput/trajectories_per_hour", 5000.0), ("idle/generation", 0.3),
                              ("trainer/step_seconds", 1.5), ("policy/kl", 0.01), ("cost/per_task", 0.002)):
             rows.append((run.pk, name_, step, start + step, value + rng.gauss(0, value / 20)))
-    bulk_insert(MetricPoint._meta.db_table, ["run_id", "name", "step", "wall_time", "value"], rows)
+    run_id = MetricPoint._meta.get_field("run").get_db_prep_value(run.pk, connection)  # as the database stores it
+    bulk_insert(MetricPoint._meta.db_table, ["run_id", "name", "step", "wall_time", "value"],
+                [(run_id, *row[1:]) for row in rows])
     _bulk_trajectories(run, [(domain, f"t{k}", rng.random() < 0.5, step)
                              for k in range(trajectories_per_domain) for domain in wide.domains
                              for step in (steps,)], rng)
