@@ -49,8 +49,14 @@
         render(data);
         view.last = data;
         view.rendered.push({ query: asked, at: Date.now(), rows: data.rows.length });
+        if (stale) refreshSoon(); // a step arrived while this was read: read again, in turn
       })
-      .catch(error => { if (error.name !== "AbortError") { controller = null; section.removeAttribute("aria-busy"); } });
+      .catch(error => {
+        if (error.name === "AbortError") return;
+        controller = null;
+        section.removeAttribute("aria-busy");
+        if (stale) refreshSoon();
+      });
   }
 
   // A live step: read the page again, but never more than once every REFRESH_MS, and not while the tab is hidden.
