@@ -7,11 +7,17 @@ PORT ?= 8000
 DEMO_STEPS ?= 500
 # `make demo MODEL=smollm` trains the real model (SmolLM2-135M-Instruct, bundle demo-smollm) instead of the tiny one.
 MODEL ?= tiny
-DEMO_BUNDLE := $(if $(filter smollm,$(MODEL)),demo-smollm,demo)
+# `make demo DOMAINS=reasoning-gym`: the hundred-domain demo instead of the six-domain one: a domain per dataset of
+# reasoning-gym that passes its reference check, 20 generated tasks each (apps/demo/generated.py), trained on by
+# the tiny model (bundle demo-reasoning-gym) or, with MODEL=smollm, by SmolLM2 (demo-reasoning-gym-smollm, no cold
+# start: the six-domain demo's SFT stage learns its own templates).
+DOMAINS ?=
+GENERATED := $(filter reasoning-gym,$(DOMAINS))
+DEMO_BUNDLE := $(if $(GENERATED),demo-reasoning-gym$(if $(filter smollm,$(MODEL)),-smollm),$(if $(filter smollm,$(MODEL)),demo-smollm,demo))
 # MODEL=smollm: the reference check checks more answers of each template, and the GRPO run starts from an SFT cold
 # start on the passing references of two templates (manage.py cold_start, apps/demo/cold_start.py). The tiny demo
 # does neither.
-REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),24,3)
+REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),$(if $(GENERATED),3,24),3)
 # After the cold start the tool and function templates are mostly solved and the sums are not (the cold start leaves
 # them out, below): the GRPO stage draws the sums 6 : functions 0.25 : tools 0.25 instead of the bundle's 4 : 1 : 1,
 # so its rounds go where the rewards still vary, not to groups that all pass and hold up a step with their longer
@@ -19,7 +25,7 @@ REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),24,3)
 # (apps/demo/cold_start.py has the measurements).
 AFTER_COLD_START := --set "model=checkpoint demo-smollm-sft@latest" \
 	--set 'domain_weights={"smol-sums": 6, "smol-python": 0.25, "smol-tools": 0.25}' --set learning_rate=4e-4
-DEMO_START := $(if $(filter smollm,$(MODEL)),$(AFTER_COLD_START))
+DEMO_START := $(if $(GENERATED),,$(if $(filter smollm,$(MODEL)),$(AFTER_COLD_START)))
 # The templates whose references show how the answer is reached (a tool call, a function): on the sums' bare numbers
 # SmolLM2 learned to answer with a number copied from the question (apps/demo/cold_start.py says what was measured).
 COLD_START_TEMPLATES := --template smol-run-python --template smol-functions
@@ -66,14 +72,14 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: export STUDIO_EGRESS_ALLOW ?= 127.0.0.0/8 ::1 localhost
 demo: setup secret-key
 	$(BIN)/python manage.py migrate --noinput
-	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo
+	HOST=$(HOST) PORT=$(PORT) $(BIN)/python manage.py seed_demo $(if $(GENERATED),--domains $(GENERATED))
 	$(BIN)/python manage.py reference_check --bundle $(DEMO_BUNDLE) --per-template $(REFERENCE_PER_TEMPLATE) --if-absent
 	$(BIN)/python manage.py reference_check --bundle demo-repositories --per-template 100 --if-absent
 	$(BIN)/python manage.py review_queue demo-check --rubric trajectory-review --sample stratified:15 --overlap 2 \
 		--follow 0.005 --reviewers demo,reviewer --adjudicators demo --if-absent \
 		--description "The reference answers, then 1 in 200 of the demo run's trajectories: label, compare, adjudicate"
 	$(BIN)/python manage.py evaluate --suite demo-suite --model model/demo-tiny --if-absent
-	$(if $(filter smollm,$(MODEL)),$(BIN)/python manage.py cold_start --bundle demo-smollm $(COLD_START_TEMPLATES))
+	$(if $(GENERATED),,$(if $(filter smollm,$(MODEL)),$(BIN)/python manage.py cold_start --bundle demo-smollm $(COLD_START_TEMPLATES)))
 	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare \
 		$(DEMO_START)
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)
