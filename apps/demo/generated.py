@@ -7,8 +7,8 @@ of 0.1.25's hundred and six), twenty generated tasks each, in bundle `reasoning-
   prompt, where the question ends and the answer format is asked for; its 64 sampled characters hold a short
   <answer>...</answer>);
 - `demo-reasoning-gym-smollm`: SmolLM2-135M-Instruct with the real-model demo's LoRA settings (smollm.py), its
-  context held to 1,024 tokens so that the longest questions (rectangle_count's drawings, codeio's programs) cost a
-  CPU step no more than a short one, 64 tokens to answer in.
+  context held to 512 tokens (a question's tail) so that the longest questions (rectangle_count's drawings,
+  codeio's programs) cost a CPU step and its memory no more than a short one, 64 tokens to answer in.
 Most of these tasks are beyond both models: the curriculum (GRPOConfig.curriculum) draws the tasks a model always
 or never solves a tenth as often, so the steps go to the domains where its rewards vary. The evaluation at a run's
 start and end takes a few tasks of each domain, not the 64 a six-domain run takes.
@@ -24,6 +24,9 @@ from .draft import Draft
 LIBRARY = "reasoning-gym"
 SIZE = 20
 MAX_TOKENS = 64
+# SmolLM2's context here: the engine samples a run's evaluation in one batch, whose cache grows with its rows'
+# context (at 1,024 tokens, 178 rows held 9 GB); a question's tail fits in 512.
+CONTEXT_TOKENS = 512
 GENERATED_BUNDLE = "reasoning-gym"
 BUNDLES = {
     "demo-reasoning-gym": Draft("bundle", "demo-reasoning-gym", "reasoning-gym's datasets, a domain each, for the "
@@ -33,8 +36,8 @@ BUNDLES = {
     "demo-reasoning-gym-smollm": Draft("bundle", "demo-reasoning-gym-smollm", "reasoning-gym's datasets, a domain "
                                        "each, for SmolLM2-135M-Instruct (LoRA GRPO on the CPU).", {
                                            "members": [f"bundle/{GENERATED_BUNDLE}@latest"],
-                                           "run_config": {**smollm.RUN_CONFIG, "eval_tasks_per_domain": 2,
-                                                          "context_length": 1024}}),
+                                           "run_config": {**smollm.RUN_CONFIG, "eval_tasks_per_domain": 1,
+                                                          "context_length": CONTEXT_TOKENS}}),
 }
 
 

@@ -25,6 +25,6 @@ def test_make_demo_with_reasoning_gym_trains_the_bundle_published_for_its_model(
 def test_the_demo_bundles_run_settings_resolve_and_keep_the_evaluation_small():
     for draft in BUNDLES.values():
         resolved = GRPOConfig.resolve(draft.spec["run_config"])
-        assert resolved.eval_tasks_per_domain <= 4 and resolved.curriculum
+        assert 1 <= resolved.eval_tasks_per_domain <= 4 and resolved.curriculum
     smol = GRPOConfig.resolve(BUNDLES["demo-reasoning-gym-smollm"].spec["run_config"])
     assert 0 < smol.context_length and MAX_TOKENS < smol.context_length // 4

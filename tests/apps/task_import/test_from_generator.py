@@ -8,7 +8,9 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from apps.registry.errors import SpecError
 from apps.registry.models import Definition, Version
+from apps.registry.services import version_publish
 from apps.task_import.generated import NOT_GENERATORS, reference_problem
 from tests.support.generated import IMAGE, VERSION, generated_pool
 from workers.rl.tasks.generators import library_datasets, materialise_many
@@ -73,3 +75,10 @@ def test_from_generator_publishes_a_domain_per_dataset_and_refuses_the_ones_its_
     call_command(*arguments[:4], "chain_sum,ransom_note", *arguments[5:], stdout=again)
     assert Version.objects.count() == versions
     assert "(0 published, 2 unchanged), 0 refused" in again.getvalue() and "making" not in again.getvalue()
+
+    # The same template made with another release: refused at publish, naming both releases.
+    older = {**template.spec, "generator": {**template.spec["generator"], "version": "0.1.24"}}
+    with pytest.raises(SpecError) as refused:
+        version_publish(project=project, kind="task_template", slug="rg-chain-sum", spec=older, author=owner)
+    assert refused.value.errors[0].field == "generator"
+    assert f"reasoning-gym 0.1.24 made these instances, but this host has reasoning-gym {VERSION}" in str(refused.value)
