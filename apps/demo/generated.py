@@ -12,6 +12,15 @@ of 0.1.25's hundred and six), twenty generated tasks each, in bundle `reasoning-
 Most of these tasks are beyond both models: the curriculum (GRPOConfig.curriculum) draws the tasks a model always
 or never solves a tenth as often, so the steps go to the domains where its rewards vary. The evaluation at a run's
 start and end takes a few tasks of each domain, not the 64 a six-domain run takes.
+
+What was measured on 2 CPU cores (reasoning-gym 0.1.25, 89 domains):
+- the tiny model: a 3-step run took 58 s; its pretraining on the references taught it the tags' shape, not the
+  tags (85 of 768 rollouts closed one, 46 opened one), and no rollout scored: no group had a signal to learn from;
+- SmolLM2 from its base weights: 2 steps in 495 s, no rollout wrote <answer> tags (0 of 256) and none scored;
+- SmolLM2 after `cold_start --bundle demo-reasoning-gym-smollm` (SFT on the 267 references of the reference check,
+  3 a template, 9 steps, 4.6 minutes): 3 steps in 439 s, 280 of 288 rollouts in the tags, 26 scored above 0 (course
+  schedules, number sequences, time intervals, binary alternation, rectangle counts), 80 in groups with a signal.
+  `make demo DOMAINS=reasoning-gym MODEL=smollm` runs that cold start first (Makefile).
 """
 
 from django.core.management import call_command

@@ -142,6 +142,7 @@ def publish_generated(*, project: Project, author, pool, library: str = LIBRARY,
         f"verifier {verifier_ref}")
 
     specs, to_make = {}, []
+    newest = _newest_specs(project, [template_slug(d.name) for d in chosen])
     for dataset in chosen:
         generator = {"library": library, "version": version, "dataset": dataset.name, "config": {}, "seed": seed,
                      "size": size}
@@ -149,8 +150,7 @@ def publish_generated(*, project: Project, author, pool, library: str = LIBRARY,
         if dataset.name in NOT_GENERATORS:
             report.outcomes.append(DatasetOutcome(dataset.name, dataset.category, "refused",
                                                   NOT_GENERATORS[dataset.name]))
-        elif _newest_spec(project, template_slug(dataset.name)) == validate_spec("task_template",
-                                                                                specs[dataset.name]):
+        elif newest.get(template_slug(dataset.name)) == validate_spec("task_template", specs[dataset.name]):
             report.outcomes.append(DatasetOutcome(dataset.name, dataset.category, "unchanged"))
         else:
             to_make.append(dataset)
@@ -235,10 +235,15 @@ def _chosen(known: list[LibraryDataset], names: list[str] | None, categories: li
     return [d for d in known if (not names or d.name in names) and (not categories or d.category in categories)]
 
 
-def _newest_spec(project: Project, slug: str) -> dict | None:
-    newest = (Version.objects.filter(definition__project=project, definition__kind="task_template",
-                                     definition__slug=slug).order_by("-number").only("spec").first())
-    return newest.spec if newest else None
+def _newest_specs(project: Project, slugs: list[str]) -> dict[str, dict]:
+    """The spec of each template's newest version, by slug (those published), in one query."""
+    rows = (Version.objects.filter(definition__project=project, definition__kind="task_template",
+                                   definition__slug__in=slugs)
+            .order_by("definition__slug", "-number").values_list("definition__slug", "spec"))
+    newest: dict[str, dict] = {}
+    for slug, spec in rows:
+        newest.setdefault(slug, spec)
+    return newest
 
 
 def _publisher(*, project: Project, author, message: str):
