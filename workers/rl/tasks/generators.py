@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -41,6 +42,7 @@ MIN_SECONDS = 60.0
 # Materialised sets kept in this process, by their generator's canonical JSON: `tasks from-generator` materialises
 # every dataset in one process of the library's (one import, not a hundred) before publishing them one by one.
 CACHED_INSTANCES = 200_000
+DRIVERS = max(1, min(4, os.cpu_count() or 1))  # runs of the library at once when many datasets are made
 
 DRIVER = r'''
 import contextlib, importlib, importlib.metadata, json, random, signal, sys, time, traceback
@@ -161,19 +163,30 @@ def materialise_many(generators: list[dict]) -> list[list[dict] | GeneratorError
         if cached is None:
             missing.setdefault(generator["library"], []).append(position)
     for library, positions in missing.items():
-        wanted = [generators[position] for position in positions]
-        made = _run_driver({"op": "materialise", "library": library, "module": LIBRARIES[library],
-                            "generators": [{**g, "seconds": max(MIN_SECONDS, SECONDS_PER_INSTANCE * g["size"])}
-                                           for g in wanted]},
-                           timeout=sum(max(MIN_SECONDS, SECONDS_PER_INSTANCE * g["size"]) for g in wanted) + 300)
-        if made["version"] != installed_version(library):  # installed while this process ran: say so, never mix
-            raise GeneratorError(f"{library} {made['version']} ran, but this process found {library} "
-                                 f"{installed_version(library)} installed; run again")
-        for position, generator, outcome in zip(positions, wanted, made["made"], strict=True):
-            results[position] = _instances(generator, outcome)
-            if isinstance(results[position], list):
-                _CACHE.put(canonical_json(generator), results[position])
+        # A run of the library per core, each given every n-th dataset: a dataset's instances do not depend on the
+        # datasets made before it in the same process (each alone and all in one run make the same).
+        shares = [positions[start::DRIVERS] for start in range(min(DRIVERS, len(positions)))]
+        with ThreadPoolExecutor(max_workers=len(shares), thread_name_prefix="generator") as threads:
+            runs = list(threads.map(_materialise_run, [library] * len(shares),
+                                    [[generators[position] for position in share] for share in shares]))
+        for share, made in zip(shares, runs, strict=True):
+            for position, outcome in zip(share, made, strict=True):
+                results[position] = _instances(generators[position], outcome)
+                if isinstance(results[position], list):
+                    _CACHE.put(canonical_json(generators[position]), results[position])
     return results
+
+
+def _materialise_run(library: str, wanted: list[dict]) -> list[dict]:
+    """The driver's outcome for each generator of `wanted`, made one after the other in one run of the library."""
+    budgets = [max(MIN_SECONDS, SECONDS_PER_INSTANCE * g["size"]) for g in wanted]
+    made = _run_driver({"op": "materialise", "library": library, "module": LIBRARIES[library],
+                        "generators": [{**g, "seconds": seconds} for g, seconds in zip(wanted, budgets, strict=True)]},
+                       timeout=sum(budgets) + 300)
+    if made["version"] != installed_version(library):  # installed while this process ran: say so, never mix
+        raise GeneratorError(f"{library} {made['version']} ran, but this process found {library} "
+                             f"{installed_version(library)} installed; run again")
+    return made["made"]
 
 
 def _instances(generator: dict, outcome: dict) -> list[dict] | GeneratorError:
