@@ -3,9 +3,9 @@
 
 Materialising runs the library in a process of its own, never in the studio's:
 - the same instances on every host and in every process: the library's entries are made with the string hash
-  fixed (PYTHONHASHSEED=0; eight of reasoning-gym 0.1.25's datasets iterate over sets of strings) and Python's and
-  numpy's global random generators seeded with the spec's seed before each dataset (list_functions and codeio draw
-  from them);
+  fixed (PYTHONHASHSEED=0: eight of reasoning-gym 0.1.25's datasets make other tasks under another hash seed) and
+  Python's and numpy's global random generators seeded with the spec's seed before each dataset (list_functions and
+  codeio draw from them, and made other tasks in every process);
 - the version installed must be the version the spec names, or nothing is made (GeneratorError names both): a
   new release of the library is a new version of the template, never a silent change of `@N`'s tasks;
 - what the library prints and the memory it holds stay out of the studio's process (reasoning-gym imports sympy and
