@@ -86,3 +86,14 @@ def test_the_content_hash_covers_the_librarys_release_seed_size_and_config_and_l
     assert "generator.config" in str(refused.value) and "seed" in str(refused.value)
     with pytest.raises(SpecError, match="generator.library"):
         validate_spec("task_template", {**TEMPLATE, "generator": {**generator("chain_sum"), "library": "gym"}})
+
+
+def test_a_generated_tasks_reference_is_its_entrys_answer_where_the_scorer_looks_for_it():
+    from workers.rl.models.base_model import reference_turns
+
+    (item,) = materialise(generator("chain_sum", size=1))
+    answer = item["hidden"]["entry"]["answer"]
+    assert reference_turns(tools=[], inputs=item["inputs"], hidden=item["hidden"], rng=None) == [
+        {"role": "assistant", "content": f"<answer>{answer}</answer>"}]
+    unanswered = {**item["hidden"], "entry": {**item["hidden"]["entry"], "answer": None}}
+    assert reference_turns(tools=[], inputs=item["inputs"], hidden=unanswered, rng=None) is None
