@@ -17,9 +17,13 @@ the library, or has another version of it, is an infrastructure error, never a r
 `score_responses` scores many responses in one sandbox execution: the check scores one; the reference check at
 publish (apps/task_import/generated.py) scores a dataset's references and empty answers in one run.
 
-Known limit: the sandbox keeps an answer that is code off the host, not out of the reward. Where a scorer
-evaluates the answer, code in it runs beside the entry it is scored against and could read the reference
-answer from the scorer's memory; the review queue's "reward-hack" label is there for what such a run learns.
+The sandbox keeps an answer that is code off the host, but not out of the reward: where a scorer evaluates the
+answer, code in it would run beside the entry it is scored against and could read the reference answer from the
+scorer's memory. So while an answer is scored, an audit hook (PEP 578: it cannot be removed, and code that is not
+compiled cannot run to try) refuses to compile text the way eval, exec and sympy's parse_expr do (file name
+"<string>"); the answer scores 0, its evidence says why. ast.literal_eval, which parses data without running it,
+compiles as "<unknown>" and stays allowed. A dataset whose scorer runs even its own answers as code therefore
+fails its reference check and is not published (apps/task_import/generated.py).
 """
 
 from __future__ import annotations
@@ -64,6 +68,20 @@ def stop(signum, frame):
 
 signal.signal(signal.SIGALRM, stop)
 
+scoring = {"armed": False, "ran_as_code": False}
+
+def refuse_code(event, args):
+    # Text compiled as "<string>" while an answer is scored is eval/exec/parse_expr at work on it (or on something
+    # made from it): refused before it can run. Imports compile real files; literal_eval compiles "<unknown>".
+    if scoring["armed"] and event == "compile" and len(args) > 1 and args[1] == "<string>":
+        scoring["ran_as_code"] = True
+        raise RuntimeError("refused to compile text while scoring an answer")
+
+sys.addaudithook(refuse_code)
+CODE_REFUSED = ("the scorer runs the answer as Python code (eval, exec or sympy's parse_expr), which could read the "
+                "reference it is scored against: refused")
+warmed = set()
+
 def shown(answer):  # enough of the answer for the evidence; a long one must not fill the sandbox's output
     return answer if answer is None or len(answer) <= EVIDENCE_CHARS else answer[:EVIDENCE_CHARS] + "…"
 
@@ -79,9 +97,21 @@ for index, item in enumerate(request["items"]):
         key = json.dumps([hidden["dataset"], hidden["config"]], sort_keys=True)
         if key not in datasets:
             datasets[key] = reasoning_gym.create_dataset(hidden["dataset"], **hidden["config"])
+        if key not in warmed:  # its first scoring imports what the scorer needs: unarmed, on the entry's own answer
+            warmed.add(key)
+            try:
+                datasets[key].score_answer(hidden["entry"].get("answer"), hidden["entry"])
+            except Exception:
+                pass
         answer = extract_answer(item["response"])
-        value = datasets[key].score_answer(answer, hidden["entry"])
+        scoring.update(armed=True, ran_as_code=False)
+        try:
+            value = datasets[key].score_answer(answer, hidden["entry"])
+        finally:
+            scoring["armed"] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
+        if scoring["ran_as_code"]:
+            raise RuntimeError(CODE_REFUSED)
         value = float(value)
         if not (math.isfinite(value) and 0 <= value <= 1):
             raise ValueError(f"the scorer gave {value!r}, not a number from 0 to 1")
@@ -90,8 +120,8 @@ for index, item in enumerate(request["items"]):
         say({"index": index, "error": f"scoring took longer than {request['seconds']:g} s", "answer": shown(answer)})
     except Exception as exc:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        say({"index": index, "error": f"the scorer raised {type(exc).__name__}: {str(exc)[:300]}",
-             "answer": shown(answer)})
+        error = CODE_REFUSED if scoring["ran_as_code"] else f"the scorer raised {type(exc).__name__}: {str(exc)[:300]}"
+        say({"index": index, "error": error, "answer": shown(answer)})
 '''}
 
 
