@@ -79,6 +79,11 @@ class Pipeline(TrainingLoop):
     def summary_fields(self, outcome: str) -> dict:
         summary = run_summary(mode=self.config.mode, max_staleness=self.config.max_staleness, counters=self.counters,
                               eval_start=self.eval_start, eval_end=self.eval_end)
+        set_aside = self.scheduler.set_aside()
+        # How the curriculum left the mix: at hundreds of domains, most are beyond (or beneath) the model.
+        summary["curriculum"] = {"domains": len(self.scheduler.domains),
+                                 **{f"set_aside_{k}": len(v) for k, v in set_aside.items()},
+                                 "set_aside": set_aside}
         if hasattr(self.engine, "completions_by_rank"):  # data-parallel: where this attempt's rollouts sampled
             summary["completions_by_rank"] = self.engine.completions_by_rank()
         return summary

@@ -280,6 +280,21 @@ class Scheduler:
             self._stale_at[template.key] = cached
         return cached[1]
 
+    def set_aside(self) -> dict[str, list[str]]:
+        """The domains the curriculum draws a tenth as often now: every template of theirs observed enough and
+        solved never ("never") or always ("always"); a domain with one template of each is "mixed"."""
+        standing = {"never": [], "always": [], "mixed": []}
+        if self.curriculum is None:
+            return standing
+        c = self.curriculum
+        for domain in self.domains:
+            keys = [t.key for t in domain.templates]
+            if not all(key in c.stale_templates for key in keys):
+                continue
+            solved = {c.template_rates[key] >= c.high for key in keys}
+            standing["mixed" if len(solved) > 1 else "always" if solved == {True} else "never"].append(domain.name)
+        return standing
+
     def state(self) -> dict:
         """What a checkpoint keeps so a resumed run draws the same batches (JSON-safe). Taken at every step: it
         copies references to rows that are never changed afterwards, so it costs a millisecond at 50,000 tasks

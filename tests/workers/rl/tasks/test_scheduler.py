@@ -75,6 +75,18 @@ def test_a_template_never_solved_shrinks_its_domains_share_and_the_state_keeps_i
 
 # --- categories, and the draw at a thousand domains -------------------------------------------------------------
 
+def test_the_domains_the_curriculum_sets_aside_are_those_it_has_seen_always_or_never_solved():
+    tools = DomainMix("tools", 1.0, (TemplateMix("task_template/tools@1", 1.0, ("t0", "t1")),))
+    scheduler = Scheduler([ARITH, CODE, tools], seed=0, curriculum=Curriculum())
+    assert scheduler.set_aside() == {"never": [], "always": [], "mixed": []}
+    for step in range(4):
+        scheduler.curriculum.observe(ScheduledTask("arithmetic", ARITH.templates[0].key, f"a{step}"), [0.0] * 4)
+        scheduler.curriculum.observe(ScheduledTask("coding", CODE.templates[0].key, f"c{step}"), [1.0] * 4)
+        scheduler.curriculum.observe(ScheduledTask("tools", "task_template/tools@1", "t0"), [0.0, 1.0, 1.0, 0.0])
+    assert scheduler.set_aside() == {"never": ["arithmetic"], "always": ["coding"], "mixed": []}
+    assert Scheduler([ARITH], seed=0).set_aside() == {"never": [], "always": [], "mixed": []}
+
+
 def _mix(domains: int, tasks: int, *, categories: int = 12, quota: float | None = None) -> list[DomainMix]:
     return [DomainMix(f"d{i:04d}", 1.0 + i % 3, (
         TemplateMix(f"task_template/d{i:04d}-a@1", 1.0 + i % 2, tuple(f"a{k}" for k in range(tasks))),
