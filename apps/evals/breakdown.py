@@ -6,11 +6,10 @@ for the page's rows only; sorting and filtering read each domain's plain mean, w
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from apps.registry.categories import NO_CATEGORY, bundle_domains, category_counts
-from apps.runs.domains import NONE_CATEGORY, DomainQuery, sorted_by
+from apps.runs.domains import NONE_CATEGORY, DomainQuery, category_means, sorted_by
 
 from . import results
 
@@ -63,10 +62,7 @@ def leaderboard_breakdown(board: results.Leaderboard, suite, query: DomainQuery,
     for index, row in enumerate(columns):
         by[f"e{row.evaluation.pk}"] = lambda r, i=index: r.means[i]
     matching = [r for r in rows if query.matches(r)]
-    ordered = sorted_by(matching, by.get(sort, by["domain"]), query.descending)
-    pages = max(1, math.ceil(len(ordered) / query.per_page))
-    page = min(query.page, pages)
-    shown = ordered[(page - 1) * query.per_page: page * query.per_page]
+    shown, page, pages = query.paged(sorted_by(matching, by.get(sort, by["domain"]), query.descending))
     board.score([r.domain for r in shown])
     for r in shown:
         r.cells = [(row.scores.get(r.domain), board.groups[r.domain].get(row.evaluation.pk), row.clean.get(r.domain),
@@ -74,21 +70,7 @@ def leaderboard_breakdown(board: results.Leaderboard, suite, query: DomainQuery,
     return Breakdown(columns=columns, hidden_columns=len(board.rows) - len(columns), rows=shown, domains=len(rows),
                      total=len(matching), page=page, pages=pages,
                      categories=[(c or NONE_CATEGORY, n) for c, n in category_counts(rows)],
-                     by_category=_category_means(matching, len(columns)), sorts=sorts)
-
-
-def _category_means(rows: list, width: int) -> list[tuple[str, int, list[float | None]]]:
-    """Per category of `rows`: how many, and each column's mean over its domains that have one."""
-    values: dict[str, list[list[float]]] = {}
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.category] = counts.get(row.category, 0) + 1
-        columns = values.setdefault(row.category, [[] for _ in range(width)])
-        for i, mean in enumerate(row.means):
-            if mean is not None:
-                columns[i].append(mean)
-    return [(name or NONE_CATEGORY, counts[name], [sum(v) / len(v) if v else None for v in values[name]])
-            for name in sorted(counts, key=lambda c: (c == NO_CATEGORY, c))]
+                     by_category=category_means(matching, lambda row: row.means, len(columns)), sorts=sorts)
 
 
 @dataclass
@@ -119,11 +101,9 @@ def paired_breakdown(paired: results.Paired, b_label: str, query: DomainQuery, *
     matching = [r for r in rows if query.matches(r) and (not significant or r.comparison.significant)]
     by = {"domain": lambda r: r.domain, "category": lambda r: (r.category, r.domain),
           "difference": lambda r: r.difference, "q_value": lambda r: r.q_value}
-    ordered = sorted_by(matching, by.get(query.sort, by["domain"]), query.descending)
-    pages = max(1, math.ceil(len(ordered) / query.per_page))
-    page = min(query.page, pages)
+    shown, page, pages = query.paged(sorted_by(matching, by.get(query.sort, by["domain"]), query.descending))
     overall = paired.by_domain[results.ALL]
-    return {"rows": ordered[(page - 1) * query.per_page: page * query.per_page], "total": len(matching),
+    return {"rows": shown, "total": len(matching),
             "domains": len(rows), "page": page, "pages": pages,
             "categories": [(c or NONE_CATEGORY, n) for c, n in category_counts(rows)],
             "overall": (overall, overall.verdict_for(b_label)),

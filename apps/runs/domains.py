@@ -82,6 +82,12 @@ class DomainQuery:
                    page=number("page", 1, 1, 1_000_000), per_page=number("per_page", PER_PAGE[0], 5, PER_PAGE[-1]),
                    buckets=number("buckets", BUCKETS, 4, 200))
 
+    def paged(self, ordered: list) -> tuple[list, int, int]:
+        """The page of `ordered` asked for (the last one when asked past it), its number and how many there are."""
+        pages = max(1, math.ceil(len(ordered) / self.per_page))
+        page = min(self.page, pages)
+        return ordered[(page - 1) * self.per_page: page * self.per_page], page, pages
+
     def matches(self, row: DomainRow) -> bool:
         if self.search and self.search.lower() not in row.domain.lower():
             return False
@@ -213,10 +219,7 @@ def domain_table(run: Run, query: DomainQuery) -> DomainTable:
         counts = _trajectory_counts(run, None)
         for row in matching:
             row.trajectories = counts.get(row.domain, 0)
-    ordered = sorted_rows(matching, query.sort, query.descending)
-    pages = max(1, math.ceil(len(ordered) / query.per_page))
-    page = min(query.page, pages)
-    shown = ordered[(page - 1) * query.per_page: page * query.per_page]
+    shown, page, pages = query.paged(sorted_rows(matching, query.sort, query.descending))
     if query.sort != "trajectories":
         counts = _trajectory_counts(run, [r.domain for r in shown])
         for row in shown:
@@ -226,7 +229,8 @@ def domain_table(run: Run, query: DomainQuery) -> DomainTable:
                         categories=category_counts(every), page=page, pages=pages, per_page=query.per_page,
                         sort=query.sort, descending=query.descending, rows=shown, last_step=last_step,
                         evaluated=evaluated)
-    table.groups = _category_means(matching, len(steps))
+    table.groups = [{"category": name, "domains": n, "cells": cells}
+                    for name, n, cells in category_means(matching, lambda row: row.cells, len(steps))]
     return table
 
 
@@ -245,22 +249,20 @@ def _evaluations(run: Run, rows: list[DomainRow]) -> bool:
     return bool(by_domain) or evaluations.exists()
 
 
-def _category_means(rows: list[DomainRow], buckets: int) -> list[dict]:
-    """Per category of `rows`: the mean, bucket by bucket, of its domains' bucket means (each domain weighs the
-    same, however often it was drawn)."""
+def category_means(rows: list, values, width: int) -> list[tuple[str, int, list[float | None]]]:
+    """Per category of `rows`, uncategorised last: how many rows, and column by column the mean of `values(row)`
+    over the rows that have one (each domain weighs the same, however often it was drawn)."""
     sums: dict[str, list[list[float]]] = {}
     counts: dict[str, int] = {}
     for row in rows:
-        totals = sums.setdefault(row.category, [[0.0, 0] for _ in range(buckets)])
+        totals = sums.setdefault(row.category, [[0.0, 0] for _ in range(width)])
         counts[row.category] = counts.get(row.category, 0) + 1
-        for i, value in enumerate(row.cells):
+        for i, value in enumerate(values(row)):
             if value is not None:
                 totals[i][0] += value
                 totals[i][1] += 1
-    return [{"category": name or NONE_CATEGORY, "domains": counts[name],
-             "cells": [total / n if n else None for total, n in sums[name]]}
+    return [(name or NONE_CATEGORY, counts[name], [total / n if n else None for total, n in sums[name]])
             for name in sorted(sums, key=lambda c: (c == NO_CATEGORY, c))]
-
 
 
 COMPARE_SORTS = ("domain", "category", "reward", "difference")
@@ -312,20 +314,8 @@ def domain_comparison(runs: list[Run], query: DomainQuery) -> DomainComparison:
         compared.append(ComparedDomain(domain, categories[domain], rewards,
                                        [None if base is None or r is None else r - base for r in rewards[1:]]))
     matching = [c for c in compared if query.matches(c)]
-    ordered = sorted_rows(matching, query.sort, query.descending)
-    pages = max(1, math.ceil(len(ordered) / query.per_page))
-    page = min(query.page, pages)
-    means: dict[str, list[list[float]]] = {}
-    counts: dict[str, int] = {}
-    for row in matching:
-        counts[row.category] = counts.get(row.category, 0) + 1
-        for i, reward in enumerate(row.rewards):
-            if reward is not None:
-                means.setdefault(row.category, [[] for _ in runs])[i].append(reward)
-    by_category = [(name or NONE_CATEGORY, counts[name],
-                    [sum(v) / len(v) if v else None for v in means.get(name, [[] for _ in runs])])
-                   for name in sorted(counts, key=lambda c: (c == NO_CATEGORY, c))]
-    return DomainComparison(rows=ordered[(page - 1) * query.per_page: page * query.per_page], domains=len(compared),
-                            total=len(matching), page=page, pages=pages,
+    shown, page, pages = query.paged(sorted_rows(matching, query.sort, query.descending))
+    return DomainComparison(rows=shown, domains=len(compared), total=len(matching), page=page, pages=pages,
                             categories=[(name or NONE_CATEGORY, n) for name, n in category_counts(compared)],
-                            by_category=by_category, every=compared)
+                            by_category=category_means(matching, lambda row: row.rewards, len(runs)),
+                            every=compared)
