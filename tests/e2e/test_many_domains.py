@@ -47,10 +47,8 @@ def test_the_pages_stay_readable_at_a_thousand_domains(page_as, live_url, projec
     page.goto(f"{live_url}/p/{project.slug}/runs/{run.pk}/")
     page.wait_for_function("() => window.studioLive && window.studioLive.connected")
     page.wait_for_function("() => window.studioDomains && window.studioDomains.rendered.length > 0")
-    # First paint: 0.25-0.65 s here at 1,000 domains as at 10 (the page holds no domain's series); the bound leaves
-    # room for a loaded CI machine, the page's size at 1,000 domains is held by tests/apps/runs/test_many_domain_pages.
-    painted = page.evaluate("performance.getEntriesByName('first-contentful-paint')[0].startTime")
-    assert painted < 3000, f"first paint after {painted:.0f} ms"
+    # Its first paint is a speed target, measured by bench domains (server time) rather than timed here; what keeps
+    # it flat at 1,000 domains, the page's size, is held by tests/apps/runs/test_many_domain_pages.
     panels = page.locator("#panels [data-panel]").count()
     assert page.locator(".js-plotly-plot").count() == panels + 1 and panels <= 8
     traces = page.evaluate("document.querySelector('[data-panel=\"reward\"]').data.map(t => t.meta)")
