@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from workers.definitions.specs import ToolSpec
 from workers.verifiers.generated import answer_response, is_generated
+from workers.verifiers.repository import snapshot_contents
 
 from .chat_formats import CharChat
 from .tiny_lm import ModelConfig, TinyLM
@@ -99,17 +100,73 @@ def repository_reference_turns(hidden: dict) -> list[dict]:
     return [_call(name, arguments) for name, arguments in calls]
 
 
+REPAIR_VIEW_MARGIN = 3  # lines the repair reference views on each side of the line it fixes
+
+
+def minimal_edit(before: str, after: str) -> tuple[str, str, int]:
+    """(old_str, new_str, line) of the smallest str_replace turning `before` into `after`: the changed text without
+    what both share around it, widened to whole whitespace-separated words, then a word at a time on either side
+    until old_str occurs once in `before` (`line`: where it starts)."""
+    prefix = 0
+    while prefix < min(len(before), len(after)) and before[prefix] == after[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(before), len(after)) - prefix and before[-1 - suffix] == after[-1 - suffix]:
+        suffix += 1
+    start, end = prefix, len(before) - suffix  # before[start:end] becomes after[start:len(after) - suffix]
+    while True:
+        while start > 0 and not before[start - 1].isspace():
+            start -= 1
+        while end < len(before) and not before[end].isspace():
+            end += 1
+        if before[start:end].strip() and before.count(before[start:end]) == 1 or (start == 0 and end == len(before)):
+            break
+        while start > 0 and before[start - 1].isspace():  # the next word out on each side
+            start -= 1
+        while end < len(before) and before[end].isspace():
+            end += 1
+    new_end = end - len(before) + len(after)
+    return before[start:end], after[start:new_end], before[:start].count("\n") + 1
+
+
+def repair_reference_turns(inputs: dict, hidden: dict) -> list[dict] | None:
+    """A repair task solved the way the loop goes (a template offering run_tests): run the tests, view the lines
+    around the bug, replace the smallest text that fixes it (unique in the file), run the tests again, submit. None
+    for a gold patch of more than one file (the repair tasks' patches change one)."""
+    hunks = _hunks(hidden["patch"])
+    paths = {path for path, *_ in hunks}
+    if len(paths) != 1 or not isinstance(inputs.get("repository"), dict):
+        return None
+    path = paths.pop()
+    before = snapshot_contents(inputs["repository"])[path].decode("utf-8")
+    after = before
+    for _, _, old, new in hunks:
+        if after.count(old) != 1:
+            return None
+        after = after.replace(old, new)
+    old_str, new_str, line = minimal_edit(before, after)
+    lines = max(1, len(before.splitlines()))
+    view = [max(1, line - REPAIR_VIEW_MARGIN), min(lines, line + old_str.count("\n") + REPAIR_VIEW_MARGIN)]
+    calls = [("run_tests", {}), ("str_replace_editor", {"command": "view", "path": path, "view_range": view}),
+             ("str_replace_editor", {"command": "str_replace", "path": path, "old_str": old_str, "new_str": new_str}),
+             ("run_tests", {}), ("submit", {})]
+    return [_call(name, arguments) for name, arguments in calls]
+
+
 def reference_turns(*, tools: Sequence[ToolSpec], inputs: dict, hidden: dict, rng: random.Random,
                     tool_call_fraction: float = 0.3) -> list[dict] | None:
     """The assistant's side of a right answer, from the hidden fields the demo's task families use:
     `canonical_solution` / `reference_script` (code), `citations` with `answer` (document QA), `working`
-    with `answer` (word problems), a gold `patch` (a repository task: repository_reference_turns), a generated
+    with `answer` (word problems), a gold `patch` (a repository task: repair_reference_turns for a template offering
+    run_tests, repository_reference_turns for one offering bash and the editor), a generated
     task's entry (its answer where the generated tasks' convention puts it: workers/verifiers/generated.py), or a
     bare `answer`. None when the instance has none of them."""
     if is_generated(hidden):
         answer = hidden["entry"].get("answer")
         return None if answer is None else [{"role": "assistant", "content": answer_response(str(answer))}]
     tool_names = {tool.name for tool in tools}
+    if hidden.get("patch") and "run_tests" in tool_names:
+        return repair_reference_turns(inputs, hidden)
     if hidden.get("patch") and SWE_TOOL_NAMES <= tool_names:
         return repository_reference_turns(hidden)
     code = hidden.get("canonical_solution") or hidden.get("reference_script")

@@ -5,8 +5,8 @@ opened at its trajectory's first tool call, or before its first turn when the se
 and closed when the trajectory ends, whichever way it ends (TrajectoryTools.close, called from a `finally`).
 Its workspace starts from the task's repository snapshot (`inputs["repository"]`) when it has one, else from the
 image's files. Which tools run in it:
-- the software-engineering tool set (swe_tools.SweToolSet: bash, str_replace_editor, submit) when the template
-  offers exactly those;
+- the software-engineering tool set (swe_tools.SweToolSet: bash, str_replace_editor, run_tests, submit) when the
+  template offers some of those and no other;
 - otherwise the built-in tools (tools.py), each one process in the workspace: run_python's files persist.
 
 How a session's troubles reach the trajectory (agent.py records them):
@@ -65,10 +65,10 @@ class BuiltinSessionTools:
 def session_tool_set(template: TaskTemplate, session: Session, *, max_output_chars: int):
     """The tool set a template's session runs: the software-engineering one for a template that offers exactly
     its tools, the built-in tools otherwise. Either has `call(name, arguments) -> ToolResult`."""
-    from .swe_tools import SweToolSet, offers_swe_tools
+    from .swe_tools import SweToolSet, editor_commands, offers_swe_tools
 
     if offers_swe_tools(template.tools):
-        return SweToolSet(session)
+        return SweToolSet(session, editor_commands=editor_commands(template.tools))
     return BuiltinSessionTools(session, max_output_chars=max_output_chars)
 
 

@@ -162,3 +162,62 @@ elif command == "undo_edit":
 else:
     fail("unknown command %r" % command)
 '''
+
+# run_tests: pytest on the workspace's test files, its report cut to what a small model can read: each failing
+# test's summary line (the test's id and its assertion's message: the call, what it returned, what was expected),
+# a few at most, the error lines of a module that could not be collected, and pytest's closing line. The exit code
+# is pytest's (0 all passed, 1 some failed, 2 collection interrupted, 5 no test).
+RUN_TESTS = r'''
+import json, os, re, signal, subprocess, sys
+request = json.load(sys.stdin)
+shown, width = request["failures_shown"], request["line_chars"]
+
+def is_test(relative):
+    parts = relative.split("/")
+    return relative.endswith(".py") and (any(p in ("tests", "test") for p in parts[:-1])
+                                        or parts[-1].startswith("test_") or parts[-1].endswith("_test.py"))
+
+found = []
+for root, dirs, files in os.walk("."):
+    dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+    found += [os.path.join(root, name)[2:] for name in sorted(files)]
+tests = [path for path in found if is_test(path) and path.split("/")[-1] not in ("__init__.py", "conftest.py")]
+if not tests:
+    sys.stdout.write("no test files (test_*.py, *_test.py, tests/) in the repository")
+    sys.exit(5)
+# No plugins of the environment's and no cache or bytecode written into the workspace (its diff is the fix); a wide
+# terminal so that pytest does not cut the assertion messages in its summary (this program cuts them instead).
+env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONDONTWRITEBYTECODE="1", COLUMNS="1000")
+command = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-rfE", "-p", "no:cacheprovider", "-p", "no:warnings",
+           *tests]
+process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           start_new_session=True, env=env)
+try:
+    output, _ = process.communicate(timeout=request["timeout"])
+except subprocess.TimeoutExpired:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+    sys.stdout.write("the tests ran past %g s and were stopped (an endless loop?)" % request["timeout"])
+    sys.exit(124)
+lines = output.decode("utf-8", "replace").splitlines()
+
+def cut(line):
+    return line if len(line) <= width else line[:width] + "..."
+
+failures = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+section, errors = "", []
+for line in lines:
+    header = re.match(r"^=+ (.*?) =+$", line)
+    if header:
+        section = header.group(1)
+    elif section == "ERRORS" and line.startswith("E "):
+        errors.append(line)
+closing = [line for line in lines if line.strip() and not line.startswith(("=", "!"))][-1:] if lines else []
+closing = [re.sub(r" in [0-9.]+s( \([0-9:]+\))?$", "", line) for line in closing]
+report = [cut(line) for line in failures[:shown]]
+if len(failures) > shown:
+    report.append("(and %d more)" % (len(failures) - shown))
+report += [cut(line) for line in errors[:6]]
+sys.stdout.write("\n".join(report + closing) or "pytest said nothing")
+sys.exit(process.returncode)
+'''

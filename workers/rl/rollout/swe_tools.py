@@ -1,4 +1,5 @@
-"""The software-engineering tool set, in the shapes the field uses: `bash`, `str_replace_editor` and `submit`.
+"""The software-engineering tool set, in the shapes the field uses: `bash`, `str_replace_editor`, `run_tests` and
+`submit`.
 
 - bash(command, timeout): one `bash -c` in the repository (/sandbox/repo), a new process each call as in
   mini-swe-agent: files persist in the session's workspace, the shell's state does not. Output past the per-call
@@ -6,6 +7,10 @@
 - str_replace_editor(command, path, ...): SWE-agent's and OpenHands' editor: `view` (a file with line numbers, a
   `view_range`, or a directory two levels deep), `create` (never overwrites), `str_replace` (old_str must occur
   exactly once), `insert` (after `insert_line`, 0 for the top) and `undo_edit` (the file's last edit).
+- run_tests(): pytest on the workspace's test files, its report cut short (swe_programs.RUN_TESTS: a line per failing
+  test with its assertion's message, pytest's closing line); the result's exit code is pytest's. The repair tool
+  set (REPAIR_TOOLS) offers it with an editor that only views and replaces, schemas short enough for a small
+  model's system prompt.
 - submit(): ends the trajectory; its diff is what verification replays on the base in a fresh sandbox.
 
 Every call is one process in the trajectory's session (its workspace is the repository) and is followed by the
@@ -25,7 +30,7 @@ from workers.definitions.specs import ToolSpec
 from workers.sandbox import Status
 
 from ..types import ToolResult
-from .swe_programs import BASH, EDITOR
+from .swe_programs import BASH, EDITOR, RUN_TESTS
 from .tools import PolicyToolError
 
 BASH_TOOL = {"name": "bash",
@@ -46,10 +51,28 @@ EDITOR_TOOL = {"name": "str_replace_editor",
                    "required": ["command", "path"]}}
 SUBMIT_TOOL = {"name": "submit", "description": "Submit the repository's current state as the fix.",
                "parameters": {"type": "object", "properties": {}}}
+RUN_TESTS_TOOL = {"name": "run_tests", "description": "Run the repository's tests; shows each failing test and "
+                                                  "the summary.", "parameters": {"type": "object", "properties": {}}}
+REPAIR_EDITOR_TOOL = {"name": "str_replace_editor",
+                      "description": "view a file (view_range [first, last]) or str_replace: old_str, which must "
+                                     "match exactly once, becomes new_str.",
+                      "parameters": {"type": "object", "properties": {
+                          "command": {"type": "string", "enum": ["view", "str_replace"]}, "path": {"type": "string"},
+                          "old_str": {"type": "string"}, "new_str": {"type": "string"},
+                          "view_range": {"type": "array", "items": {"type": "integer"}}},
+                          "required": ["command", "path"]}}
 SWE_TOOLS = (BASH_TOOL, EDITOR_TOOL, SUBMIT_TOOL)
-SWE_TOOL_NAMES = tuple(tool["name"] for tool in SWE_TOOLS)
+REPAIR_TOOLS = (RUN_TESTS_TOOL, REPAIR_EDITOR_TOOL, SUBMIT_TOOL)
+SWE_TOOL_NAMES = ("bash", "str_replace_editor", "run_tests", "submit")  # what a session's SWE tool set runs
 EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 MAX_DIFF_BYTES = 1024 * 1024  # a diff past this is recorded cut, and so no longer applies: the model's own doing
+
+
+def editor_commands(tools: Sequence[ToolSpec]) -> tuple[str, ...]:
+    """The editor commands a template's str_replace_editor schema offers (every one when it names none)."""
+    editor = next((tool for tool in tools if tool.name == "str_replace_editor"), None)
+    offered = ((editor.parameters.get("properties") or {}).get("command") or {}).get("enum") if editor else None
+    return tuple(c for c in EDITOR_COMMANDS if c in offered) if offered else EDITOR_COMMANDS
 
 
 def offers_swe_tools(tools: Sequence[ToolSpec]) -> bool:
@@ -65,6 +88,9 @@ class SweLimits:
     trajectory_output_chars: int = 200_000
     default_timeout: float = 30.0
     max_timeout: float = 120.0
+    tests_timeout: float = 30.0  # run_tests: a mutation can loop forever
+    failures_shown: int = 3  # run_tests: failing tests listed; the rest counted
+    failure_line_chars: int = 300  # run_tests: a failing test's line past this is cut
 
 
 def clipped(text: str, limit: int) -> str:
@@ -80,11 +106,13 @@ def clipped(text: str, limit: int) -> str:
 class SweToolSet:
     """The tools of one trajectory over its session: `call(name, arguments)` runs one tool and returns its result
     with the workspace's diff after it. `session` is the trajectory's sandbox session (workers/sandbox/session.py),
-    its workspace the repository (workers.verifiers.repository.snapshot_workspace)."""
+    its workspace the repository (workers.verifiers.repository.snapshot_workspace). `editor_commands`: the editor's
+    commands the template offers (its schema's enum); another is refused as a call the schema does not allow."""
 
-    def __init__(self, session, *, limits: SweLimits = SweLimits()):
+    def __init__(self, session, *, limits: SweLimits = SweLimits(), editor_commands: Sequence[str] = EDITOR_COMMANDS):
         self.session = session
         self.limits = limits
+        self.editor_commands = tuple(editor_commands)
         self.output_used = 0
         self.calls = 0
         self.submitted = False
@@ -155,8 +183,8 @@ class SweToolSet:
             return BASH, {"command": command, "timeout": timeout, "limit": self.limits.call_output_chars}, timeout + 5
         if name == "str_replace_editor":
             command, path = arguments.get("command"), arguments.get("path")
-            if command not in EDITOR_COMMANDS:
-                raise PolicyToolError(f"str_replace_editor's command is one of {', '.join(EDITOR_COMMANDS)}")
+            if command not in self.editor_commands:
+                raise PolicyToolError(f"str_replace_editor's command is one of {', '.join(self.editor_commands)}")
             if not isinstance(path, str) or not path:
                 raise PolicyToolError("str_replace_editor needs a path")
             for key, kind in (("file_text", str), ("old_str", str), ("new_str", str), ("insert_line", int)):
@@ -171,6 +199,9 @@ class SweToolSet:
                     isinstance(n, int) and not isinstance(n, bool) for n in view_range)):
                 raise PolicyToolError("view_range is [first line, last line] (-1 for the end)")
             return EDITOR, {**arguments, "limit": self.limits.call_output_chars}, 30.0
+        if name == "run_tests":
+            return RUN_TESTS, {"timeout": self.limits.tests_timeout, "failures_shown": self.limits.failures_shown,
+                               "line_chars": self.limits.failure_line_chars}, self.limits.tests_timeout + 5
         raise PolicyToolError(f"{name!r} is not a tool of this task; it offers {', '.join(SWE_TOOL_NAMES)}")
 
 

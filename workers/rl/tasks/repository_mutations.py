@@ -9,10 +9,13 @@ mutation only if some tests fail with it and all pass without it; the reverse di
   `if` without `else` taken out, an `else` branch dropped), swap_boolean (`and` to `or`).
 - `search_mutations(...)`: runs the repository's tests on the original once (every test must pass there, else
   the repository is refused), then on candidates (seeded order) until enough are kept: some tests fail, at most
-  `max_failing_share` of them (a mutation that breaks the import of everything teaches little), and a failing
-  test's output becomes the problem statement's evidence.
+  `max_failing_share` of them (a mutation that breaks the import of everything teaches little), some of them
+  among the tests `caught_by` names when it is given (a repair task's visible tests: the ones its workspace runs),
+  and a failing test's output becomes the problem statement's evidence.
 - `mutation_instance(...)`: the repository task instance (workers/verifiers/repository.py's shape): the
-  mutated repository as the snapshot, the gold patch, FAIL_TO_PASS and PASS_TO_PASS.
+  mutated repository as the snapshot, the gold patch, FAIL_TO_PASS and PASS_TO_PASS; the files named
+  `hidden_tests` are left out of the snapshot and travel as the test patch (verification adds them, the
+  workspace never holds them).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import os
 import random
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from workers.sandbox import zygote
@@ -192,8 +195,10 @@ def test_paths(files: dict[str, bytes]) -> list[str]:
 
 def search_mutations(files: dict[str, bytes], *, pool, image, count: int, seed: int = 0, max_tries: int = 60,
                      max_failing_share: float = 0.5, timeout: float = 120,
+                     caught_by: Callable[[str], bool] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> MutationSearch:
-    """Up to `count` mutations of the repository's `files` that its tests catch (see the module's docstring)."""
+    """Up to `count` mutations of the repository's `files` that its tests catch (see the module's docstring).
+    `caught_by(test_id)`: the tests of which one at least must fail (default: any of them)."""
     tests_files = test_paths(files)
     if not tests_files:
         raise RepositoryRefused("no test files (tests/, test_*.py, *_test.py) in the repository")
@@ -230,6 +235,9 @@ def search_mutations(files: dict[str, bytes], *, pool, image, count: int, seed: 
         if len(broken) > max_failing_share * len(tests):
             search.rejected["too_many_failures"] = search.rejected.get("too_many_failures", 0) + 1
             continue
+        if caught_by is not None and not any(caught_by(test) for test in broken):
+            search.rejected["not_caught_by"] = search.rejected.get("not_caught_by", 0) + 1
+            continue
         touched.add((mutation.path, mutation.line))
         search.kept.append(KeptMutation(mutation, broken, _evidence(run.detail, broken)))
     return search
@@ -253,14 +261,17 @@ def problem_statement(package: str, kept: KeptMutation) -> str:
             + kept.evidence)
 
 
-def mutation_instance(files: dict[str, bytes], kept: KeptMutation, *, package: str, tests: list[str]) -> dict:
+def mutation_instance(files: dict[str, bytes], kept: KeptMutation, *, package: str, tests: list[str],
+                      hidden_tests: Collection[str] = ()) -> dict:
     mutation = kept.mutation
     broken = mutated_files(files, mutation)
     gold = file_diff(mutation.path, broken[mutation.path].decode("utf-8"), files[mutation.path].decode("utf-8"))
+    test_patch = "".join(zygote.file_diff(path, None, _SOURCE_FILE, b"", files[path]) for path in sorted(hidden_tests))
     return {"key": f"{package}-{mutation.key}",
             "inputs": {"problem_statement": problem_statement(package, kept),
-                       "repository": snapshot_files(broken)},
-            "hidden": {"patch": gold, "test_patch": "", "FAIL_TO_PASS": kept.fail_to_pass,
+                       "repository": snapshot_files({path: content for path, content in broken.items()
+                                                     if path not in hidden_tests})},
+            "hidden": {"patch": gold, "test_patch": test_patch, "FAIL_TO_PASS": kept.fail_to_pass,
                        "PASS_TO_PASS": [test for test in tests if test not in set(kept.fail_to_pass)],
                        "mutation": {"path": mutation.path, "line": mutation.line, "column": mutation.column,
                                     "operator": mutation.operator}}}
@@ -268,8 +279,11 @@ def mutation_instance(files: dict[str, bytes], kept: KeptMutation, *, package: s
 
 # --- a search's record, to rebuild its instances from the same source without running anything ---------------
 
-def search_record(search: MutationSearch, *, package: str, source: str, licence: str = "") -> dict:
+def search_record(search: MutationSearch, *, package: str, source: str, licence: str = "",
+                  hidden_tests: Collection[str] = ()) -> dict:
+    """hidden_tests: the test files its instances carry as their test patch (mutation_instance)."""
     return {"package": package, "source": source, "licence": licence, "tests": search.tests,
+            **({"hidden_tests": sorted(hidden_tests)} if hidden_tests else {}),
             "mutations": [{"path": k.mutation.path, "line": k.mutation.line, "column": k.mutation.column,
                            "operator": k.mutation.operator, "fail_to_pass": k.fail_to_pass, "evidence": k.evidence}
                           for k in search.kept]}
@@ -286,7 +300,8 @@ def instances_from_record(files: dict[str, bytes], record: dict) -> list[dict]:
             raise ValueError(f"{entry['path']}:{entry['line']}: no {entry['operator']} mutation there; is this the "
                              f"source {record['source']} the record was made from?")
         kept = KeptMutation(mutation, list(entry["fail_to_pass"]), entry["evidence"])
-        instance = mutation_instance(files, kept, package=record["package"], tests=record["tests"])
+        instance = mutation_instance(files, kept, package=record["package"], tests=record["tests"],
+                                     hidden_tests=record.get("hidden_tests", ()))
         if record.get("licence"):
             instance["hidden"]["licence"] = record["licence"]
         instances.append(instance)
