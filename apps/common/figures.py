@@ -59,6 +59,11 @@ RUN_PANELS = (
     Panel("turns", "Turns and tool calls per trajectory", prefixes=("turns/",), y_title="per trajectory"),
     Panel("limits", "Share of trajectories that hit each limit", prefixes=("limits/",), y_title="share",
           y_format=".0%"),
+    # Repair tasks (rollout/feedback.py): of the solved trajectories, those where a test run failed, an edit
+    # followed and a later run passed; the step's and the run's evaluations' side by side.
+    Panel("repair", "Fixed after feedback (share of solved repair trajectories)",
+          names=("repair/fixed_after_feedback", "eval/repair/fixed_after_feedback"), y_title="share",
+          y_format=".0%"),
     # SFT and DPO runs (workers/rl/training/supervised_pipeline.py): their loss, the DPO pairs' implicit rewards
     # and how often the chosen answer wins, and the optimizer's learning rate and gradient norm, each on its scale.
     Panel("loss", "Training loss", prefixes=("loss/",), y_title="loss"),

@@ -25,6 +25,7 @@ from .protocols import ChatFormat, Engine, Policy, ToolRunner, Tracker, Verifier
 from .rollout.agent import rollout_groups
 from .rollout.collectors import Draws, Group, collector_for, too_stale
 from .rollout.evaluation import evaluate
+from .rollout.feedback import repair_points
 from .rollout.grading import grade_trajectory
 from .rollout.idle import PhaseBoard
 from .rollout.metrics import Prices, RunCounters, run_summary, step_events, step_points, trajectory_cost
@@ -172,13 +173,14 @@ class Pipeline(TrainingLoop):
     def _evaluate(self) -> dict[str, float]:
         """Mean reward per domain on the run's evaluation tasks, recorded at the current step."""
         tasks = [self.tasks.task(-1 - index, template, key) for index, (template, key) in enumerate(self.eval_tasks)]
-        rewards = evaluate(tasks, rollout=self._rollout, verify=self._grade,
-                           rollout_concurrency=self.config.rollout_concurrency,
-                           verify_concurrency=self.config.verify_concurrency)
+        rewards, trajectories = evaluate(tasks, rollout=self._rollout, verify=self._grade,
+                                         rollout_concurrency=self.config.rollout_concurrency,
+                                         verify_concurrency=self.config.verify_concurrency)
         self.board.drain()  # evaluation is not the trainer's idle time
         if rewards:
             self.tracker.step(step=self.trainer.step, wall_time=time.time(), trajectories=[], events=[],
-                              points={f"eval/reward/{domain}": reward for domain, reward in rewards.items()})
+                              points={**{f"eval/reward/{domain}": reward for domain, reward in rewards.items()},
+                                      **repair_points(trajectories, prefix="eval/")})
         return rewards
 
     # --- checkpoints -------------------------------------------------------------------------------------------

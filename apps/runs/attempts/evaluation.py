@@ -15,6 +15,7 @@ from apps.registry.refs import parse_ref
 from apps.registry.selectors import version_resolve
 from workers.rl.config import EvaluationConfig, EvaluationPlan, RolloutConfig
 from workers.rl.rollout.evaluation import BATCH_TASKS, evaluate_batch, suite_tasks
+from workers.rl.rollout.feedback import repair_points
 from workers.rl.tasks.taskset import TaskSet
 
 from ..dataset_pins import dataset_here
@@ -55,6 +56,7 @@ class EvaluationAttempt(Attempt):
                       "eval/infra_errors": float(len(trajectories) - len(graded))}
             if graded:
                 points["reward/mean"] = sum(t.reward for t in graded) / len(graded)
+            points.update(repair_points(graded))  # the batch's solved repair trajectories fixed after feedback
             self.tracker.step(step=step, wall_time=time.time(), points=points, trajectories=trajectories, events=[])
             self.heartbeat.progressed()
         return {"run": str(run.pk), "outcome": "completed", "kind": "evaluation", "tasks": len(chosen),

@@ -25,8 +25,9 @@ class EvalRollout(Protocol):
 
 
 def evaluate(tasks: list[Task], *, rollout: EvalRollout, verify, rollout_concurrency: int,
-             verify_concurrency: int) -> dict[str, float]:
-    """Mean reward per domain over `tasks`; trajectories the verifier could not grade count for nothing."""
+             verify_concurrency: int) -> tuple[dict[str, float], list[Trajectory]]:
+    """Mean reward per domain over `tasks` (trajectories the verifier could not grade count for nothing), and the
+    graded trajectories (the run's other evaluation metrics read them: feedback.repair_points)."""
     # Executors of its own: the evaluation at the end runs after the collectors' have closed.
     with ThreadPoolExecutor(max_workers=rollout_concurrency, thread_name_prefix="rl-eval-tools") as tools:
         groups = rollout(tasks, 1, tools)
@@ -36,7 +37,8 @@ def evaluate(tasks: list[Task], *, rollout: EvalRollout, verify, rollout_concurr
     for task, [trajectory] in zip(tasks, groups, strict=True):
         if trajectory.reward is not None:
             rewards.setdefault(task.domain, []).append(trajectory.reward)
-    return {domain: round(sum(r) / len(r), 4) for domain, r in sorted(rewards.items())}
+    return ({domain: round(sum(r) / len(r), 4) for domain, r in sorted(rewards.items())},
+            [trajectory for [trajectory] in groups])
 
 
 # --- suites ----------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ generation, tools, verification, timeouts — what the rollouts were doing meanw
 weight_sync, handing the engine the new weights, and archive, writing the previous step and its checkpoint),
 trainer/busy_fraction, trainer/step_seconds, staleness/mean, staleness/max, policy/kl, policy/entropy,
 policy/clip_fraction, policy/grad_norm, loss/policy, groups/effective_fraction, infra/retries, infra/errors,
-trajectories/<status>.
+trajectories/<status>, repair/fixed_after_feedback (of the step's solved repair trajectories, the share fixed after
+test feedback: rollout/feedback.py; only at steps that solved some).
 
 Rates are over the run's *active* time (the seconds some attempt was running it), so a run that was paused
 or lost its worker for an hour is not shown as slow.
@@ -19,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..types import Trajectory, TrajectoryStatus
+from .feedback import repair_points
 
 SLOPE_WINDOW = 50  # steps of reward/mean the slope is fitted over
 
@@ -125,6 +127,7 @@ def step_points(*, counters: RunCounters, consumed: list[Trajectory], trained: l
                        "loss/policy": stats.loss})
     points["groups/effective_fraction"] = effective_groups / max(groups, 1)
     points.update(trajectory_shape_points(consumed, counters))
+    points.update(repair_points(consumed))
     points["infra/retries"] = sum(t.tool_retries for t in consumed)
     points["infra/restarts"] = sum(t.restarts for t in consumed)
     points["infra/errors"] = sum(t.status == TrajectoryStatus.INFRA_ERROR for t in consumed)

@@ -1,6 +1,7 @@
 """repair_outcome and repair/fixed_after_feedback on planted trajectories: what counts as a test run, an edit and a
 fix, read from the tool results alone."""
 
+from tests.support.repair import FAILING, FIX, bash, editor, planted, run_tests, submit
 from workers.rl.rollout.feedback import (
     FIXED_AFTER_FEEDBACK,
     fix_chain,
@@ -9,48 +10,9 @@ from workers.rl.rollout.feedback import (
     repair_outcome,
     repair_points,
 )
-from workers.rl.types import ToolCall, ToolResult, Trajectory, Turn
-
-FAILING = "test_solution.py::test_add[small] add(1, 2) returned -1, expected 3\n1 failed, 2 passed in 0.03s"
-PASSING = "3 passed in 0.02s"
-FIX = "--- a/solution.py\n+++ b/solution.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
-
-
-def run_tests(exit_code: int) -> tuple:
-    return ("run_tests", {}, ToolResult(status="ok" if exit_code == 0 else "error", text="", exit_code=exit_code),
-            FAILING if exit_code else PASSING)
-
-
-def bash(command: str, output: str, *, exit_code: int = 0, diff: str | None = None) -> tuple:
-    return ("bash", {"command": command}, ToolResult(status="ok", text="", exit_code=exit_code, workspace_diff=diff),
-            f"exit code {exit_code}\n{output}")
-
-
-def editor(command: str, *, exit_code: int = 0, diff: str | None = None) -> tuple:
-    arguments = {"command": command, "path": "solution.py", "old_str": "a - b", "new_str": "a + b"}
-    return ("str_replace_editor", arguments,
-            ToolResult(status="ok" if exit_code == 0 else "error", text="", exit_code=exit_code, workspace_diff=diff),
-            "Edited solution.py" if exit_code == 0 else "old_str did not appear verbatim in solution.py")
-
-
-def submit() -> tuple:
-    return ("submit", {}, ToolResult(status="ok", text="", exit_code=0), "Submitted.")
-
-
-def planted(*calls: tuple, reward: float | None = 1.0, said: str = "") -> Trajectory:
-    """A trajectory whose model makes `calls` (name, arguments, result, output) one per turn, each answered by a
-    tool turn; `said` is what the model writes in its last message."""
-    turns = [Turn(role="system", content="Fix the bug."), Turn(role="user", content="solution.py: def add")]
-    for index, (name, arguments, result, output) in enumerate(calls):
-        call = ToolCall(id=f"call-{index}", name=name, arguments=arguments)
-        turns.append(Turn(role="assistant", content="", tool_calls=[call]))
-        turns.append(Turn(role="tool", content=output, tool_call_id=call.id, name=name,
-                          result=ToolResult(**{**vars(result), "text": output})))
-    if said:
-        turns.append(Turn(role="assistant", content=said))
-    return Trajectory(id="t", run_id="r", seq=0, sample=0, domain="python-repair", template="function-repair",
-                      task_key="k", task_hash="0" * 64, image="i", verifier="v", policy_version=0, turns=turns,
-                      reward=reward)
+from workers.rl.rollout.metrics import RunCounters, step_points
+from workers.rl.training.tracking import MemoryTracker
+from workers.rl.types import ToolResult
 
 
 def test_a_failing_run_an_edit_and_a_passing_run_is_fixed_by_feedback():
@@ -172,3 +134,29 @@ def test_fixed_after_feedback_is_over_the_solved_repair_trajectories():
     assert repair_points([fixed], prefix="eval/") == {"eval/repair/fixed_after_feedback": 1.0}
     # Nothing solved, or no repair trajectory: no point at all, not a zero.
     assert repair_points([gave_up, not_repair]) == {} and repair_points([]) == {}
+
+
+def test_a_steps_points_carry_the_rate_only_where_repair_trajectories_were_solved():
+    fixed = planted(run_tests(1), editor("str_replace", diff=FIX), run_tests(0))
+    guessed = planted(editor("str_replace", diff=FIX), run_tests(0))
+    arithmetic = planted(reward=1.0, said="42")
+
+    def points(consumed):
+        return step_points(counters=RunCounters(active_seconds=1.0), consumed=consumed, trained=consumed, stats=None,
+                           idle={}, step_seconds=1.0, groups=1, effective_groups=1,
+                           generation_tokens_per_second=0.0, staleness=[])
+
+    assert points([fixed, guessed, arithmetic])[FIXED_AFTER_FEEDBACK] == 0.5
+    assert FIXED_AFTER_FEEDBACK not in points([arithmetic, arithmetic])
+
+
+def test_a_run_without_repair_tasks_charts_no_repair_line(make_pipeline):
+    """The arithmetic pipeline, evaluated at its start and end: its evaluations are recorded, and no step or
+    evaluation has a repair point (no always-zero line on every run's page)."""
+    names = set()
+    # Every recording, not the tracker's last per step: the end's evaluation is recorded at the last step's number.
+    tracker = MemoryTracker(on_step=lambda step, points: names.update(points))
+    pipeline, _ = make_pipeline(1, mode="sync", eval_tasks_per_domain=2, tracker=tracker)
+    pipeline.run()
+    assert "eval/reward/arithmetic" in names and "reward/mean" in names
+    assert not [name for name in names if "repair/" in name]
