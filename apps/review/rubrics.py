@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from workers.rl.rollout.feedback import OUTCOMES
+
 MAX_TEXT = 10_000
+
+# The question a rubric asks to have repair trajectories labelled "fixed by feedback / guessed / gave up". Its labels
+# are repair_outcome's (workers/rl/rollout/feedback.py), so a label and the metric speak of the same thing, and the
+# item page can show beside it what the tool results say.
+REPAIR_QUESTION = {
+    "key": "repair", "type": "labels", "prompt": "How did it reach its fix?",
+    "instructions": "fixed_by_feedback: a test run failed, the edit answered what the failure showed, and a later "
+                    "run passed. guessed: solved, but not from the tests' feedback (it edited before running them, or "
+                    "its edit does not follow from the failure). gave_up: not solved. Leave it for a trajectory that "
+                    "neither runs tests nor edits code.",
+    "labels": list(OUTCOMES), "required": False}
 
 
 def questions(rubric_spec: dict, scope: str) -> list[dict]:
@@ -31,3 +44,8 @@ def answer_problems(rubric_spec: dict, answers, *, scope: str) -> list[tuple[str
         elif kind == "text" and (not isinstance(value, str) or len(value) > MAX_TEXT):
             problems.append((where, f"text of at most {MAX_TEXT:,} characters"))
     return problems
+
+
+def asks_repair(question: dict) -> bool:
+    """Whether `question` asks a trajectory's repair outcome: its labels are repair_outcome's (any key, any order)."""
+    return question["type"] == "labels" and sorted(question["labels"]) == sorted(OUTCOMES)

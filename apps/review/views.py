@@ -25,7 +25,7 @@ from .canaries import canaries_check, canary_from_item, is_hack
 from .exports import KINDS
 from .forms import QueueCreateForm
 from .models import Adjudication, QueueItem
-from .rubrics import questions
+from .rubrics import asks_repair, questions
 from .services import ReviewError, adjudicate, item_next, item_skip, label_amend, label_submit, queue_create
 
 
@@ -155,13 +155,18 @@ def item_page(request, project, queue, item_id):
     last = next((label for label in selectors.reviewer_labels(queue=review, reviewer=request.user, limit=2)
                  if label.item_id != item.pk), None)
     trajectory_questions = questions(review.rubric.spec, "trajectory")
-    context = {"project": project, "queue": review, "item": item, "info": trajectory_info(item.trajectory),
+    info = trajectory_info(item.trajectory)
+    # What the tool results say, shown beside a question that asks it, never chosen for the reviewer: the label is a
+    # check on that reading (a fix that does not follow from the failure), and a preselected answer would be
+    # submitted as it stands (two reviewers agreeing only with the machine).
+    suggested = info.repair.outcome if info.repair else None
+    context = {"project": project, "queue": review, "item": item, "info": info,
                "hack": item.trajectory.verdict_status == "pass" and any(
                    is_hack(label) for label in visible if label.step is None and not label.component),
                "labels": visible, "progress": progress,
                # The form holds the answers of the label being amended (as form values: pass/fail as true/false).
-               "questions": [{**q, "given": _form_value(mine.answers.get(q["key"])) if mine else ""}
-                             for q in trajectory_questions],
+               "questions": [{**q, "given": _form_value(mine.answers.get(q["key"])) if mine else "",
+                              "suggested": suggested if asks_repair(q) else None} for q in trajectory_questions],
                "step_questions": questions(review.rubric.spec, "step"), "errors": errors,
                "labelled": bool(revisions), "mine": mine, "earlier": revisions[1:], "last_label": last}
     return render(request, "review/item.html", context, status=status)

@@ -15,11 +15,14 @@ from django.urls import reverse
 
 from apps.common import figures, wiring
 from workers.rl.models.chat_formats import END_OF_TURN, CharTokenizer
+from workers.rl.rollout.feedback import repair
+from workers.rl.types import Turn
 
 from .models import Trajectory
 
 MAX_TOKENS_SHOWN = 4000  # per turn; past this the text is shown plain
 OPEN_OUTPUT_LINES = 12  # a tool's output longer than this starts collapsed
+REPAIR_OUTPUT_LINES = 20  # a test run's last lines in the repair chain (its turn holds the whole output)
 
 
 @dataclass
@@ -66,6 +69,47 @@ class Layer:
 
 
 @dataclass
+class RepairStep:
+    """A test run or an edit of a repair trajectory (workers/rl/rollout/feedback.py), as the replay's chain shows
+    it: a test run's output (its last lines: pytest's failures and summary end it), an edit's diff after it."""
+
+    turn: int
+    kind: str  # test | edit
+    tool: str
+    passed: bool | None
+    text: str
+    in_chain: bool  # one of the fix's three: the failing run, the edit that answered it, the passing run after
+
+
+@dataclass
+class RepairInfo:
+    outcome: str | None  # feedback.OUTCOMES, None while ungraded
+    steps: list[RepairStep]
+    chain: list[int]  # the fix chain's turns, [] without one
+
+    @property
+    def outcome_label(self) -> str:
+        return (self.outcome or "").replace("_", " ")
+
+
+def repair_info(row: Trajectory) -> RepairInfo | None:
+    """The trajectory's test runs and edits, read from its tool results as the metric reads them; None when it has
+    neither (not a repair trajectory)."""
+    found = repair([Turn.from_json(turn) for turn in row.turns or []], row.reward)
+    if not found.events:
+        return None
+    return RepairInfo(found.outcome, [
+        RepairStep(turn=event.turn, kind=event.kind, tool=event.tool, passed=event.passed,
+                   text=_last_lines(event.output, REPAIR_OUTPUT_LINES) if event.kind == "test" else event.diff,
+                   in_chain=found.chain is not None and event in found.chain)
+        for event in found.events], [event.turn for event in found.chain or ()])
+
+
+def _last_lines(text: str, count: int) -> str:
+    return "\n".join(text.rstrip("\n").split("\n")[-count:])
+
+
+@dataclass
 class TrajectoryInfo:
     row: Trajectory
     steps: list[Step]
@@ -77,6 +121,7 @@ class TrajectoryInfo:
     # Played by a trainer elsewhere (a run of kind external): {"client", "model"} as the trainer named them; its
     # model's turns are text as the client reported them, the tool results and the verdict the studio's own.
     trained_elsewhere: dict | None = None
+    repair: RepairInfo | None = None  # a trajectory that ran tests or edited code: its repair steps as a chain
 
 
 def _pieces(model: str, ids: list[int]) -> tuple[list[str] | None, str]:
@@ -164,7 +209,8 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
     return TrajectoryInfo(row=row, steps=steps, layers=list(layers.values()), artifacts=artifacts,
                           timeline_json=figures.to_json(figures.timeline_figure(timeline_rows(row))),
                           mean_logprob=sum(assistant_logprobs) / len(assistant_logprobs) if assistant_logprobs
-                          else None, final_diff=final_diff, trained_elsewhere=_trained_elsewhere(row))
+                          else None, final_diff=final_diff, trained_elsewhere=_trained_elsewhere(row),
+                          repair=repair_info(row))
 
 
 def _trained_elsewhere(row: Trajectory) -> dict | None:

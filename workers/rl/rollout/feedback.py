@@ -117,12 +117,13 @@ def fix_chain(events: list[RepairEvent]) -> tuple[RepairEvent, RepairEvent, Repa
     return None
 
 
-def repair(trajectory: Trajectory) -> Repair:
-    events = repair_events(trajectory.turns)
+def repair(turns: list[Turn], reward: float | None) -> Repair:
+    """The repair of a trajectory's `turns` graded `reward` (the replay page reads an archived row's)."""
+    events = repair_events(turns)
     chain = fix_chain(events)
-    if not events or trajectory.reward is None:
+    if not events or reward is None:
         outcome = None
-    elif trajectory.reward != 1:
+    elif reward != 1:
         outcome = GAVE_UP
     else:
         outcome = FIXED_BY_FEEDBACK if chain is not None else GUESSED
@@ -130,7 +131,7 @@ def repair(trajectory: Trajectory) -> Repair:
 
 
 def repair_outcome(trajectory: Trajectory) -> str | None:
-    return repair(trajectory).outcome
+    return repair(trajectory.turns, trajectory.reward).outcome
 
 
 def repair_points(trajectories: Iterable[Trajectory], *, prefix: str = "") -> dict[str, float]:

@@ -7,6 +7,7 @@ from workers.rl.rollout.feedback import (
     fix_chain,
     pytest_passed,
     repair,
+    repair_events,
     repair_outcome,
     repair_points,
 )
@@ -17,7 +18,7 @@ from workers.rl.types import ToolResult
 
 def test_a_failing_run_an_edit_and_a_passing_run_is_fixed_by_feedback():
     trajectory = planted(run_tests(1), editor("view"), editor("str_replace", diff=FIX), run_tests(0), submit())
-    found = repair(trajectory)
+    found = repair(trajectory.turns, trajectory.reward)
     assert found.outcome == "fixed_by_feedback"
     failing, edit, passing = found.chain
     # Turn indices: system, user, then (assistant, tool) per call; the chain is the tool turns.
@@ -42,7 +43,7 @@ def test_an_edit_after_a_failure_without_a_later_passing_run_is_guessed_when_sol
 
 def test_a_passing_run_before_any_failure_is_no_feedback():
     trajectory = planted(run_tests(0), editor("str_replace", diff=FIX), run_tests(0), submit())
-    assert repair_outcome(trajectory) == "guessed" and repair(trajectory).chain is None
+    assert repair_outcome(trajectory) == "guessed" and repair(trajectory.turns, trajectory.reward).chain is None
 
 
 def test_unsolved_is_gave_up_and_no_tools_is_no_repair_trajectory():
@@ -115,14 +116,14 @@ def test_only_tool_results_count_never_the_models_own_text():
 
 def test_the_chain_is_the_failure_the_fix_answered():
     second_diff = FIX + "+# second try\n"
-    events = repair(planted(run_tests(1), editor("str_replace", diff=FIX), run_tests(1),
-                            editor("str_replace", diff=second_diff), run_tests(0))).events
-    failing, edit, passing = fix_chain(list(events))
+    events = repair_events(planted(run_tests(1), editor("str_replace", diff=FIX), run_tests(1),
+                                   editor("str_replace", diff=second_diff), run_tests(0)).turns)
+    failing, edit, passing = fix_chain(events)
     assert (failing.turn, edit.turn, passing.turn) == (7, 9, 11) and edit.diff == second_diff
     # A failure, an edit, then a failure again and a pass with no edit between: the first edit and a later pass
     # still make the loop the metric counts.
-    events = repair(planted(run_tests(1), editor("str_replace", diff=FIX), run_tests(1), run_tests(0))).events
-    assert [event.turn for event in fix_chain(list(events))] == [3, 5, 9]
+    events = repair_events(planted(run_tests(1), editor("str_replace", diff=FIX), run_tests(1), run_tests(0)).turns)
+    assert [event.turn for event in fix_chain(events)] == [3, 5, 9]
 
 
 def test_fixed_after_feedback_is_over_the_solved_repair_trajectories():
