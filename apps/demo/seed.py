@@ -18,7 +18,7 @@ from apps.accounts.services import membership_set, project_create
 from apps.registry.services import version_publish
 from workers.definitions.specs import PUBLISH_ORDER
 
-from . import arithmetic, coding, docqa, images, modelling3d, repositories, smollm, verifiers
+from . import arithmetic, coding, docqa, images, modelling3d, repair, repositories, smollm, verifiers
 from .draft import Draft
 from .held_out import SUFFIX, held_out_drafts
 
@@ -56,7 +56,7 @@ class SeedSummary:
 def drafts() -> list[Draft]:
     """Everything the seed publishes, in an order where each spec's references already exist."""
     everything = [*images.drafts(), *verifiers.drafts(), *arithmetic.drafts(), *coding.drafts(), *docqa.drafts(),
-                  *modelling3d.drafts(), *smollm.drafts(), *repositories.drafts(),
+                  *modelling3d.drafts(), *smollm.drafts(), *repositories.drafts(), *repair.drafts(),
                   Draft("model", "demo-tiny", "The demo's own character model (~0.8M parameters), pretrained here "
                         "from a run's tasks on first use.", {"source": {"type": "builtin", "name": "demo-tiny"}}),
                   Draft("rubric", "trajectory-review", "Is the answer right, is it a reward hack, how good is it; "

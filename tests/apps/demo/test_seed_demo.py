@@ -39,6 +39,9 @@ DOMAINS = {
 # The real-model demo's bundle (apps/demo/smollm.py), on the same images and verifiers.
 # The repository tasks' bundle (apps/demo/repositories.py): one domain, one template, its own image and verifier.
 REPOSITORY_DOMAINS = {"python-repositories": {"repository-bugfix"}}
+# The repair loop's bundle for SmolLM2 (apps/demo/repair.py), on the repository tasks' image and verifier; its eval
+# suite (repair-suite) pins the held-out twin.
+REPAIR_DOMAINS = {"python-repair": {"function-repair"}}
 SMOLLM_DOMAINS = {"smol-sums": {"smol-sum"}, "smol-python": {"smol-functions"}, "smol-tools": {"smol-run-python"}}
 
 
@@ -85,11 +88,12 @@ def test_bundle_pins_every_definition_the_domains_need(seeded):
     project, _ = seeded
     everything = {v.ref: v.content_hash for v in Version.objects.filter(definition__project=project)
                   .exclude(definition__kind__in=["bundle", "rubric"]).select_related("definition")}
-    suite = latest(project, "bundle", "demo-suite")
-    pinned = {member["ref"]: member["content_hash"] for member in suite.spec["resolved"]}
+    pinned = {member["ref"]: member["content_hash"] for suite in ("demo-suite", "repair-suite")
+              for member in latest(project, "bundle", suite).spec["resolved"]}
     for slug, domains, model in (("demo", DOMAINS, "demo-tiny"), ("demo-smollm", SMOLLM_DOMAINS,
                                                                    "smollm2-135m-instruct"),
-                                 ("demo-repositories", REPOSITORY_DOMAINS, "demo-tiny")):
+                                 ("demo-repositories", REPOSITORY_DOMAINS, "demo-tiny"),
+                                 ("demo-repair-smollm", REPAIR_DOMAINS, "smollm2-135m-instruct")):
         bundle = latest(project, "bundle", slug)
         resolved = {member["ref"]: member["content_hash"] for member in bundle.spec["resolved"]}
         assert bundle.spec["members"] == [f"domain/{domain}@1" for domain in domains]
