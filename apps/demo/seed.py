@@ -16,6 +16,7 @@ from rich.table import Table
 from apps.accounts.models import Membership, Project, Role
 from apps.accounts.services import membership_set, project_create
 from apps.registry.services import version_publish
+from apps.review.rubrics import REPAIR_QUESTION
 from workers.definitions.specs import PUBLISH_ORDER
 
 from . import arithmetic, coding, docqa, images, modelling3d, repair, repositories, smollm, verifiers
@@ -83,6 +84,7 @@ REVIEW_RUBRIC = {"questions": [
      "required": False},
     {"key": "notes", "type": "text", "prompt": "Anything a verifier author should know?", "required": False},
     {"key": "step_right", "type": "pass_fail", "prompt": "Is this step right?", "scope": "step"},
+    REPAIR_QUESTION,  # optional: asked of the repair loop's trajectories (fixed by feedback, guessed, gave up)
 ]}
 
 

@@ -28,8 +28,8 @@ import stat
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from workers.sandbox import zygote
-from workers.verifiers.repository import is_test_path, run_tests, snapshot_bytes, snapshot_files
+from workers.sandbox import Limits, SandboxImage, zygote
+from workers.verifiers.repository import PYTEST_PIN, is_test_path, run_tests, snapshot_bytes, snapshot_files
 
 OPERATORS = ("flip_comparison", "off_by_one", "swap_arguments", "remove_branch", "swap_boolean")
 FLIPPED = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
@@ -165,6 +165,14 @@ _SOURCE_FILE = os.stat_result((stat.S_IFREG | 0o644, *(0,) * 9))
 def file_diff(path: str, before: str, after: str) -> str:
     """A git-style diff of one file's text that `git apply` takes, written as a session's workspace diff is."""
     return zygote.file_diff(path, _SOURCE_FILE, _SOURCE_FILE, before.encode("utf-8"), after.encode("utf-8"))
+
+
+# Where the search runs the tests: this machine's Python with pytest, the image repository tasks are verified in.
+SEARCH_IMAGE = SandboxImage(key="builtin/python-pytest",
+                            layers=({"type": "base", "image": "python-3.11"},
+                                    {"type": "python_packages", "packages": [PYTEST_PIN]}),
+                            limits=Limits(cpu_seconds=120, wall_seconds=180, memory_mb=1024, max_processes=64,
+                                          disk_mb=256), warm_pool_size=2)
 
 
 # --- the search ------------------------------------------------------------------------------------------------

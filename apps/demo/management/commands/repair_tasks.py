@@ -17,8 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.common import wiring
 from apps.demo import repair
-from apps.task_import.management.commands.tasks import SEARCH_IMAGE
-from workers.rl.tasks.repository_mutations import RepositoryRefused, search_mutations, search_record
+from workers.rl.tasks.repository_mutations import SEARCH_IMAGE, RepositoryRefused, search_mutations, search_record
 
 
 class Command(BaseCommand):

@@ -38,26 +38,18 @@ from apps.task_import.generated import DEFAULT_BUNDLE, LIBRARY, GeneratedReport,
 from workers.definitions.specs import MAX_GENERATED_INSTANCES
 from workers.rl.tasks.generators import GeneratorError
 from workers.rl.tasks.repository_mutations import (
+    SEARCH_IMAGE,
     RepositoryRefused,
     instances_from_record,
     search_mutations,
     search_record,
 )
-from workers.sandbox import Limits, SandboxImage
 from workers.verifiers.repository import (
-    PYTEST_PIN,
     SnapshotError,
     archive_files,
     directory_files,
     snapshot_bytes,
 )
-
-# Where the search runs the tests: this machine's Python with pytest, the image repository tasks are verified in.
-SEARCH_IMAGE = SandboxImage(key="builtin/python-pytest",
-                            layers=({"type": "base", "image": "python-3.11"},
-                                    {"type": "python_packages", "packages": [PYTEST_PIN]}),
-                            limits=Limits(cpu_seconds=120, wall_seconds=180, memory_mb=1024, max_processes=64,
-                                          disk_mb=256), warm_pool_size=2)
 
 
 class Command(BaseCommand):
