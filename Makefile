@@ -12,13 +12,26 @@ MODEL ?= tiny
 # the tiny model (bundle demo-reasoning-gym) or, with MODEL=smollm, by SmolLM2 (demo-reasoning-gym-smollm, after an
 # SFT cold start on the references of every one of its templates: without it SmolLM2 wrote the <answer> tags the
 # scorers read in none of 256 rollouts, with it in 280 of 288).
+# `make demo MODEL=smollm DOMAINS=repair`: the repair loop (apps/demo/repair.py): SmolLM2 runs a buggy function's
+# tests, reads the failure, fixes the code and runs them again, after an SFT cold start on the expert trajectories the
+# reference check replayed; the base model, the cold start and the run are scored on the held-out families
+# (eval suite repair-suite), which the leaderboard shows side by side.
 DOMAINS ?=
 GENERATED := $(filter reasoning-gym,$(DOMAINS))
-DEMO_BUNDLE := $(if $(GENERATED),demo-reasoning-gym$(if $(filter smollm,$(MODEL)),-smollm),$(if $(filter smollm,$(MODEL)),demo-smollm,demo))
+REPAIR := $(filter repair,$(DOMAINS))
+# The expert trajectories the repair demo's cold start trains on (each replayed through the sandbox, kept if it
+# scores 1).
+REPAIR_REFERENCES := 64
+ifneq ($(REPAIR),)
+ifneq ($(MODEL),smollm)
+$(error DOMAINS=repair trains SmolLM2 (the tiny model has no tool calls to learn from): add MODEL=smollm)
+endif
+endif
+DEMO_BUNDLE := $(if $(REPAIR),demo-repair-smollm,$(if $(GENERATED),demo-reasoning-gym$(if $(filter smollm,$(MODEL)),-smollm),$(if $(filter smollm,$(MODEL)),demo-smollm,demo)))
 # MODEL=smollm: the reference check checks more answers of each template, and the GRPO run starts from an SFT cold
 # start on the passing references of two templates (manage.py cold_start, apps/demo/cold_start.py). The tiny demo
 # does neither.
-REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),$(if $(GENERATED),3,24),3)
+REFERENCE_PER_TEMPLATE := $(if $(REPAIR),$(REPAIR_REFERENCES),$(if $(filter smollm,$(MODEL)),$(if $(GENERATED),3,24),3))
 # After the cold start the tool and function templates are mostly solved and the sums are not (the cold start leaves
 # them out, below): the GRPO stage draws the sums 6 : functions 0.25 : tools 0.25 instead of the bundle's 4 : 1 : 1,
 # so its rounds go where the rewards still vary, not to groups that all pass and hold up a step with their longer
@@ -26,7 +39,10 @@ REFERENCE_PER_TEMPLATE := $(if $(filter smollm,$(MODEL)),$(if $(GENERATED),3,24)
 # (apps/demo/cold_start.py has the measurements).
 AFTER_COLD_START := --set "model=checkpoint demo-smollm-sft@latest" \
 	--set 'domain_weights={"smol-sums": 6, "smol-python": 0.25, "smol-tools": 0.25}' --set learning_rate=4e-4
-DEMO_START := $(if $(filter smollm,$(MODEL)),$(if $(GENERATED),--set "model=checkpoint $(DEMO_BUNDLE)-sft@latest",$(AFTER_COLD_START)))
+DEMO_START := $(if $(filter smollm,$(MODEL)),$(if $(GENERATED)$(REPAIR),--set "model=checkpoint $(DEMO_BUNDLE)-sft@latest",$(AFTER_COLD_START)))
+# The repair demo: the base model scored on its eval suite before anything trains (the leaderboard's first row).
+DEMO_SUITE := $(if $(REPAIR),repair-suite,demo-suite)
+DEMO_BASE_MODEL := $(if $(REPAIR),model/smollm2-135m-instruct,model/demo-tiny)
 # The templates whose references show how the answer is reached (a tool call, a function): on the sums' bare numbers
 # SmolLM2 learned to answer with a number copied from the question (apps/demo/cold_start.py says what was measured).
 COLD_START_TEMPLATES := --template smol-run-python --template smol-functions
@@ -79,8 +95,8 @@ demo: setup secret-key
 	$(BIN)/python manage.py review_queue demo-check --rubric trajectory-review --sample stratified:15 --overlap 2 \
 		--follow 0.005 --reviewers demo,reviewer --adjudicators demo --if-absent \
 		--description "The reference answers, then 1 in 200 of the demo run's trajectories: label, compare, adjudicate"
-	$(BIN)/python manage.py evaluate --suite demo-suite --model model/demo-tiny --if-absent
-	$(if $(filter smollm,$(MODEL)),$(BIN)/python manage.py cold_start --bundle $(DEMO_BUNDLE) $(if $(GENERATED),,$(COLD_START_TEMPLATES)))
+	$(BIN)/python manage.py evaluate --suite $(DEMO_SUITE) --model $(DEMO_BASE_MODEL) --if-absent
+	$(if $(filter smollm,$(MODEL)),$(BIN)/python manage.py cold_start --bundle $(DEMO_BUNDLE) $(if $(GENERATED)$(REPAIR),,$(COLD_START_TEMPLATES)))
 	$(BIN)/python manage.py train --bundle $(DEMO_BUNDLE) --steps $(DEMO_STEPS) --name $(DEMO_BUNDLE) --if-idle --prepare \
 		$(DEMO_START)
 	STUDIO_EMBEDDED_TRAINING=1 $(BIN)/python manage.py runserver --noreload $(HOST):$(PORT)

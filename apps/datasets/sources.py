@@ -11,7 +11,7 @@ from django.http import Http404
 
 from apps.accounts.models import Project
 from apps.registry.dataset_store import jsonl_read, upload_key
-from apps.review.exports import conversation, dataset_rows
+from apps.review.exports import conversation, dataset_rows, offered_tools, with_tools
 from apps.review.selectors import queue_get
 from apps.runs.checkpoints import CheckpointNotFound, run_find
 from apps.runs.models import Run, RunKind, RunStatus
@@ -61,14 +61,16 @@ def trajectory_rows(project: Project, source: dict, field: str) -> list[dict]:
                    dataset_rows(queue, kind="sft", question=source["question"], accept=source["accept"])}
         selected = selected.filter(pk__in=list(reviews))
     rows = []
-    for trajectory in selected.select_related("run").order_by("-finished_at", "id")[:source["limit"]]:
+    trajectories = list(selected.select_related("run").order_by("-finished_at", "id")[:source["limit"]])
+    tools = offered_tools(trajectories)
+    for trajectory in trajectories:
         provenance = _trajectory_provenance(trajectory, "trajectories")
         if reviews:
             review = reviews[str(trajectory.pk)]
             provenance["review"] = {key: review[key] for key in ("queue", "labels", "reviewers", "gold",
                                                                  "agreement_alpha")}
-        rows.append({"messages": conversation(trajectory), "provenance": provenance,
-                     TASK: task_label(trajectory.template, trajectory.task_key)})
+        rows.append(with_tools({"messages": conversation(trajectory), "provenance": provenance,
+                                TASK: task_label(trajectory.template, trajectory.task_key)}, trajectory, tools))
     return rows
 
 
@@ -97,10 +99,12 @@ def reference_check_rows(project: Project, source: dict, field: str) -> list[dic
     if source["template"]:
         selected = selected.filter(template__startswith=f"task_template/{source['template']}@")
     rows = []
-    for trajectory in selected.select_related("run").order_by("seq", "sample"):
+    trajectories = list(selected.select_related("run").order_by("seq", "sample"))
+    tools = offered_tools(trajectories)
+    for trajectory in trajectories:
         provenance = {**_trajectory_provenance(trajectory, "reference_check"), "bundle": run.bundle.ref}
-        rows.append({"messages": conversation(trajectory), "provenance": provenance,
-                     TASK: task_label(trajectory.template, trajectory.task_key)})
+        rows.append(with_tools({"messages": conversation(trajectory), "provenance": provenance,
+                                TASK: task_label(trajectory.template, trajectory.task_key)}, trajectory, tools))
     return rows
 
 

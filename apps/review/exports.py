@@ -21,7 +21,9 @@ from pathlib import Path
 
 from django.db.models import Q
 
+from apps.registry.models import Version
 from apps.trajectories.models import Trajectory
+from workers.definitions.specs import ToolSpec
 from workers.rl.tasks.overlap import task_label
 
 from .agreement import queue_agreement
@@ -36,6 +38,37 @@ def conversation(trajectory: Trajectory) -> list[dict]:
     """The trajectory's messages as chat messages (role, content): what an SFT row holds."""
     return [{"role": turn["role"], "content": turn.get("content", "")} for turn in trajectory.turns or []
             if turn.get("role") in ("system", "user", "assistant", "tool")]
+
+
+def offered_tools(trajectories) -> dict[str, list[dict]]:
+    """The tool schemas each trajectory's task template offered, by template version ("task_template/SLUG@N", as
+    trajectories name it): a row carries them (`tools`) so that training renders the context the policy sampled
+    in — the tools' instructions in its system message. Trained on the turns alone, SmolLM2 answered a repair
+    task's prompt, with those instructions before it, by copying a tool's schema instead of calling it."""
+    wanted: dict[tuple[str, int], str] = {}
+    for trajectory in trajectories:
+        definition, _, number = trajectory.template.partition("@")
+        kind, _, slug = definition.partition("/")
+        if kind == "task_template" and number.isdigit():
+            wanted[(slug, int(number))] = trajectory.template
+    if not wanted:
+        return {}
+    versions = Q()
+    for slug, number in wanted:
+        versions |= Q(definition__slug=slug, number=number)
+    projects = {trajectory.project_id for trajectory in trajectories}
+    # As the function schemas a rollout renders (ToolSpec.function).
+    return {wanted[(version.definition.slug, version.number)]:
+            [ToolSpec.model_validate(tool).function() for tool in version.spec.get("tools") or []]
+            for version in Version.objects.filter(versions, definition__kind="task_template",
+                                                  definition__project_id__in=projects)
+            .select_related("definition").only("number", "spec", "definition__slug")}
+
+
+def with_tools(row: dict, trajectory: Trajectory, tools: dict[str, list[dict]]) -> dict:
+    """`row` with the tools its trajectory's template offered (none: the row as it is)."""
+    offered = tools.get(trajectory.template)
+    return {**row, "tools": offered} if offered else row
 
 
 def prompt_and_completion(messages: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -77,8 +110,9 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
 
     rows = []
     chosen = [t for pk, t in trajectories.items() if pk not in exclude_trajectories and decided(pk) == accept]
+    tools = offered_tools(trajectories.values())
     if kind == "sft":
-        rows = [{"messages": conversation(t), "provenance": provenance(t)} for t in chosen]
+        rows = [with_tools({"messages": conversation(t), "provenance": provenance(t)}, t, tools) for t in chosen]
     elif kind == "hacks":
         for pk, trajectory in trajectories.items():
             if pk in exclude_trajectories or decided(pk) != HACK:
@@ -106,10 +140,10 @@ def dataset_rows(queue: ReviewQueue, *, kind: str, question: str = "verdict", ac
                     continue
                 prompt, good = prompt_and_completion(conversation(trajectory))
                 _, bad = prompt_and_completion(conversation(sibling))
-                rows.append({"prompt": prompt, "chosen": good, "rejected": bad,
-                             "provenance": {"chosen": provenance(trajectory), "rejected": str(sibling.pk),
-                                            "rejected_by": "label" if verdict else "reward",
-                                            "rejected_reward": sibling.reward}})
+                rows.append(with_tools({"prompt": prompt, "chosen": good, "rejected": bad,
+                                        "provenance": {"chosen": provenance(trajectory), "rejected": str(sibling.pk),
+                                                       "rejected_by": "label" if verdict else "reward",
+                                                       "rejected_reward": sibling.reward}}, trajectory, tools))
     return rows
 
 
@@ -126,8 +160,10 @@ def write_dataset(rows: list[dict], out: Path, *, fmt: str) -> Path:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
         partial.rename(out)  # whole or not at all
         return out
-    # Provenance is nested and varies by row: kept as one JSON string per row in the columnar formats.
-    flat = [{**row, "provenance": json.dumps(row["provenance"], ensure_ascii=False)} for row in rows]
+    # Provenance and tools are nested and vary by row: kept as one JSON string per row in the columnar formats (as
+    # TRL's datasets keep tools; the studio's data files read either).
+    flat = [{**row, **{key: json.dumps(row[key], ensure_ascii=False) for key in ("provenance", "tools") if key in row}}
+            for row in rows]
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -7,16 +7,21 @@ import random
 
 import pytest
 from django.core.management import CommandError, call_command
+from transformers import AutoTokenizer
 
 from apps.datasets.services import dataset_build
 from apps.demo import repair, repositories
 from apps.registry.dataset_store import dataset_materialise
+from apps.registry.models import Version
+from apps.registry.pins import bundle_tasks
 from apps.registry.services import version_publish
 from apps.trajectories.models import Trajectory
 from tests.support.repository import REPOSITORY_IMAGE
 from tests.support.resources import require
 from workers.definitions.specs import SessionSettings, ToolSpec
 from workers.rl.models.base_model import reference_turns
+from workers.rl.models.chat_formats import HFChat
+from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.rollout.sessions import workspace_for
 from workers.rl.rollout.swe_tools import REPAIR_TOOLS, SweToolSet, editor_commands
 from workers.rl.rollout.tools import PolicyToolError
@@ -121,7 +126,7 @@ def test_run_tests_reports_the_failing_calls_then_all_passed(pool, clamp_task):
 @pytest.mark.sandbox
 @pytest.mark.django_db(transaction=True)  # the reference check's heartbeat writes from a thread of its own
 def test_expert_trajectories_replay_to_1_and_a_wrong_edit_is_left_out_of_the_sft_data(tasks, clamp_task, project,
-                                                                                      owner):
+                                                                                      owner, tmp_path):
     chosen = [t for t in tasks if t["key"].startswith(("rotate-left-1-", "fizzbuzz-2-3-fizzbuzz-", "scale-2-shift-1-"))]
     wrong = dict(clamp_task, key="clamp-wrong-edit")
     broken = snapshot_contents(clamp_task["inputs"]["repository"])[repair.SOLUTION].decode()
@@ -151,5 +156,15 @@ def test_expert_trajectories_replay_to_1_and_a_wrong_edit_is_left_out_of_the_sft
     version = dataset_build(project=project, slug="repair-cold-start", fmt="sft", actor=owner,
                             sources=[{"type": "reference_check", "bundle": "repair-sample"}]).version
     path = dataset_materialise(project=project, text=f"dataset/repair-cold-start@{version.number}").path
-    kept = {json.loads(line)["provenance"]["task_key"] for line in path.read_text().splitlines()}
-    assert kept == {task["key"] for task in chosen}
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {row["provenance"]["task_key"] for row in kept} == {task["key"] for task in chosen}
+    # Each row carries the tools its prompt offered, so SFT renders the context the policy samples in.
+    # Each row carries the tools its prompt offered, so SFT trains in the context the policy samples in: the system
+    # message the rollout's chat renders (tools as the registry gives them) is the one the row's renders (tools as
+    # the dataset file gives them, its keys in another order).
+    [template] = bundle_tasks(bundle=Version.objects.get(definition__slug="repair-sample")).templates.values()
+    chat = HFChat(AutoTokenizer.from_pretrained(str(make_tiny_hf_model(tmp_path / "tiny"))))
+    prompt = [m for m in kept[0]["messages"] if m["role"] in ("system", "user")]
+    assert [row["tools"] for row in kept] == [kept[0]["tools"]] * len(kept)
+    assert chat.prompt(prompt, kept[0]["tools"]) == chat.prompt(prompt, list(template.tool_schemas))
+    assert chat.prompt(prompt, kept[0]["tools"]) != chat.prompt(prompt, [])

@@ -101,6 +101,24 @@ class CharChat:
         return ids, mask
 
 
+def canonical_tools(tools) -> list[dict]:
+    """Function schemas written one way whatever order their keys came in: name, description, parameters, and the
+    parameters' keys sorted. A rollout reads its template's tools from the registry (PostgreSQL's jsonb reorders
+    keys), an SFT row from a dataset file (written with sorted keys): rendered as they came, the prompt SFT trained
+    on was not the one the policy answered, and SmolLM2, trained on one order, copied a tool's schema out of the
+    other instead of calling the tool."""
+    return [{"name": tool.get("name", ""), "description": tool.get("description", ""),
+             "parameters": _sorted_keys(tool.get("parameters", {}))} for tool in tools or ()]
+
+
+def _sorted_keys(value):
+    if isinstance(value, dict):
+        return {key: _sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(item) for item in value]
+    return value
+
+
 def tool_instructions(tools: list[dict]) -> str:
     """The tool instructions Qwen2.5's chat template writes into the system message (Hermes function calling)."""
     signatures = "\n".join(json.dumps({"type": "function", "function": tool}) for tool in tools)
@@ -129,6 +147,7 @@ class HFChat:
             [{"role": "user", "content": "hi"}], tools=[probe], tokenize=False)
 
     def _render(self, messages, tools, *, generation_prompt: bool) -> str:
+        tools = canonical_tools(tools)
         if tools and not self.template_takes_tools:
             messages = with_tool_instructions(messages, tools)
             tools = None

@@ -300,6 +300,12 @@ class HFPolicy:
             load_model(self.model, str(path), device=str(self.device))
 
 
+# Rows whose prompts differ but open alike — an SFT batch of one template's conversations: the same system message
+# and tools' instructions, 400 of a repair row's 1,100 tokens — have that opening computed once when it is at least
+# this long (shorter, the extra pass costs more than it saves).
+COMMON_OPENING = 32
+
+
 def _hf_logits(model, ids, attention_mask, first: int, *, share: bool = True):
     """Logits predicting ids[:, first + 1:] only (`logits_to_keep`): with a 49k vocabulary the output layer and
     its softmax over every prompt position cost a fifth of the compute and most of the memory, for nothing.
@@ -308,11 +314,18 @@ def _hf_logits(model, ids, attention_mask, first: int, *, share: bool = True):
     that prefix computed once, not once per sample: its keys and values (with their autograd history, so LoRA
     on the attention still learns from them) are handed to every row that shares it, and only the rows' own
     tokens are computed. On a CPU, where a group's 8 copies of a 150-token prompt outweigh 10-token answers,
-    that is most of a step's compute; a micro-batch of many groups computes each of its prompts once. `share`
+    that is most of a step's compute; a micro-batch of many groups computes each of its prompts once. Rows whose
+    prompts all differ share their common opening instead, when it is COMMON_OPENING tokens or more. `share`
     False: one plain forward pass."""
     rows, prefix, prefixes = ids.shape[0], first + 1, None
     if share and rows > 1 and prefix >= 2:
         prefixes, owners = torch.unique(ids[:, :prefix], dim=0, return_inverse=True)
+        if len(prefixes) == rows:
+            differs = (ids[:, :prefix] != ids[:1, :prefix]).any(dim=0).nonzero()
+            opening = int(differs[0]) if len(differs) else prefix
+            if opening >= COMMON_OPENING and bool(attention_mask[:, :opening].all()):
+                prefix, prefixes, owners = opening, ids[:1, :opening], torch.zeros(rows, dtype=torch.long,
+                                                                                    device=ids.device)
     if prefixes is None or len(prefixes) == rows:
         return model(input_ids=ids[:, :-1], attention_mask=attention_mask[:, :-1],
                      logits_to_keep=ids.shape[1] - 1 - first).logits
@@ -327,6 +340,9 @@ def _hf_logits(model, ids, attention_mask, first: int, *, share: bool = True):
             layer.values = layer.values.index_select(0, owners)
     suffix = ids[:, prefix:-1]
     positions = torch.arange(prefix, prefix + suffix.shape[1], device=ids.device).expand(rows, -1)
+    if prefix <= first:  # a common opening: the rows' own prompts follow it, logits from `first` on
+        return model(input_ids=suffix, cache=cache, position_ids=positions, attention_mask=attention_mask[:, :-1],
+                     use_cache=True, logits_to_keep=ids.shape[1] - 1 - first).logits
     # The prefix's last position predicts each row's first trained token.
     first_logits = shared.logits.index_select(0, owners)
     if not suffix.shape[1]:

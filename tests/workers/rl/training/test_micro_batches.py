@@ -10,7 +10,7 @@ from torch.nn import functional as F
 
 from workers.rl.config import GRPOConfig
 from workers.rl.models.hf_tiny import make_tiny_hf_model
-from workers.rl.models.policies import HFPolicy, TinyLMPolicy, token_logprobs
+from workers.rl.models.policies import COMMON_OPENING, HFPolicy, TinyLMPolicy, token_logprobs
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM
 from workers.rl.training.trainer import GRPOTrainer, padded_batch
 
@@ -118,3 +118,35 @@ def test_the_plain_pass_a_gpu_takes_gives_the_logprobs_of_the_shared_prompt_pass
     trained = batch.mask[:, batch.first + 1:].bool()
     assert torch.allclose(shared[trained], plain[trained], atol=1e-5)
     assert torch.allclose(shared_entropy[trained], plain_entropy[trained], atol=1e-5)
+
+
+def test_rows_whose_prompts_differ_but_open_alike_compute_the_opening_once_with_the_same_logprobs_and_gradients(
+        tmp_path):
+    """An SFT batch of one template: the same system message and tools' instructions, then each row's own prompt
+    and answer. The opening is computed once; what the rows learn is what one plain pass gives."""
+    policy, twin, vocab = _policies("hf", tmp_path)
+    rng = random.Random(1)
+    opening = [rng.randrange(1, vocab) for _ in range(COMMON_OPENING + 3)]
+    rows = []
+    for length in (3, 5, 4):
+        prompt = opening + [rng.randrange(1, vocab) for _ in range(length)]
+        answer = [rng.randrange(1, vocab) for _ in range(rng.randint(2, 6))]
+        rows.append(((prompt + answer, [0] * len(prompt) + [1] * len(answer), [0.0] * (len(prompt) + len(answer))),
+                     0.0))
+    batch = padded_batch(rows, "cpu")
+    assert len(torch.unique(batch.ids[:, :batch.first + 1], dim=0)) == len(rows)  # no two prompts alike
+    calls = []
+    hook = policy.model.register_forward_pre_hook(lambda _, args, kwargs: calls.append(kwargs["input_ids"].shape),
+                                                  with_kwargs=True)
+    shared, _ = policy.logprobs(batch.ids, batch.attention, 1.0, batch.first)
+    hook.remove()
+    assert calls[0] == (1, len(opening))  # the opening once, then every row's own tokens
+    assert calls[1] == (len(rows), batch.ids.shape[1] - 1 - len(opening))
+    twin.shares_prompts = False
+    plain, _ = twin.logprobs(batch.ids, batch.attention, 1.0, batch.first)
+    trained = batch.mask[:, batch.first + 1:].bool()
+    assert torch.allclose(shared[trained], plain[trained], atol=1e-5)
+    shared[trained].sum().backward()
+    plain[trained].sum().backward()
+    for mine, theirs in zip(policy.trainable_parameters(), twin.trainable_parameters(), strict=True):
+        assert torch.allclose(mine.grad, theirs.grad, atol=1e-5)
