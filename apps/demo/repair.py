@@ -192,7 +192,12 @@ def drafts() -> list[Draft]:
         Draft("bundle", BUNDLE, "The repair loop for SmolLM2-135M-Instruct (LoRA GRPO on the CPU): run the tests, "
               "fix, run them again, submit.",
               {"members": [f"domain/{DOMAIN}@latest"],
-               "run_config": {**smollm.RUN_CONFIG, "context_length": CONTEXT_TOKENS, "eval_suite": SUITE}}),
+               # Two groups a step, not the smollm demo's four: a repair group's rollouts and their training cost
+               # minutes on two cores (five turns of ~1,100 tokens each), so half the groups give twice the
+               # updates in the same time; the run's own evaluation takes 8 training tasks (the held-out score is
+               # the eval suite's).
+               "run_config": {**smollm.RUN_CONFIG, "context_length": CONTEXT_TOKENS, "eval_suite": SUITE,
+                              "groups_per_step": 2, "eval_tasks_per_domain": 8}}),
         Draft("bundle", SUITE, "The repair eval suite: held-out function families, and a sample of the demo's "
               "repository tasks (before/after on real packages), greedy.",
               {"members": [f"domain/{DOMAIN}{SUFFIX}@latest", "domain/python-repositories@latest"],

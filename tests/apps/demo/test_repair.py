@@ -19,7 +19,7 @@ from apps.trajectories.models import Trajectory
 from tests.support.repository import REPOSITORY_IMAGE
 from tests.support.resources import require
 from workers.definitions.specs import SessionSettings, ToolSpec
-from workers.rl.models.base_model import reference_turns
+from workers.rl.models.base_model import line_edit, reference_turns
 from workers.rl.models.chat_formats import HFChat
 from workers.rl.models.hf_tiny import make_tiny_hf_model
 from workers.rl.rollout.sessions import workspace_for
@@ -77,12 +77,27 @@ def test_the_prompt_shows_the_buggy_function_and_not_the_tests(tasks, clamp_task
         assert any(test.startswith(repair.VISIBLE) for test in task["hidden"]["FAIL_TO_PASS"])
 
 
-def test_the_expert_trajectory_edits_the_smallest_unique_text(clamp_task):
+def test_the_expert_trajectory_replaces_the_line_it_viewed(clamp_task):
     calls = _turn_calls(clamp_task)
     assert [name for name, _ in calls] == ["run_tests", "str_replace_editor", "str_replace_editor", "run_tests",
                                            "submit"]
     assert calls[1][1] == {"command": "view", "path": "solution.py", "view_range": [1, 2]}
-    assert calls[2][1] == {"command": "str_replace", "path": "solution.py", "old_str": "6)", "new_str": "5)"}
+    assert calls[2][1] == {"command": "str_replace", "path": "solution.py",
+                           "old_str": "return [min(max(x, -5), 6) for x in xs]",
+                           "new_str": "return [min(max(x, -5), 5) for x in xs]"}
+
+
+@pytest.mark.parametrize(("before", "after", "edit"), [
+    # a line whose text recurs elsewhere keeps its indentation; a removed branch comes back whole
+    ("def f(x):\n    if x:\n        return 1\n    return 1\n", "def f(x):\n    if x:\n        return 2\n    return 1\n",
+     ("        return 1", "        return 2", 3)),
+    ("def f(x):\n    pass\n    return x\n", "def f(x):\n    if x < 0:\n        x = 0\n    return x\n",
+     ("pass", "if x < 0:\n        x = 0", 2)),
+])
+def test_an_expert_edit_is_whole_lines_unique_in_the_file(before, after, edit):
+    assert line_edit(before, after) == edit
+    old_str, new_str, _ = edit
+    assert before.count(old_str) == 1 and before.replace(old_str, new_str) == after
 
 
 # --- in the sandbox ------------------------------------------------------------------------------------------

@@ -129,9 +129,31 @@ def minimal_edit(before: str, after: str) -> tuple[str, str, int]:
     return before[start:end], after[start:new_end], before[:start].count("\n") + 1
 
 
+def line_edit(before: str, after: str) -> tuple[str, str, int]:
+    """(old_str, new_str, line) of a str_replace of the whole lines that change, without the first one's
+    indentation: the line as the view just showed it, one token changed. A small model learns to copy a line it has
+    read; it did not learn which fragment is unique in a file (SmolLM2, cold-started on minimal_edit's fragments,
+    wrote old_str "1)" where the line read "6)", and the edit found nothing to replace). The indentation is kept
+    where the text without it occurs elsewhere in the file; minimal_edit where even the whole lines do."""
+    old_lines, new_lines = before.split("\n"), after.split("\n")
+    start = 0
+    while start < min(len(old_lines), len(new_lines)) and old_lines[start] == new_lines[start]:
+        start += 1
+    old_end, new_end = len(old_lines), len(new_lines)
+    while old_end > start and new_end > start and old_lines[old_end - 1] == new_lines[new_end - 1]:
+        old_end, new_end = old_end - 1, new_end - 1
+    old, new = "\n".join(old_lines[start:old_end]), "\n".join(new_lines[start:new_end])
+    indent = len(old) - len(old.lstrip())
+    if old.strip() and new[:indent] == old[:indent] and before.count(old[indent:]) == 1:
+        return old[indent:], new[indent:], start + 1
+    if old.strip() and before.count(old) == 1:
+        return old, new, start + 1
+    return minimal_edit(before, after)
+
+
 def repair_reference_turns(inputs: dict, hidden: dict) -> list[dict] | None:
     """A repair task solved the way the loop goes (a template offering run_tests): run the tests, view the lines
-    around the bug, replace the smallest text that fixes it (unique in the file), run the tests again, submit. None
+    around the bug, replace the lines that change (line_edit), run the tests again, submit. None
     for a gold patch of more than one file (the repair tasks' patches change one)."""
     hunks = _hunks(hidden["patch"])
     paths = {path for path, *_ in hunks}
@@ -144,7 +166,7 @@ def repair_reference_turns(inputs: dict, hidden: dict) -> list[dict] | None:
         if after.count(old) != 1:
             return None
         after = after.replace(old, new)
-    old_str, new_str, line = minimal_edit(before, after)
+    old_str, new_str, line = line_edit(before, after)
     lines = max(1, len(before.splitlines()))
     view = [max(1, line - REPAIR_VIEW_MARGIN), min(lines, line + old_str.count("\n") + REPAIR_VIEW_MARGIN)]
     calls = [("run_tests", {}), ("str_replace_editor", {"command": "view", "path": path, "view_range": view}),
