@@ -81,7 +81,7 @@ def test_the_expert_trajectory_replaces_the_line_it_viewed(clamp_task):
     calls = _turn_calls(clamp_task)
     assert [name for name, _ in calls] == ["run_tests", "str_replace_editor", "str_replace_editor", "run_tests",
                                            "submit"]
-    assert calls[1][1] == {"command": "view", "path": "solution.py", "view_range": [1, 2]}
+    assert calls[1][1] == {"command": "view", "path": "solution.py"}  # a short file whole: where the bug is, unknown
     assert calls[2][1] == {"command": "str_replace", "path": "solution.py",
                            "old_str": "return [min(max(x, -5), 6) for x in xs]",
                            "new_str": "return [min(max(x, -5), 5) for x in xs]"}

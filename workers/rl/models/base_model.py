@@ -100,7 +100,10 @@ def repository_reference_turns(hidden: dict) -> list[dict]:
     return [_call(name, arguments) for name, arguments in calls]
 
 
-REPAIR_VIEW_MARGIN = 3  # lines the repair reference views on each side of the line it fixes
+REPAIR_VIEW_MARGIN = 3  # lines the repair reference views on each side of the line it fixes, in a long file
+# A file this short is viewed whole: a window around the bug is chosen knowing where the bug is, which the policy
+# does not (SmolLM2, cold-started on such windows, viewed lines 1-2 of five and wrote an old_str from memory).
+REPAIR_VIEW_WHOLE = 40
 
 
 def minimal_edit(before: str, after: str) -> tuple[str, str, int]:
@@ -152,8 +155,8 @@ def line_edit(before: str, after: str) -> tuple[str, str, int]:
 
 
 def repair_reference_turns(inputs: dict, hidden: dict) -> list[dict] | None:
-    """A repair task solved the way the loop goes (a template offering run_tests): run the tests, view the lines
-    around the bug, replace the lines that change (line_edit), run the tests again, submit. None
+    """A repair task solved the way the loop goes (a template offering run_tests): run the tests, view the file (the
+    lines around the bug in a long one), replace the lines that change (line_edit), run the tests again, submit. None
     for a gold patch of more than one file (the repair tasks' patches change one)."""
     hunks = _hunks(hidden["patch"])
     paths = {path for path, *_ in hunks}
@@ -168,8 +171,11 @@ def repair_reference_turns(inputs: dict, hidden: dict) -> list[dict] | None:
         after = after.replace(old, new)
     old_str, new_str, line = line_edit(before, after)
     lines = max(1, len(before.splitlines()))
-    view = [max(1, line - REPAIR_VIEW_MARGIN), min(lines, line + old_str.count("\n") + REPAIR_VIEW_MARGIN)]
-    calls = [("run_tests", {}), ("str_replace_editor", {"command": "view", "path": path, "view_range": view}),
+    view = {"command": "view", "path": path}
+    if lines > REPAIR_VIEW_WHOLE:
+        view["view_range"] = [max(1, line - REPAIR_VIEW_MARGIN),
+                              min(lines, line + old_str.count("\n") + REPAIR_VIEW_MARGIN)]
+    calls = [("run_tests", {}), ("str_replace_editor", view),
              ("str_replace_editor", {"command": "str_replace", "path": path, "old_str": old_str, "new_str": new_str}),
              ("run_tests", {}), ("submit", {})]
     return [_call(name, arguments) for name, arguments in calls]
