@@ -48,6 +48,9 @@ class Membership(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices)
+    # "" for a role an owner granted by hand; else the sign-on provider id whose group mapping granted it
+    # (apps/sso): a login recomputes only those, and never touches a hand-granted role.
+    granted_by = models.CharField(max_length=63, blank=True, default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "user"], name="one_role_per_project")]
