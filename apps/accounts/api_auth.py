@@ -5,7 +5,7 @@ from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer, SessionAuth
 
 from .models import Project, Role
-from .selectors import project_for_caller, token_for_plaintext
+from .selectors import project_for_caller, scim_token_for_plaintext, token_for_plaintext
 
 
 class ApiTokenAuth(HttpBearer):
@@ -17,6 +17,9 @@ class ApiTokenAuth(HttpBearer):
 
     def authenticate(self, request, token: str):
         found = token_for_plaintext(plaintext=token)
+        if found is None and scim_token_for_plaintext(plaintext=token) is not None:
+            raise AuthenticationError(message="This is a SCIM token: it works only at /scim/v2/, for the identity "
+                                              "provider's provisioning. Use a project's API token here.")
         if found is None:
             raise AuthenticationError(message="This API token is unknown, expired or revoked; create a new one on "
                                               "the API tokens page.")

@@ -67,11 +67,16 @@ class TokenScope(models.TextChoices):
     # records its episodes as runs (an editor's or an owner's token). Handed to a training cluster, it reads the
     # rest of the API as a viewer does, and writes nothing there.
     ENVIRONMENT = "environment", "environment (play the environments served over OpenEnv; a viewer's rights here)"
+    # For the company's identity provider: SCIM 2.0 provisioning at /scim/v2 (apps/sso/scim.py), and nothing else.
+    # A SCIM token belongs to no project (it creates and deactivates people studio-wide), is made by an operator
+    # (`manage.py scim_token`), and the REST API refuses it (apps/accounts/api_auth.py).
+    SCIM = "scim", "scim (provision people from the identity provider at /scim/v2; nothing else)"
 
     @classmethod
     def ceiling(cls, scope: str) -> str:
+        # A SCIM token has no rights in any project (the REST API refuses it before asking).
         return {cls.READ: Role.VIEWER, cls.REVIEW: Role.REVIEWER, cls.WRITE: Role.EDITOR, cls.ADMIN: Role.OWNER,
-                cls.ENVIRONMENT: Role.VIEWER}[scope]
+                cls.ENVIRONMENT: Role.VIEWER, cls.SCIM: Role.VIEWER}[scope]
 
 
 class ApiToken(models.Model):

@@ -7,7 +7,7 @@ from django.db.models import F, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from .models import ApiToken, AuditEvent, Membership, Project, Role
+from .models import ApiToken, AuditEvent, Membership, Project, Role, TokenScope
 from .services import token_digest
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -47,16 +47,27 @@ def project_for_page(*, user, slug: str, min_role: str = Role.VIEWER) -> tuple[P
 
 
 def token_for_plaintext(*, plaintext: str) -> ApiToken | None:
-    """The live token (not revoked, not expired, scoped to a project, its user active), or None."""
+    """The live token (not revoked, not expired, scoped to a project, its user active), or None. A SCIM token is
+    never one: it has no project, and it is good at /scim/v2 only (scim_token_for_plaintext)."""
+    return _live_token(plaintext=plaintext, scim=False)
+
+
+def scim_token_for_plaintext(*, plaintext: str) -> ApiToken | None:
+    """The live SCIM token (TokenScope.SCIM, no project; not revoked, not expired, its user active), or None."""
+    return _live_token(plaintext=plaintext, scim=True)
+
+
+def _live_token(*, plaintext: str, scim: bool) -> ApiToken | None:
     if not plaintext.startswith("pts_"):
         return None
     now = timezone.now()
-    token = (
-        ApiToken.objects.select_related("user", "project")
-        .filter(digest=token_digest(plaintext), revoked_at__isnull=True, project__isnull=False)
-        .exclude(expires_at__lte=now)
-        .first()
-    )
+    tokens = ApiToken.objects.select_related("user", "project").filter(digest=token_digest(plaintext),
+                                                                       revoked_at__isnull=True)
+    if scim:
+        tokens = tokens.filter(scope=TokenScope.SCIM, project__isnull=True)
+    else:
+        tokens = tokens.filter(project__isnull=False).exclude(scope=TokenScope.SCIM)
+    token = tokens.exclude(expires_at__lte=now).first()
     if token is None or not token.user.is_active:
         return None
     # At most one write a minute per token: a read-only API call should not take the database's write lock.

@@ -58,6 +58,9 @@ def api_token_create(*, user, name: str, project: Project, scope: str = TokenSco
     again."""
     if scope not in TokenScope.values:
         raise ValueError(f"Unknown scope {scope!r}; choose one of {', '.join(TokenScope.values)}.")
+    if scope == TokenScope.SCIM:
+        raise ValueError("A SCIM token belongs to no project: an operator makes one with `manage.py scim_token "
+                         "create`.")
     role = Membership.objects.filter(project=project, user=user).values_list("role", flat=True).first()
     if role is None:
         raise ValueError(f"You are not a member of {project.slug}: a token can only act where you can.")

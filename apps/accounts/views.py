@@ -24,7 +24,9 @@ class ApiTokenCreateForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="Where it will be used, e.g. laptop CLI or CI.")
     project = forms.ModelChoiceField(queryset=Project.objects.none(), empty_label=None,
                                      help_text="A token acts in this one project.")
-    scope = forms.ChoiceField(choices=TokenScope.choices, initial=TokenScope.READ,
+    # A SCIM token is no project's: an operator makes it with `manage.py scim_token create`.
+    scope = forms.ChoiceField(choices=[c for c in TokenScope.choices if c[0] != TokenScope.SCIM],
+                              initial=TokenScope.READ,
                               help_text="At most this, and never more than your own role.")
     expires = forms.ChoiceField(choices=EXPIRIES, required=False, label="Expires", initial=DEFAULT_EXPIRY)
 
