@@ -52,18 +52,26 @@ REPOSITORY_PACKAGES := inflection==0.5.1 roman==5.2
 
 .PHONY: setup system-packages secret-key demo test lint clean editor
 
-setup: system-packages $(VENV)/.installed
+IDP := tests/support/idp
+setup: system-packages $(VENV)/.installed $(IDP)/node_modules/.installed
 
 # Debian packages the studio runs: bubblewrap for the process sandbox, chromium for the browser tests (Playwright
 # drives it; no browser is ever downloaded). Installed when we are root (as on these machines and in CI);
 # otherwise the missing ones are named and the tests that need them are skipped.
-SYSTEM_PACKAGES := bubblewrap chromium
+SYSTEM_PACKAGES := bubblewrap chromium nodejs
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 		else echo "Missing Debian packages:$$missing (install them as root: apt-get install$$missing)"; fi; \
 	fi
+
+# The identity providers the sign-on tests start on loopback (tests/e2e/test_sso_*.py): npm packages pinned by the
+# folder's package-lock.json (IDP, defined above `setup`), run by Debian's Node. npm comes with some Node builds
+# and not with Debian's.
+$(IDP)/node_modules/.installed: $(IDP)/package.json $(IDP)/package-lock.json
+	@command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; } || echo "npm is missing (apt-get install npm): the sign-on tests will be skipped"
+	if command -v npm >/dev/null; then cd $(IDP) && npm ci --no-audit --no-fund --silent && touch node_modules/.installed; fi
 
 # Re-runs only when pyproject.toml or this Makefile changes; an existing .venv is reused.
 $(VENV)/.installed: pyproject.toml Makefile

@@ -13,6 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -116,9 +117,21 @@ def compose_command() -> list[str] | None:
     return ["docker-compose"] if shutil.which("docker-compose") else None
 
 
+IDP_DIR = Path(__file__).resolve().parent / "idp"
+
+
+def _idp() -> str | None:
+    if shutil.which("node") is None:
+        return "needs Node to run the test identity providers (make setup installs Debian's nodejs as root)"
+    if not (IDP_DIR / "node_modules" / ".installed").is_file():
+        return f"needs the test identity providers' npm packages in {IDP_DIR}/node_modules (make setup: npm ci)"
+    return None
+
+
 # name -> probe: None when the resource is there, else the reason a test that needs it cannot run.
 PROBES = {"sandbox": _sandbox, "postgres": _postgres, "redis": _redis, "docker": _docker, "browser": _browser,
-          "processes": _processes, "servers": _servers, "s3": _s3, "compose": _compose}
+          "processes": _processes, "servers": _servers, "s3": _s3, "compose": _compose,
+          "idp": _idp}
 
 
 @functools.cache
