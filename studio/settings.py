@@ -316,3 +316,23 @@ SANDBOX_CPU_PRICE_PER_HOUR = float(os.environ.get("STUDIO_SANDBOX_CPU_PRICE_PER_
 # the file is read in the background (a Celery task on the `studio` queue; a thread in the embedded studio).
 TASK_UPLOAD_MAX_BYTES = int(os.environ.get("STUDIO_TASK_UPLOAD_MAX_BYTES", 2 * 2**30))
 TASK_UPLOAD_BACKGROUND_BYTES = int(os.environ.get("STUDIO_TASK_UPLOAD_BACKGROUND_BYTES", 20 * 2**20))
+
+# SCIM 2.0 provisioning at /scim/v2 (apps/sso/scim.py, on django-scim2): the identity provider creates, updates,
+# deactivates and deletes people and keeps its groups there, with a bearer token of the scim scope (`manage.py
+# scim_token create`). django-scim2's own settings, naming our adapters, filters and token check.
+SCIM_SERVICE_PROVIDER = {
+    "USER_ADAPTER": "apps.sso.scim.StudioScimUser",
+    "GROUP_MODEL": "apps.sso.scim_models.ScimGroup",
+    "GROUP_ADAPTER": "apps.sso.scim.StudioScimGroup",
+    "USER_FILTER_PARSER": "apps.sso.scim_queries.UserFilterQuery",
+    "GROUP_FILTER_PARSER": "apps.sso.scim_queries.GroupFilterQuery",
+    "SERVICE_PROVIDER_CONFIG_MODEL": "apps.sso.scim.ServiceProviderConfig",
+    "BASE_LOCATION_GETTER": "apps.sso.scim_auth.base_location",
+    "GET_OBJECT_POST_PROCESSOR_GETTER": "apps.sso.scim_queries.object_post_processor_getter",
+    "GET_QUERYSET_POST_PROCESSOR_GETTER": "apps.sso.scim_queries.queryset_post_processor_getter",
+    "AUTH_CHECK_MIDDLEWARE": "apps.sso.scim_auth.SCIMTokenAuth",
+    "AUTHENTICATION_SCHEMES": [{"type": "oauthbearertoken", "name": "Bearer token",
+                                "description": "An API token of the scim scope: manage.py scim_token create"}],
+    "WWW_AUTHENTICATE_HEADER": 'Bearer realm="scim"',
+    "NETLOC": "unused",  # mandatory for django-scim2; locations come from the request (BASE_LOCATION_GETTER)
+}

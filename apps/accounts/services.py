@@ -41,7 +41,9 @@ def membership_set(*, project: Project, user, role: str, actor, via: str = "web"
     if role not in Role.values:
         raise ValueError(f"Unknown role {role!r}; choose one of {', '.join(Role.values)}.")
     with transaction.atomic():
-        membership, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": role})
+        # Set by hand: a sign-on login no longer recomputes this role (granted_by "").
+        membership, _ = Membership.objects.update_or_create(project=project, user=user,
+                                                            defaults={"role": role, "granted_by": ""})
         audit_record(project=project, actor=actor, action="membership.set", target=f"user/{user.username}",
                      details={"role": role}, via=via)
         return membership
@@ -67,6 +69,22 @@ def api_token_create(*, user, name: str, project: Project, scope: str = TokenSco
     if scope == TokenScope.ENVIRONMENT and Role.rank(role) < Role.rank(Role.EDITOR):
         raise ValueError(f"An environment token records its trainer's episodes as runs of {project.slug}: that "
                          f"needs an editor or an owner, and your role there is {role}.")
+    return _token_create(user=user, name=name, project=project, scope=scope, expires_at=expires_at, via=via)
+
+
+def scim_token_create(*, user, name: str, expires_at: datetime | None = None, via: str = "cli") -> tuple[ApiToken, str]:
+    """A SCIM token (TokenScope.SCIM, no project: apps/sso/scim.py) held by `user`, an active staff account:
+    whoever holds it creates and deactivates people studio-wide, so no project role is enough. Returns the row and
+    the plaintext, which is shown once and never stored."""
+    if not (user.is_active and user.is_staff):
+        raise ValueError(f"{user.username} is not an active staff account: a SCIM token creates and deactivates "
+                         "people studio-wide, so only an operator may hold one (mark the account staff in the "
+                         "admin).")
+    return _token_create(user=user, name=name, project=None, scope=TokenScope.SCIM, expires_at=expires_at, via=via)
+
+
+def _token_create(*, user, name: str, project: Project | None, scope: str, expires_at: datetime | None,
+                  via: str) -> tuple[ApiToken, str]:
     if expires_at is not None and expires_at <= timezone.now():
         raise ValueError("The expiry must be in the future.")
     prefix = secrets.token_hex(4)
