@@ -32,6 +32,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from .speculation import SpeculationStats
+
 log = logging.getLogger(__name__)
 
 
@@ -103,6 +105,8 @@ class BatchingEngine:
     def __init__(self, *, policy_version: int = 0, max_batch_rows: int = 512):
         self.policy_version = policy_version
         self.busy_seconds = 0.0
+        # Speculative decoding's counts (speculation.py), in the engines that batch continuously and draft.
+        self.speculation_stats = SpeculationStats()
         self.max_batch_rows = max_batch_rows
         self._queue: list[tuple[GenerationRequest, Future]] = []
         self._wakeup = threading.Condition()

@@ -23,6 +23,9 @@ import torch
 from . import BatchingEngine, GenerationRequest
 from .decode_graphs import for_device
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
+from .speculation import Speculation
+
+TRANSFORMERS_SPECULATION = Speculation()
 
 
 class TransformersEngine(BatchingEngine):
@@ -30,7 +33,7 @@ class TransformersEngine(BatchingEngine):
 
     def __init__(self, path: str, *, device: str = "cpu", policy_version: int = 0, dtype=torch.float32,
                  max_batch_rows: int = 512, shared_model=None, keep_prompts: bool = True,
-                 cuda_graphs: bool | None = None):
+                 cuda_graphs: bool | None = None, speculation: Speculation | None = None):
         """`shared_model`: the trainer's own model, sampled from as it is (a PeftModel too, its adapters
         unmerged) — only where sampling and training never overlap (a sync run). Otherwise the engine loads a
         copy of its own from `path`, which the trainer's updates reach through load_weights. `keep_prompts`:
@@ -38,7 +41,8 @@ class TransformersEngine(BatchingEngine):
         `cuda_graphs`: decode steps recorded and replayed as CUDA graphs (decode_graphs.py); None: on a CUDA
         device. Off to measure what they save, or for a model whose forward pass cannot be recorded (which the
         engine also finds itself, and then decodes eagerly). On a CPU, True pads the steps' rows as for a graph
-        and decodes them eagerly."""
+        and decodes them eagerly. `speculation`: drafts from the context verified in one pass
+        (engines/speculation.py; None: the default, TRANSFORMERS_SPECULATION; speculation.OFF: none)."""
         from transformers import AutoModelForCausalLM
 
         if shared_model is not None:
@@ -48,6 +52,7 @@ class TransformersEngine(BatchingEngine):
         else:
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
         self.device, self.keep_prompts = device, keep_prompts
+        self.speculation = TRANSFORMERS_SPECULATION if speculation is None else speculation
         self.decode_graphs = for_device(device, cuda_graphs)  # shared by the batches this engine opens
         self.max_context = getattr(self.model.config, "max_position_embeddings", None)
         super().__init__(policy_version=policy_version, max_batch_rows=max_batch_rows)
@@ -77,6 +82,12 @@ class TransformersEngine(BatchingEngine):
                          logits_to_keep=1)
         return out.logits[:, -1]
 
+    def _verify(self, idx, positions, cache, mask):
+        """Several tokens per row (a sampled token and its drafts), `mask` (rows, 1, T, W): every position's logits."""
+        out = self.model(input_ids=idx, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True,
+                         logits_to_keep=idx.shape[1])
+        return out.logits
+
     def _score(self, idx):
         return self.model(input_ids=idx, use_cache=False).logits
 
@@ -84,7 +95,8 @@ class TransformersEngine(BatchingEngine):
         return ContinuousBatch(self._prefill, self._decode, context=self.max_context or 1 << 31, device=self.device,
                                score=self._score,
                                prefill_after=self._prefill_after if self.keep_prompts else None,
-                               decode_graphs=self.decode_graphs)
+                               decode_graphs=self.decode_graphs, verify=self._verify,
+                               speculation=self.speculation, stats=self.speculation_stats)
 
     def _sampling_request(self, request: GenerationRequest) -> SamplingRequest:
         return sampling_request(request)

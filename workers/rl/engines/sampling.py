@@ -11,6 +11,7 @@ token, its logprob under the model's own distribution (temperature 1)."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from torch.nn import functional as F
 from .decode_graphs import DecodeGraphs
 from .prefix_cache import PrefixCache
 from .slot_cache import SlotCache
+from .speculation import NgramIndex, Speculation, SpeculationStats, propose
 
 KEPT_CACHE_BYTES = 256 << 20  # the largest slot cache a drained ContinuousBatch keeps for its next rows
 # The same where its decode steps are recorded as CUDA graphs: a new cache would invalidate them all, and the next
@@ -59,15 +61,21 @@ def draw(probabilities: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
 
 
 def choose(last: torch.Tensor, temperatures: torch.Tensor, uniforms: list[float], *,
-           greedy: bool, top: int = 0):
+           greedy: bool, top: int = 0, excluded: list[int] | None = None):
     """(token per row, its logprob), both on the logits' device, from the last logits (rows, vocab): drawn at each
     row's temperature (rows, 1), or the most likely one where the temperature is 0 (`greedy`: some row's is, as
     the caller knows without asking the device). With `top`, a third item: the `top` likeliest tokens of each
-    row's distribution, (logprobs, ids), each (rows, top)."""
+    row's distribution, (logprobs, ids), each (rows, top). `excluded`: per row a token it must not draw (-1: none),
+    a draft speculative decoding refused there — the row then draws from the rest, renormalised (`draw` scales by
+    the total), and its logprob is still that of the whole distribution, the model's."""
     zero = temperatures == 0
     distribution = F.log_softmax(last.float() / torch.where(zero, torch.ones_like(temperatures), temperatures),
                                  dim=-1)
-    tokens = draw(distribution.exp(), uniforms)
+    probabilities = distribution.exp()
+    if excluded is not None:
+        rows = [row for row, token in enumerate(excluded) if token >= 0]
+        probabilities[rows, [excluded[row] for row in rows]] = 0.0
+    tokens = draw(probabilities, uniforms)
     if greedy:
         tokens = torch.where(zero.squeeze(1), distribution.argmax(dim=-1), tokens)
     chosen = distribution.gather(1, tokens[:, None]).squeeze(1)
@@ -194,8 +202,17 @@ class ContinuousBatch:
     write before it and keep all of them alive (the embedded demo's web process grew by gigabytes a minute)."""
 
     def __init__(self, prefill: Callable, decode: Callable, *, context: int, device, score: Callable | None = None,
-                 prefill_after: Callable | None = None, decode_graphs: DecodeGraphs | None = None):
+                 prefill_after: Callable | None = None, decode_graphs: DecodeGraphs | None = None,
+                 verify: Callable | None = None, speculation: Speculation | None = None,
+                 stats: SpeculationStats | None = None):
         self.prefill_step, self.decode_step, self.context, self.device = prefill, decode, context, device
+        # Speculative decoding from the context (speculation.py), where the model can run a step of several tokens
+        # per row (`verify`: decode's arguments with idx (R, T), positions (R, T), mask (R, 1, T, W) -> logits
+        # (R, T, vocab)); its counts go to `stats`, the engine's.
+        self.verify_step = verify
+        self.speculation = speculation if verify is not None and speculation is not None and speculation.enabled \
+            else None
+        self.stats = stats if stats is not None else SpeculationStats()
         self.graphs = decode_graphs
         self.score_step, self.prefill_after = score, prefill_after
         # Kept prompts, reused by later ones that begin with them (prefix_cache.py); only where the model can
@@ -236,7 +253,7 @@ class ContinuousBatch:
                 entry = {"request": request, "handle": handle, "tokens": [[] for _ in range(request.n)],
                          "logprobs": [[] for _ in range(request.n)], "top": [[] for _ in range(request.n)],
                          "compute": [0.0] * request.n, "left": request.n, "stream": random.Random(request.seed),
-                         "prompt_logprobs": None}
+                         "prompt_logprobs": None, "prompt_index": None}
                 if request.prompt_logprobs is not None:
                     logits = self.score_step(torch.tensor([request.prompt], device=self.device))[0]
                     entry["prompt_logprobs"] = prompt_logprobs(logits, request.prompt, request.prompt_logprobs)
@@ -316,11 +333,27 @@ class ContinuousBatch:
             request = entry["request"]
             entry["compute"] = [seconds + prefill_share for seconds in entry["compute"]]
             self.entries.append(entry)
+            drafting = self._drafts_for(request)
+            if drafting:  # the prompt's n-grams, indexed once for its samples
+                entry["prompt_index"] = NgramIndex(self.speculation.min_ngram, self.speculation.max_ngram)
+                entry["prompt_index"].extend(request.prompt, len(request.prompt) - 1)
             for sample in range(request.n):
                 row = {"entry": entry, "sample": sample, "slot": next(slots), "budget": budget,
-                       "stops": set(request.stops), "length": len(request.prompt)}
+                       "stops": set(request.stops), "length": len(request.prompt),
+                       # speculating: the row's sequence so far, its own n-grams, a draft refused at its next token
+                       "context": list(request.prompt) if drafting else None,
+                       "index": NgramIndex(self.speculation.min_ngram, self.speculation.max_ngram,
+                                           start=len(request.prompt) - 1) if drafting else None,
+                       "refused": None}
                 self.occupant[row["slot"]] = row
                 self.rows.append(row)
+
+    def _drafts_for(self, request: SamplingRequest) -> bool:
+        """Whether this request's rows are drafted for. Not for a request asking for presence or frequency
+        penalties (a draft's logits would need the penalties of the drafts before it) or for top_logprobs (the
+        accepted drafts' alternatives are not read back): those decode plainly, beside drafted rows."""
+        return (self.speculation is not None and not request.presence_penalty and not request.frequency_penalty
+                and not request.top_logprobs)
 
     def _free_slots(self, count: int) -> list[int]:
         """The lowest `count` free slots (the batch's slot list grown as needed)."""
@@ -345,68 +378,162 @@ class ContinuousBatch:
 
     @torch.no_grad()
     def advance(self) -> list[dict]:
-        """One token for every live row. Returns the entries whose rows have all stopped (their `tokens`,
-        `logprobs` and `compute` complete) and forgets them."""
+        """One token for every live row (and, speculating, the drafts it accepted: engines/speculation.py).
+        Returns the entries whose rows have all stopped (their `tokens`, `logprobs` and `compute` complete) and
+        forgets them."""
         started = time.monotonic()
         used = len(self.occupant)
         # Each request's stream draws for its live rows in sample order, as it always has.
         uniforms = [0.0] * used
+        excluded = None
         for row in self.rows:
             uniforms[row["slot"]] = row["entry"]["stream"].random()
+            if row.get("refused") is not None:  # its last draft was refused: sampled from p without it
+                excluded = excluded or [-1] * used
+                excluded[row["slot"]], row["refused"] = row["refused"], None
         greedy = any(row["entry"]["request"].temperature == 0 for row in self.rows)
         top = max((entry["request"].top_logprobs for entry in self.entries), default=0)  # per request, not row
         chosen = choose(self._penalised(self.last[:used]), self.temperatures[:used], uniforms, greedy=greedy,
-                        top=top)
+                        top=top, excluded=excluded)
         tokens, logprobs = chosen[0], chosen[1]
         sampled, sampled_logprobs = torch.stack([tokens.double(), logprobs.double()]).tolist()  # one read back
         best_logprobs, best_ids = (chosen[2].values.tolist(), chosen[2].indices.tolist()) if top else ((), ())
         finished, stopped, took_part = [], [], []
         for row in self.rows:
-            entry, sample, slot = row["entry"], row["sample"], row["slot"]
-            token = int(sampled[slot])
-            took_part.append((entry, sample))
-            entry["tokens"][sample].append(token)
-            entry["logprobs"][sample].append(sampled_logprobs[slot])
-            request = entry["request"]
+            slot = row["slot"]
+            took_part.append((row["entry"], row["sample"]))
+            request = row["entry"]["request"]
+            best = None
             if request.top_logprobs:
-                entry["top"][sample].append(list(zip(best_ids[slot][:request.top_logprobs],
-                                                     best_logprobs[slot][:request.top_logprobs], strict=True)))
-            row["length"] += 1
-            if request.on_token is not None:
-                request.on_token(sample, token)
-            if token in row["stops"] or len(entry["tokens"][sample]) >= row["budget"] or \
-                    (request.stop_check is not None and request.stop_check(entry["tokens"][sample])):
+                best = list(zip(best_ids[slot][:request.top_logprobs], best_logprobs[slot][:request.top_logprobs],
+                                strict=True))
+            if self._take(row, int(sampled[slot]), sampled_logprobs[slot], best):
                 stopped.append(row)
-                entry["left"] -= 1
-                if entry["left"] == 0:
-                    finished.append(entry)
-        if stopped:
-            for row in stopped:
-                self.occupant[row["slot"]] = None
-            self.rows = [row for row in self.rows if self.occupant[row["slot"]] is row]
-            self.entries = [entry for entry in self.entries if entry["left"] > 0]
-            self.cache.free(torch.tensor([row["slot"] for row in stopped], device=self.device))
+        finished += self._stop(stopped)
+        if self.rows:
+            tokens = self._pack(tokens)
+            drafts = self._drafts()
+            if drafts:
+                finished += self._speculate(drafts)
+            else:
+                used = len(self.occupant)
+                rows = used if self.graphs is None else self.graphs.rows(used)  # padded with free slots for a graph
+                width = max(row["length"] for row in self.rows)  # the new token's column included
+                self.cache.reserve(rows, width)
+                mask, positions = self.cache.prepare(rows, width)
+                if self.graphs is None:
+                    self.last = self.decode_step(tokens[:used, None], positions, self.cache, mask)
+                else:
+                    self.last = self.graphs.decode(self.decode_step, tokens, used, self.cache, mask, positions)
+                self.cache.advance()
         if not self.rows:
             recorded = self.graphs is not None and self.graphs.capture
             if self.cache.bytes > (KEPT_RECORDED_CACHE_BYTES if recorded else KEPT_CACHE_BYTES):
                 self.cache = None
             self._reset()
-        else:
-            tokens = self._pack(tokens)
-            used = len(self.occupant)
-            rows = used if self.graphs is None else self.graphs.rows(used)  # padded with free slots for a graph
-            width = max(row["length"] for row in self.rows)  # the new token's column included
-            self.cache.reserve(rows, width)
-            mask, positions = self.cache.prepare(rows, width)
-            if self.graphs is None:
-                self.last = self.decode_step(tokens[:used, None], positions, self.cache, mask)
-            else:
-                self.last = self.graphs.decode(self.decode_step, tokens, used, self.cache, mask, positions)
-            self.cache.advance()
         share = (time.monotonic() - started) / max(len(took_part), 1)
         for entry, sample in took_part:
             entry["compute"][sample] += share
         return finished
+
+    def _take(self, row: dict, token: int, logprob: float, top: list | None) -> bool:
+        """Record a row's next token (streamed to its caller); True when the row stops with it."""
+        entry, sample = row["entry"], row["sample"]
+        request, written = entry["request"], entry["tokens"][sample]
+        written.append(token)
+        entry["logprobs"][sample].append(logprob)
+        if top is not None:
+            entry["top"][sample].append(top)
+        row["length"] += 1
+        if row["context"] is not None:
+            row["context"].append(token)
+        if request.on_token is not None:
+            request.on_token(sample, token)
+        return (token in row["stops"] or len(written) >= row["budget"]
+                or (request.stop_check is not None and request.stop_check(written)))
+
+    def _stop(self, stopped: list[dict]) -> list[dict]:
+        """These rows are done: their slots freed. Returns the entries all of whose rows are now done."""
+        if not stopped:
+            return []
+        finished = []
+        for row in stopped:
+            self.occupant[row["slot"]] = None
+            row["entry"]["left"] -= 1
+            if row["entry"]["left"] == 0:
+                finished.append(row["entry"])
+        self.rows = [row for row in self.rows if self.occupant[row["slot"]] is row]
+        self.entries = [entry for entry in self.entries if entry["left"] > 0]
+        self.cache.free(torch.tensor([row["slot"] for row in stopped], device=self.device))
+        return finished
+
+    def _drafts(self) -> dict[int, list[int]]:
+        """slot -> the drafts of each row that has some (nothing when speculation is off for this step)."""
+        if self.speculation is None or len(self.rows) > self.speculation.max_rows:
+            return {}
+        drafts = {}
+        for row in self.rows:
+            if row["context"] is None:
+                continue
+            room = min(self.speculation.tokens, row["budget"] - len(row["entry"]["tokens"][row["sample"]]))
+            if room > 0:
+                found = propose(row["context"], row["index"], row["entry"]["prompt_index"], room)
+                if found:
+                    drafts[row["slot"]] = found
+        return drafts
+
+    def _speculate(self, drafts: dict[int, list[int]]) -> list[dict]:
+        """One forward pass over every row's last token and its drafts (a row without drafts is padded), the drafts
+        checked against the model's own distribution at each position (engines/speculation.py), the accepted
+        ones recorded as sampled tokens. Each row's cache keeps its token and its accepted drafts, and its next
+        logits are those after the last of them. Returns the entries finished by an accepted draft."""
+        used = len(self.occupant)
+        span = 1 + max(len(found) for found in drafts.values())
+        inputs = [[0] * span for _ in range(used)]
+        for row in self.rows:
+            found = drafts.get(row["slot"], ())
+            inputs[row["slot"]][:1 + len(found)] = [row["entry"]["tokens"][row["sample"]][-1], *found]
+        idx = torch.tensor(inputs, device=self.device)
+        width = max(row["length"] for row in self.rows) + span - 1
+        self.cache.reserve(used, width)
+        mask, positions = self.cache.prepare_span(used, width, span, limit=self.context)
+        logits = self.verify_step(idx, positions, self.cache, mask)  # (used, span, vocab)
+        temperatures = self.temperatures[:used]
+        zero = temperatures == 0
+        distribution = F.log_softmax(
+            logits[:, :-1].float() / torch.where(zero, torch.ones_like(temperatures), temperatures)[:, :, None], dim=-1)
+        drafted = idx[:, 1:, None]
+        checked = [distribution.gather(2, drafted).squeeze(2).double()]
+        greedy = any(row["entry"]["request"].temperature == 0 for row in self.rows)
+        if greedy:
+            checked.append(distribution.argmax(dim=-1).double())
+        checked = torch.stack(checked).tolist()  # one read back: each draft's logprob (and the likeliest ids)
+        kept = [0] * used
+        stopped, stats = [], self.stats
+        stats.steps += 1
+        for row in self.rows:
+            slot = row["slot"]
+            found = drafts.get(slot, ())
+            stats.drafted += len(found)
+            request, stream = row["entry"]["request"], row["entry"]["stream"]
+            for position, token in enumerate(found):
+                logprob = checked[0][slot][position]
+                if request.temperature == 0:
+                    accept = int(checked[1][slot][position]) == token
+                else:
+                    accept = stream.random() < math.exp(logprob)
+                if not accept:
+                    row["refused"] = token if request.temperature != 0 else None
+                    break
+                kept[slot] += 1
+                stats.accepted += 1
+                if self._take(row, token, logprob, None):
+                    stopped.append(row)
+                    break
+        kept_tensor = torch.tensor(kept, device=self.device)
+        self.cache.advance_by(kept_tensor + 1)
+        self.last = logits[torch.arange(used, device=self.device), kept_tensor]
+        return self._stop(stopped)
 
     def _penalised(self, last: torch.Tensor) -> torch.Tensor:
         """The logits with each row's presence and frequency penalties applied to the tokens it has sampled so

@@ -153,9 +153,40 @@ class SlotCache:
         torch.where(step["allowed"], step["attended"], step["masked"], out=step["mask"])
         return step["mask"], step["positions"]
 
+    def prepare_span(self, rows: int, width: int, span: int, *, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set up a step of `span` tokens per row over slots [0, rows) (speculative decoding's verification: a
+        row's sampled token and its drafts, engines/speculation.py): token j of a row is written at column
+        lengths[slot] + j and attends columns up to its own. `width`: the columns the widest row reaches, its last
+        token's included (the caller reserved them). Returns the mask (rows, 1, span, W), additive, and the
+        positions (rows, span), cut at `limit` - 1 (the padding of a row with fewer drafts may run past the
+        model's context; what it computes there is never read). Not kept per shape as `prepare`'s are: these steps
+        run eagerly, never recorded."""
+        span_columns = min(self.columns, -(-width // COLUMN_STEP) * COLUMN_STEP)
+        if width > span_columns:
+            raise ValueError(f"a step of {width} columns in a cache of {self.columns}")
+        written = self.lengths[:rows]
+        columns = written[:, None] + torch.arange(span, device=self.device)[None, :]  # (rows, span)
+        heads, dim = self.keys[0].shape[1], self.keys[0].shape[3]
+        dtype = self.keys[0].dtype
+        allowed = self._columns[:span_columns].view(1, 1, 1, -1) <= columns.view(rows, 1, span, 1)
+        mask = torch.where(allowed, torch.tensor(0.0, dtype=dtype, device=self.device),
+                           torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=self.device))
+        self._step = {"written": written, "live": self.live[:rows],
+                      "index": columns.view(rows, 1, span, 1).expand(rows, heads, span, dim),
+                      "layers": [(keys[:rows], values[:rows], keys[:rows, :, :span_columns],
+                                  values[:rows, :, :span_columns])
+                                 for keys, values in zip(self.keys, self.values, strict=True)]}
+        return mask, columns.clamp(max=limit - 1)
+
+    def advance_by(self, counts: torch.Tensor) -> None:
+        """After a `prepare_span` step: each row keeps the first counts[slot] of the tokens it wrote (its sampled
+        token and the drafts accepted); the columns of rejected drafts are past its length, masked from then on
+        and overwritten as it grows. This is the rollback of the cache: nothing is copied or erased."""
+        self._step["written"].add_(counts * self._step["live"])
+
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer: int, *_, **__):
-        """This step's keys and values (rows, heads, 1, dim) written at each row's column; returns the layer's keys
-        and values (rows, heads, W, dim) to attend."""
+        """This step's keys and values (rows, heads, 1 or a span's tokens, dim) written at each row's columns;
+        returns the layer's keys and values (rows, heads, W, dim) to attend."""
         key_buffer, value_buffer, attended_keys, attended_values = self._step["layers"][layer]
         index = self._step["index"]
         key_buffer.scatter_(2, index, keys)

@@ -147,14 +147,25 @@ class TinyLM(nn.Module):
             x, _ = block(x, cache, mask, layer=layer)
         return self.head(self.ln(x))[:, -1]
 
-    def continuous_batch(self, *, context: int, device, cuda_graphs: bool | None = None):
+    def verify_step(self, idx, positions, cache, mask):
+        """ContinuousBatch's step of several tokens per row (speculative decoding's verification of drafts):
+        decode_step over idx (rows, T), `mask` (rows, 1, T, width); the logits of every position (rows, T, vocab)."""
+        x = self.token(idx) + self.position(positions)
+        for layer, block in enumerate(self.blocks):
+            x, _ = block(x, cache, mask, layer=layer)
+        return self.head(self.ln(x))
+
+    def continuous_batch(self, *, context: int, device, cuda_graphs: bool | None = None, speculation=None,
+                         stats=None):
         """The torch engine's batch over this model (engines.sampling.ContinuousBatch): its prefill and decode,
-        the decode steps recorded as CUDA graphs where `cuda_graphs` (None: on a CUDA device)."""
+        the decode steps recorded as CUDA graphs where `cuda_graphs` (None: on a CUDA device); drafts from the
+        context verified as `speculation` says (engines.speculation; None: off), counted in `stats`."""
         from ..engines.decode_graphs import for_device
         from ..engines.sampling import ContinuousBatch
 
         return ContinuousBatch(self.prefill_step, self.decode_step, context=context, device=device,
-                               score=self.score_step, decode_graphs=for_device(device, cuda_graphs))
+                               score=self.score_step, decode_graphs=for_device(device, cuda_graphs),
+                               verify=self.verify_step, speculation=speculation, stats=stats)
 
     def score_step(self, idx):
         """ContinuousBatch's scoring of a prompt: the logits of every position (prompt logprobs)."""
