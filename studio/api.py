@@ -15,6 +15,7 @@ from apps.evals.api import router as evals_router
 from apps.registry.api import router as registry_router
 from apps.review.api import router as review_router
 from apps.runs.api import router as runs_router
+from apps.sso.api import router as sso_router
 
 
 class StudioAPI(NinjaAPI):
@@ -40,6 +41,7 @@ api.add_router("", registry_router)
 api.add_router("", runs_router)
 api.add_router("", review_router)
 api.add_router("", evals_router)
+api.add_router("", sso_router)
 
 # Registered last, so it only sees paths no endpoint matched: without it Django would answer those with an
 # HTML 404 page.

@@ -17,6 +17,7 @@ SECRET_KEY    required, except with DEBUG on; `make demo` keeps a random one in 
 """
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -63,7 +64,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "axes",
+    # Sign-on with the company's identity provider (apps/sso): allauth's OpenID Connect provider, its flow
+    # completed and its ID-token checks tightened by apps/sso/oidc.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "apps.accounts",
+    "apps.sso",
     "apps.registry",
     "apps.task_import",
     "apps.runs",
@@ -88,6 +96,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    # A signed-on person whose provider's groups no longer give them any role is signed out at their next request.
+    "apps.sso.middleware.SignOnRecheck",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Before the log-in wall, so that the wall's own redirects carry the policy too.
@@ -112,6 +123,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "apps.accounts.context_processors.projects",
+                "apps.sso.context_processors.sign_on",
             ],
             "builtins": ["apps.common.json_entries"],
         },
@@ -160,7 +172,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # name, or from one address, logging in is refused for that name or address until the cool-off has passed. A
 # right password does not reset the count: it would also reset the address's count, and an attacker with an
 # account of their own could then guess another's password without end.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Passwords go through apps/sso/backends.py's LocalPasswords (Django's ModelBackend, refusing every account but the
+# break-glass one when STUDIO_LOCAL_LOGIN=off). allauth's own backend is not listed: it would check passwords too,
+# outside that switch; a sign-on login names LocalPasswords as its session's backend, which only reads users.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "apps.sso.backends.LocalPasswords"]
 AXES_FAILURE_LIMIT = int(os.environ.get("STUDIO_LOGIN_FAILURE_LIMIT", 5))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("STUDIO_LOGIN_COOLOFF_MINUTES", 15)))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
@@ -175,6 +190,62 @@ AXES_CLIENT_IP_CALLABLE = "apps.accounts.client_address.client_address"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+# How long a login lasts (a browser session; API tokens have their own expiry). A signed-on person's roles are
+# recomputed from their provider's groups at every login, so this also bounds how long a group change there takes
+# to reach a role here (without SCIM, which applies it at once).
+SESSION_COOKIE_AGE = int(float(os.environ.get("STUDIO_SESSION_HOURS", 12)) * 3600)
+
+
+def _sign_on_id(name: str) -> str:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", name):
+        raise ImproperlyConfigured(f"{name!r} in STUDIO_OIDC_PROVIDERS is not a provider id: use 1-63 lowercase "
+                                   "letters, digits and hyphens, e.g. okta or entra-id")
+    return name
+
+
+def _oidc_provider(provider_id: str) -> dict:
+    """One OpenID Provider from STUDIO_OIDC_<ID>_* (ID: the provider id in capitals, '-' as '_'), as allauth's
+    settings-defined app. The client secret is the operator's, from the environment, as STUDIO_ENDPOINT_KEY_*:
+    never from anything an editor writes or the database holds."""
+    prefix = f"STUDIO_OIDC_{provider_id.upper().replace('-', '_')}_"
+    missing = [prefix + name for name in ("ISSUER", "CLIENT_ID") if not os.environ.get(prefix + name)]
+    if missing:
+        raise ImproperlyConfigured(f"STUDIO_OIDC_PROVIDERS names {provider_id!r}, but {', '.join(missing)} "
+                                   "is not set (the README's Sign-on section lists each provider's settings)")
+    issuer = os.environ[prefix + "ISSUER"].rstrip("/")
+    scopes = os.environ.get(prefix + "SCOPES", "openid profile email").split()
+    return {"provider_id": provider_id, "name": os.environ.get(prefix + "NAME", provider_id),
+            "client_id": os.environ[prefix + "CLIENT_ID"], "secret": os.environ.get(prefix + "CLIENT_SECRET", ""),
+            "settings": {"server_url": issuer, "issuer": issuer, "scope": scopes, "oauth_pkce_enabled": True,
+                         "groups_claim": os.environ.get(prefix + "GROUPS_CLAIM", "groups")}}
+
+
+# STUDIO_OIDC_PROVIDERS=okta,keycloak: the OpenID Providers whose users may log in (each configured by its own
+# STUDIO_OIDC_<ID>_ISSUER, _CLIENT_ID, _CLIENT_SECRET, and optionally _NAME, _SCOPES, _GROUPS_CLAIM). Who is
+# admitted, and with which roles, is decided by the projects' group mappings (apps/sso).
+OIDC_PROVIDERS = [_oidc_provider(_sign_on_id(name.strip()))
+                  for name in os.environ.get("STUDIO_OIDC_PROVIDERS", "").split(",") if name.strip()]
+SOCIALACCOUNT_PROVIDERS = {"openid_connect": {
+    # Our subclass of allauth's provider: a nonce in every request, the ID token's signature always checked, ...
+    "provider_class": "apps.sso.oidc.provider.StudioOpenIDConnectProvider",
+    "OAUTH_PKCE_ENABLED": True,
+    "APPS": OIDC_PROVIDERS,
+}}
+# provider id -> what the login page, the members page and apps/sso need of it; SAML providers join it below.
+SIGN_ON_PROVIDERS = {app["provider_id"]: {"name": app["name"], "protocol": "oidc",
+                                          "groups_claim": app["settings"]["groups_claim"]} for app in OIDC_PROVIDERS}
+ACCOUNT_ADAPTER = "apps.sso.adapters.StudioAccountAdapter"
+SOCIALACCOUNT_ADAPTER = "apps.sso.adapters.StudioSocialAccountAdapter"
+# Accounts are made by apps/sso (just in time, for people a mapping admits), never linked by e-mail address: a
+# provider that lets its users type any address would otherwise hand them another person's studio account.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_STORE_TOKENS = False
+# "on": anyone may log in with a password made in the studio; "off": only STUDIO_BREAK_GLASS_USER may (for when the
+# identity provider is down), and the login page offers only the providers. API tokens work either way.
+LOCAL_LOGIN = env_flag("STUDIO_LOCAL_LOGIN", True)
+BREAK_GLASS_USER = os.environ.get("STUDIO_BREAK_GLASS_USER", "")
 
 # Content-Security-Policy: scripts only from the studio itself (every page's JavaScript is a file in static/; the
 # explorer adds the hashes of Dash's own inline scripts); styles inline too, since Plotly and Dash set them from

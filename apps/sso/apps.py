@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SsoConfig(AppConfig):
+    name = "apps.sso"
+    label = "sso"
