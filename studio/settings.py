@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
+    "allauth.socialaccount.providers.saml",
     "apps.accounts",
     "apps.sso",
     "apps.registry",
@@ -234,6 +235,55 @@ SOCIALACCOUNT_PROVIDERS = {"openid_connect": {
 # provider id -> what the login page, the members page and apps/sso need of it; SAML providers join it below.
 SIGN_ON_PROVIDERS = {app["provider_id"]: {"name": app["name"], "protocol": "oidc",
                                           "groups_claim": app["settings"]["groups_claim"]} for app in OIDC_PROVIDERS}
+
+
+def _saml_provider(provider_id: str) -> dict:
+    """One SAML 2.0 identity provider from STUDIO_SAML_<ID>_* (ID: the provider id in capitals, '-' as '_'), as
+    allauth's settings-defined app: its metadata URL (…_METADATA_URL, with …_ENTITY_ID), or its entity id, single
+    sign-on URL and signing certificate (…_ENTITY_ID, …_SSO_URL, …_X509CERT or …_X509CERT_FILE). Assertions must be
+    signed, logins the IdP starts on its own are refused, and apps/sso/saml.py adds the audience, recipient and
+    replay checks allauth leaves out."""
+    prefix = f"STUDIO_SAML_{provider_id.upper().replace('-', '_')}_"
+    env = {name: os.environ.get(prefix + name, "") for name in (
+        "METADATA_URL", "ENTITY_ID", "SSO_URL", "X509CERT", "X509CERT_FILE", "NAME", "GROUPS_ATTRIBUTE",
+        "UID_ATTRIBUTE", "EMAIL_ATTRIBUTE", "SP_ENTITY_ID")}
+    if env["X509CERT_FILE"]:
+        env["X509CERT"] = Path(env["X509CERT_FILE"]).read_text()
+    if env["METADATA_URL"] and env["ENTITY_ID"]:
+        idp = {"metadata_url": env["METADATA_URL"], "entity_id": env["ENTITY_ID"]}
+    elif env["ENTITY_ID"] and env["SSO_URL"] and env["X509CERT"]:
+        idp = {"entity_id": env["ENTITY_ID"], "sso_url": env["SSO_URL"], "x509cert": env["X509CERT"]}
+    else:
+        raise ImproperlyConfigured(f"STUDIO_SAML_PROVIDERS names {provider_id!r}: set {prefix}METADATA_URL and "
+                                   f"{prefix}ENTITY_ID, or {prefix}ENTITY_ID, {prefix}SSO_URL and {prefix}X509CERT "
+                                   "(or _X509CERT_FILE) (the README's Sign-on section lists each provider's settings)")
+    mapping = {"uid": [a for a in [env["UID_ATTRIBUTE"]] if a],  # empty: the NameID
+               "email": [env["EMAIL_ATTRIBUTE"] or "email", "urn:oid:0.9.2342.19200300.100.1.3",
+                         "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress"],
+               "first_name": ["givenName", "urn:oid:2.5.4.42",
+                              "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/givenname"],
+               "last_name": ["sn", "surname", "urn:oid:2.5.4.4",
+                             "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/surname"],
+               "username": ["username", "uid"]}
+    settings = {"idp": idp, "attribute_mapping": mapping, "groups_claim": env["GROUPS_ATTRIBUTE"] or "groups",
+                "advanced": {"strict": True, "want_assertion_signed": True, "reject_idp_initiated_sso": True,
+                             "allow_single_label_domains": True, "reject_deprecated_algorithm": True}}
+    if env["SP_ENTITY_ID"]:
+        settings["sp"] = {"entity_id": env["SP_ENTITY_ID"]}
+    return {"provider_id": provider_id, "name": env["NAME"] or provider_id, "client_id": provider_id,
+            "settings": settings}
+
+
+# STUDIO_SAML_PROVIDERS=adfs,okta-saml: the SAML 2.0 identity providers whose users may log in (each configured by
+# its STUDIO_SAML_<ID>_* settings above; the studio's SP metadata is at /accounts/sso/saml/<id>/metadata/).
+SAML_PROVIDERS = [_saml_provider(_sign_on_id(name.strip()))
+                  for name in os.environ.get("STUDIO_SAML_PROVIDERS", "").split(",") if name.strip()]
+SOCIALACCOUNT_PROVIDERS["saml"] = {"provider_class": "apps.sso.saml.StudioSAMLProvider", "APPS": SAML_PROVIDERS}
+SIGN_ON_PROVIDERS.update({app["provider_id"]: {"name": app["name"], "protocol": "saml",
+                                               "groups_claim": app["settings"]["groups_claim"]}
+                          for app in SAML_PROVIDERS})
+# SCIM's groups (apps/sso/scim.py) are mapped to roles as a provider's are, under the id "scim"; no login button.
+SIGN_ON_PROVIDERS["scim"] = {"name": "SCIM groups", "protocol": "scim", "groups_claim": "scim:groups"}
 ACCOUNT_ADAPTER = "apps.sso.adapters.StudioAccountAdapter"
 SOCIALACCOUNT_ADAPTER = "apps.sso.adapters.StudioSocialAccountAdapter"
 # Accounts are made by apps/sso (just in time, for people a mapping admits), never linked by e-mail address: a

@@ -6,6 +6,8 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("apps.sso.oidc.urls")),
+    # allauth's SAML views (saml/<id>/login/, acs/, acs/finish/, metadata/, sls/), run by apps/sso/saml.py's provider.
+    path("", include("allauth.socialaccount.providers.saml.urls")),
     path("login/error/", socialaccount_views.login_error, name="socialaccount_login_error"),
     path("login/cancelled/", socialaccount_views.login_cancelled, name="socialaccount_login_cancelled"),
 ]

@@ -28,5 +28,14 @@ class GroupRoleMapping(models.Model):
     def __str__(self) -> str:
         return f"{self.provider}:{self.group} -> {self.role} in {self.project_id}"
 
+
+class SamlAssertion(models.Model):
+    """A SAML assertion a login was made with, kept until it expires so that it is never accepted again
+    (apps/sso/saml.py: python3-saml and allauth remember none)."""
+
+    provider = models.CharField(max_length=63)
+    assertion_id = models.CharField(max_length=255, unique=True)
+    keep_until = models.DateTimeField(db_index=True)
+
 # SCIM provisioning's models live in scim_models.py (S2); imported here, where Django looks for them.
 from .scim_models import ScimGroup, ScimUser  # noqa: E402,F401
