@@ -104,6 +104,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Before the log-in wall, so that the wall's own redirects carry the policy too.
     "csp.middleware.CSPMiddleware",
+    "apps.sso.middleware.LoginFormsReachProviders",
     "apps.accounts.middleware.LoginRequiredEverywhere",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it answers a locked-out login
 ]

@@ -1,3 +1,6 @@
+from urllib.parse import urlsplit
+
+from django.conf import settings
 from django.contrib.auth import logout
 from django.shortcuts import render
 
@@ -28,3 +31,28 @@ class SignOnRecheck:
                               "provider do not map to one anymore. Ask a project owner if you should still have "
                               "access; then log in again."}, status=403)
         return self.get_response(request)
+
+
+class LoginFormsReachProviders:
+    """The login page's provider buttons post to the studio, which redirects the browser to the provider; the
+    Content-Security-Policy's form-action 'self' would stop that redirect (browsers check a form's redirects too).
+    On the login pages only, the configured providers' origins are allowed as well. Inside CSPMiddleware, which
+    reads `_csp_update` from the response."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if request.path.startswith((settings.LOGIN_URL, "/accounts/sso/")):
+            origins = sorted({_origin(app["settings"]["issuer"])
+                              for app in settings.SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"]})
+            if origins:
+                update = getattr(response, "_csp_update", None) or {}
+                response._csp_update = {**update, "form-action": [*update.get("form-action", []), *origins]}
+        return response
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
