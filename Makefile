@@ -56,9 +56,10 @@ IDP := tests/support/idp
 setup: system-packages $(VENV)/.installed $(IDP)/node_modules/.installed
 
 # Debian packages the studio runs: bubblewrap for the process sandbox, chromium for the browser tests (Playwright
-# drives it; no browser is ever downloaded). Installed when we are root (as on these machines and in CI);
-# otherwise the missing ones are named and the tests that need them are skipped.
-SYSTEM_PACKAGES := bubblewrap chromium nodejs
+# drives it; no browser is ever downloaded), xmlsec1 for the test SAML identity provider. Installed when we are
+# root (as on these machines and in CI); otherwise the missing ones are named and the tests that need them are
+# skipped.
+SYSTEM_PACKAGES := bubblewrap chromium nodejs xmlsec1
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

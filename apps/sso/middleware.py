@@ -45,8 +45,11 @@ class LoginFormsReachProviders:
     def __call__(self, request):
         response = self.get_response(request)
         if request.path.startswith((settings.LOGIN_URL, "/accounts/sso/")):
-            origins = sorted({_origin(app["settings"]["issuer"])
-                              for app in settings.SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"]})
+            providers = settings.SOCIALACCOUNT_PROVIDERS
+            # A SAML IdP's single sign-on URL (given, or where its metadata is served: the IdP's own host).
+            origins = sorted({_origin(app["settings"]["issuer"]) for app in providers["openid_connect"]["APPS"]}
+                             | {_origin(app["settings"]["idp"].get("sso_url") or app["settings"]["idp"]["metadata_url"])
+                                for app in providers.get("saml", {}).get("APPS", [])})
             if origins:
                 update = getattr(response, "_csp_update", None) or {}
                 response._csp_update = {**update, "form-action": [*update.get("form-action", []), *origins]}

@@ -128,10 +128,17 @@ def _idp() -> str | None:
     return None
 
 
+def _saml_idp() -> str | None:
+    if shutil.which("xmlsec1") is None:
+        return ("needs Debian's xmlsec1, with which the test SAML identity provider (pysaml2) signs (make setup "
+                "installs it as root)")
+    return None
+
+
 # name -> probe: None when the resource is there, else the reason a test that needs it cannot run.
 PROBES = {"sandbox": _sandbox, "postgres": _postgres, "redis": _redis, "docker": _docker, "browser": _browser,
           "processes": _processes, "servers": _servers, "s3": _s3, "compose": _compose,
-          "idp": _idp}
+          "idp": _idp, "saml_idp": _saml_idp}
 
 
 @functools.cache
