@@ -162,7 +162,10 @@ def split(tasks: list[dict]) -> tuple[list[dict], list[dict]]:
 # SmolLM2's context holds the whole trajectory: the system prompt with the tools' schemas (~400 tokens), the prompt
 # (~150), five short calls and their results (run_tests' report is a few lines): 1,536 tokens.
 CONTEXT_TOKENS = 1536
-LIMITS = {"max_turns": 8, "max_tokens": 640, "max_seconds": 300, "max_tool_calls": 8, "max_turn_tokens": 160}
+# A malformed call is answered with its error twice (SWE-agent's budget of format errors is three); the turns and
+# tokens leave room for them beside the five of the expert's loop.
+LIMITS = {"max_turns": 10, "max_tokens": 800, "max_seconds": 300, "max_tool_calls": 8, "max_turn_tokens": 160,
+          "max_tool_errors": 2}
 
 
 def drafts() -> list[Draft]:

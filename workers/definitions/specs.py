@@ -118,7 +118,7 @@ class Limits(GrownSpec):
     a trajectory's budget spent ends it; a turn's budget spent cuts that turn short and the trajectory goes on.
     0 for a later field: no limit of that kind."""
 
-    ADDED_LATER = ("max_tool_calls", "max_turn_tokens", "max_turn_seconds", "max_turn_calls")
+    ADDED_LATER = ("max_tool_calls", "max_turn_tokens", "max_turn_seconds", "max_turn_calls", "max_tool_errors")
 
     max_turns: int = Field(default=1, ge=1, le=1000, description="model turns before the episode ends (1: one "
                                                                   "answer, no tool results seen)")
@@ -134,6 +134,10 @@ class Limits(GrownSpec):
                                                                             "calls together (0: no limit)")
     max_turn_calls: int = Field(default=0, ge=0, le=1000, description="tool calls run from one turn; the rest are "
                                                                       "answered as not run (0: no limit)")
+    max_tool_errors: int = Field(default=0, ge=0, le=1000, description="malformed tool calls answered with the "
+                                                                       "error as the tool's result, so the model can "
+                                                                       "try again; the next one ends the rollout as "
+                                                                       "a policy error (0: the first one does)")
 
 
 class SessionSettings(Spec):

@@ -10,7 +10,10 @@ trajectory end it, limits per turn cut that turn short (template limits; `trajec
   the last turns kept; the assistant turns sampled before are then context, never trained on);
 - per turn: tokens sampled (`max_turn_tokens`), tool calls run (`max_turn_calls`: the rest are answered as not
   run) and their seconds together (`max_turn_seconds`);
-- a malformed tool call ends the sample as a policy error (reward 0); a sandbox that keeps failing after its
+- a malformed tool call (not JSON, an unknown tool, arguments the tool refuses) is answered with the error as the
+  tool's result while the template's `max_tool_errors` lasts, as SWE-agent and mini-swe-agent answer a format
+  error, so the model can read it and try again; the next one ends the sample as a policy error (reward 0) — the
+  verdict still decides the reward of a trajectory that recovered. A sandbox that keeps failing after its
   retries, or a session whose sandbox or host is lost, ends it as an infrastructure error (never scored, never
   trained on) — a sample whose session was lost starts over once, in a fresh session.
 A template with a session (sessions.py) runs all of a trajectory's tool calls in one sandbox, opened at its first
@@ -53,6 +56,8 @@ class _Sample:
     tokens_used: int = 0
     turn: int = 0  # assistant turns written so far
     tool_calls: int = 0  # tool calls run so far
+    tool_errors: int = 0  # malformed tool calls answered with their error so far (limits.max_tool_errors)
+    malformed: str = ""  # why its last turn's tool call is malformed: the error its tool result reads
     done: bool = False
     restartable: bool = False  # ended by an infrastructure failure of its tools: may start over
 
@@ -153,6 +158,7 @@ def _begin(sample: _Sample, prompt_ids: list[int]) -> None:
     trajectory.status, trajectory.status_reason, trajectory.limit_hit = TrajectoryStatus.OK, "", ""
     sample.messages, sample.context = list(template.messages(item)), list(prompt_ids)
     sample.started, sample.tokens_used, sample.turn, sample.tool_calls = time.monotonic(), 0, 0, 0
+    sample.tool_errors, sample.malformed = 0, ""
     sample.done = sample.restartable = False
 
 
@@ -310,7 +316,12 @@ def _take_completion(sample: _Sample, completion, chat, call_started: float, sec
         calls = parse_tool_calls(text, tools)
     except PolicyToolError as exc:
         assistant.finish_reason = "tool_calls"
-        _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
+        if _answers_tool_error(sample):
+            # One call stands for the malformed text: its tool result is the error (_run_sample_tools).
+            sample.malformed = str(exc)
+            assistant.tool_calls = [ToolCall(id=f"call-{turn}-0", name=MALFORMED_CALL, arguments={})]
+        else:
+            _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
         return
     if not calls:
         if completion.finish_reason == "stop":
@@ -334,6 +345,24 @@ def _not_run(call: ToolCall, why: str) -> ToolResult:
     return ToolResult(status="not_run", text=f"[not run: {why}]", reason=why)
 
 
+MALFORMED_CALL = "invalid_tool_call"  # the name of the call a malformed one is recorded as (limits.max_tool_errors)
+TOOL_ERROR = "policy_error"  # a tool result's status when it answers a malformed call with its error
+
+
+def _answers_tool_error(sample: _Sample) -> bool:
+    """Whether this malformed call is answered with its error (and counted) rather than ending the sample."""
+    if sample.tool_errors >= sample.limits.max_tool_errors:
+        return False
+    sample.tool_errors += 1
+    return True
+
+
+def _tool_error(why: str) -> ToolResult:
+    return ToolResult(status=TOOL_ERROR, text=f"[error: {why}. Call a tool as <tool_call>{{\"name\": ..., "
+                                              f"\"arguments\": {{...}}}}</tool_call> with the arguments it lists.]",
+                      reason=why)
+
+
 def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int | None) -> None:
     task, started, limits = sample.task, sample.started, sample.limits
     trajectory = sample.trajectory
@@ -352,14 +381,18 @@ def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int
         elif turn_deadline is not None and call_started >= turn_deadline:
             result = _not_run(call, f"this turn's {limits.max_turn_seconds:g} s for tool calls are spent")
             _turn_limit(sample, "turn_seconds")
+        elif sample.malformed:
+            result, sample.malformed = _tool_error(sample.malformed), ""
         else:
             board.set(trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
             try:
                 result = sample.tools.run(call.name, call.arguments,
                                           on_acquired=lambda: board.set(trajectory.id, Phase.TOOLS))
             except PolicyToolError as exc:
-                _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
-                return
+                if not _answers_tool_error(sample):
+                    _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
+                    return
+                result = _tool_error(str(exc))
             ran_this_turn += 1
             sample.tool_calls += 1
         if result.status == LIMIT:  # the session's own budget: the trajectory ends as it stands, and is verified

@@ -2,7 +2,7 @@
 output comes back into the context, and the limits end what runs too long or breaks the protocol (a call the
 policy gets wrong ends the rollout before anything runs: those tests need no sandbox).
 
-The policy is a TinyLM that has learned three conversations by heart (a few seconds of training), so what it
+The policy is a TinyLM that has learned its conversations by heart (a few seconds of training), so what it
 writes is known and everything after the sampling — parsing, sandboxing, context, limits — is the real code.
 """
 
@@ -41,6 +41,8 @@ CONVERSATIONS = {
              {"role": "tool", "content": "exit code 0\nstdout:\n42\n"}, {"role": "assistant", "content": "42"}],
     "nap": [{"role": "assistant", "content": _call("import time; time.sleep(30)")}],
     "oops": [{"role": "assistant", "content": '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'}],
+    "typo": [{"role": "assistant",
+              "content": '<tool_call>{"name": "run_python", "arguments": {"code": 5}}</tool_call>'}],
 }
 
 
@@ -60,7 +62,7 @@ def memorising_model():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    assert loss.item() < 0.05, "the model did not learn its three conversations"
+    assert loss.item() < 0.05, "the model did not learn its conversations"
     return model.eval()
 
 
@@ -86,9 +88,10 @@ def _template(image=IMAGE, **spec) -> TaskTemplate:
 
 
 def _rollout(model, tool_runner, prompt: str, *, group_size=2, max_seconds=20, board=None, session=None,
-             image=IMAGE):
+             image=IMAGE, max_tool_errors=0):
     template = _template(image, tools=[RUN_PYTHON_TOOL], session=session,
-                         limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds})
+                         limits={"max_turns": 3, "max_tokens": 200, "max_seconds": max_seconds,
+                                 "max_tool_errors": max_tool_errors})
     task = Task(seq=0, template=template, item=Item(key=prompt, inputs={"q": prompt}, hidden={}))
     with ThreadPoolExecutor(4) as tools:
         engine = TorchEngine(model)
@@ -162,6 +165,26 @@ def test_an_unknown_tool_is_the_policys_error(memorising_model):
     [trajectory] = _rollout(memorising_model, NoSandbox(), "oops", group_size=1)
     assert trajectory.status == TrajectoryStatus.POLICY_ERROR and "rm_rf" in trajectory.status_reason
     assert [t.role for t in trajectory.turns] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize(("prompt", "error"), [
+    ("oops", "unknown tool 'rm_rf'"),  # refused as it is parsed
+    pytest.param("typo", "run_python needs code as a string", marks=pytest.mark.sandbox)])  # as the runner takes it
+def test_a_malformed_call_is_answered_with_its_error_while_the_templates_budget_lasts(memorising_model, request,
+                                                                                     prompt, error):
+    """As SWE-agent answers a format error: the model reads what was wrong and may try again; the call never runs
+    (the sandbox pool's only call would be a later, well-formed one)."""
+    runner = SandboxToolRunner(request.getfixturevalue("pool")) if prompt == "typo" else NoSandbox()
+    [trajectory] = _rollout(memorising_model, runner, prompt, group_size=1, max_tool_errors=1)
+    call, answer = trajectory.turns[1], trajectory.turns[2]
+    assert call.finish_reason == "tool_calls" and answer.role == "tool" and answer.tool_call_id == call.tool_calls[0].id
+    assert answer.result.status == "policy_error" and error in answer.content and "<tool_call>" in answer.content
+    assert CharChat().tokenizer.decode(answer.token_ids).startswith("<tool_response>[error: ")  # in the context
+    assert len(trajectory.turns) > 3  # the model wrote again after reading it
+    # The budget is one: a second malformed call ends the rollout as before, its error unanswered.
+    errors = [t for t in trajectory.turns if t.role == "tool" and t.result.status == "policy_error"]
+    assert len(errors) == 1
+    assert trajectory.status == TrajectoryStatus.OK or trajectory.turns[-1].role == "assistant"
 
 
 def test_malformed_calls_are_refused_before_anything_runs():
