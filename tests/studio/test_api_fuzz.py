@@ -47,6 +47,7 @@ from apps.registry.services import alias_move, version_publish
 from apps.review.services import item_next, label_submit, queue_create
 from apps.runs.models import Checkpoint, Run
 from apps.runs.services import run_create
+from apps.sso.services import mapping_set
 from apps.trajectories.models import Trajectory
 from apps.trajectories.services import trajectories_record
 from tests.support.specimens import DOMAIN_SPEC, IMAGE_SPEC, RUBRIC, TEMPLATE_SPEC, VERIFIER_SPEC
@@ -109,6 +110,7 @@ def real_path_parameters(operation, world) -> st.SearchStrategy[dict]:
         "a": st.sampled_from(world["evaluations"]),
         "b": st.sampled_from([*world["evaluations"], 999_999]),
         "endpoint": st.sampled_from(["local", "nope"]),
+        "mapping_id": st.sampled_from([*world["mappings"], 999_999]),
     }
     unknown = names - set(choices) - {"kind", "slug", "action"}
     assert not unknown, f"{operation.label}: no real values for the path parameters {unknown}"
@@ -230,6 +232,9 @@ def with_real_values(operation, case, data, world) -> None:
         body.update(credential=data.draw(st.sampled_from(["", "operator:LOCAL", "operator:SECRET_KEY"])))
     elif label == "POST /api/v1/projects/{project}/secrets" and body is not None:
         body.update(name=data.draw(st.sampled_from(["prod", "staging"])), value="sk-fuzzed-key")
+    elif label == "POST /api/v1/projects/{project}/sso-mappings" and body is not None:
+        body.update(provider=data.draw(st.sampled_from(["fuzz-idp", "nope"])),
+                    group=data.draw(st.sampled_from(["ml-team", "/acme/ml", " "])))
     elif label == "POST /api/v1/projects/{project}/checkpoints/aliases" and body is not None:
         body.update(name=data.draw(st.sampled_from(["champion", "challenger"])),
                     checkpoint=data.draw(st.sampled_from(["live-run@10", "live-run@latest", "nope@1"])))
@@ -295,7 +300,11 @@ def world(project, registry, owner, studio_run, editor, settings, monkeypatch, e
     monkeypatch.setenv("STUDIO_ENDPOINT_KEY_LOCAL", "local-key")
     settings.SECRETS_KEY = Fernet.generate_key().decode()
     endpoint_create(project=project, slug="local", base_url="http://127.0.0.1:9/v1", model="m", actor=owner)
-    return {"runs": [str(running.pk), str(queued.pk)], "items": list(queue.items.values_list("pk", flat=True)),
+    # A sign-on provider and a group mapped to a role in the project (apps/sso).
+    settings.SIGN_ON_PROVIDERS = {"fuzz-idp": {"name": "Fuzz IdP", "protocol": "oidc", "groups_claim": "groups"}}
+    mapping = mapping_set(project=project, provider="fuzz-idp", group="ml-team", role="editor", actor=owner)
+    return {"mappings": [mapping.pk], "runs": [str(running.pk), str(queued.pk)],
+            "items": list(queue.items.values_list("pk", flat=True)),
             "evaluations": [evaluation.pk], "labels": [label.pk],
             "labelled": {"item_id": first.pk, "label_id": label.pk}, "endpoint_created": False}
 
