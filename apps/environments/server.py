@@ -45,7 +45,8 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 
 from apps.common.errors import StudioError
 from apps.runs.external import external_run, record_episode
-from workers.environments.episode import POLICY_ERROR, SUBMIT_ANSWER, Episode, EpisodeError
+from workers.environments.episode import SUBMIT_ANSWER, Episode, EpisodeError
+from workers.rl.rollout.agent import POLICY_ERROR
 from workers.rl.types import ToolResult
 
 from .access import AccessRefused, Caller, environment_caller, presented_token

@@ -30,7 +30,7 @@ from dataclasses import asdict
 
 from workers.definitions.specs import ToolSpec
 from workers.rl.protocols import ToolRunner, Verifier
-from workers.rl.rollout.agent import record_tool_result
+from workers.rl.rollout.agent import record_tool_result, refused_call
 from workers.rl.rollout.grading import grade_trajectory
 from workers.rl.rollout.metrics import Prices, trajectory_cost
 from workers.rl.rollout.sessions import LIMIT, TrajectoryTools
@@ -42,7 +42,6 @@ SUBMIT_ANSWER = ToolSpec(
     name=SUBMIT_TOOL["name"], description="Give your final answer. The episode ends and your answer is graded.",
     parameters={"type": "object", "properties": {"answer": {"type": "string", "description": "the final answer, "
                                                             "as the task asks for it"}}, "required": ["answer"]})
-POLICY_ERROR = "policy_error"  # a ToolResult status: the call was the model's mistake, nothing ran
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -200,7 +199,7 @@ class Episode:
                                           started_s=self._elapsed()))
 
     def _refused(self, call: ToolCall, why: str) -> ToolResult:
-        result = ToolResult(status=POLICY_ERROR, text=f"[not run: {why}]", reason=why)
+        result = refused_call(why)
         self.trajectory.turns.append(Turn(role="tool", content=result.text, tool_call_id=call.id, name=call.name,
                                           result=result, started_s=self._elapsed()))
         return result

@@ -295,7 +295,9 @@ def _take_completion(sample: _Sample, completion, chat, call_started: float, sec
     text = completion.text if completion.text is not None else chat.decode(completion.token_ids)
     assistant = Turn(role="assistant", content=text, token_ids=completion.token_ids, logprobs=completion.logprobs,
                      finish_reason=completion.finish_reason, started_s=round(call_started - sample.started, 4),
-                     duration_s=round(seconds, 4))
+                     duration_s=round(seconds, 4),
+                     versions=list(completion.token_versions)
+                     or [completion.policy_version] * len(completion.token_ids))
     trajectory.turns.append(assistant)
     _add(trajectory.timings, "generation", seconds)
     _add(trajectory.costs, "policy_seconds", completion.compute_seconds)
@@ -346,7 +348,12 @@ def _not_run(call: ToolCall, why: str) -> ToolResult:
 
 
 MALFORMED_CALL = "invalid_tool_call"  # the name of the call a malformed one is recorded as (limits.max_tool_errors)
-TOOL_ERROR = "policy_error"  # a tool result's status when it answers a malformed call with its error
+POLICY_ERROR = "policy_error"  # a ToolResult status: the call was the model's mistake, nothing ran
+
+
+def refused_call(why: str) -> ToolResult:
+    """The result a malformed call gets, here and from the environment server (workers/environments/episode.py)."""
+    return ToolResult(status=POLICY_ERROR, text=f"[not run: {why}]", reason=why)
 
 
 def _answers_tool_error(sample: _Sample) -> bool:
@@ -355,12 +362,6 @@ def _answers_tool_error(sample: _Sample) -> bool:
         return False
     sample.tool_errors += 1
     return True
-
-
-def _tool_error(why: str) -> ToolResult:
-    return ToolResult(status=TOOL_ERROR, text=f"[error: {why}. Call a tool as <tool_call>{{\"name\": ..., "
-                                              f"\"arguments\": {{...}}}}</tool_call> with the arguments it lists.]",
-                      reason=why)
 
 
 def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int | None) -> None:
@@ -382,7 +383,7 @@ def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int
             result = _not_run(call, f"this turn's {limits.max_turn_seconds:g} s for tool calls are spent")
             _turn_limit(sample, "turn_seconds")
         elif sample.malformed:
-            result, sample.malformed = _tool_error(sample.malformed), ""
+            result, sample.malformed = refused_call(sample.malformed), ""
         else:
             board.set(trajectory.id, Phase.ENVIRONMENT_ASSEMBLY)
             try:
@@ -392,7 +393,7 @@ def _run_sample_tools(sample: _Sample, chat, board: PhaseBoard, max_context: int
                 if not _answers_tool_error(sample):
                     _end(sample, TrajectoryStatus.POLICY_ERROR, str(exc))
                     return
-                result = _tool_error(str(exc))
+                result = refused_call(str(exc))
             ran_this_turn += 1
             sample.tool_calls += 1
         if result.status == LIMIT:  # the session's own budget: the trajectory ends as it stands, and is verified
