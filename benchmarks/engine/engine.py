@@ -29,6 +29,14 @@ differ by whole logits, not by rounding.
 `second_turn`: a tool call's second turn (a group's rows each asking again with its call and the tool's result
 appended), timed on an engine that kept the first turn's prompt and on one that did not (engines/prefix_cache.py).
 
+`speculation`: speculative decoding from the context (workers/rl/engines/speculation.py) on two workloads, the
+repository tasks' (`repository_conversations`, which `manage.py bench` builds: apps/demo/repair_replays.py, the
+repair domain's expert trajectories cut before each turn, the model copying back lines it viewed) and the short
+answers above: tokens per second of ours with it and without (`speedup`), and the drafts it verified and accepted.
+Each side runs the workload once untimed first (its prompts then kept, as a trajectory's later turns find its
+earlier ones: the timed passes measure decoding), then the sides take turns over `passes` timed passes, so that
+other work on the machine weighs on both alike.
+
 `measure_engine` imports no Django: deploy/gpu's check calls it on a machine without the studio.
 """
 
@@ -241,13 +249,75 @@ def _second_turn(directory: Path, model, tokenizer, *, device: str, rows: int = 
             "speedup_prompt_kept": round(timings[False] / timings[True], 2)}
 
 
+def _speculation(directory: Path, model, workloads: dict[str, list[list[int]]], *, device: str, new_tokens: int,
+                 stop_ids, temperature: float, passes: int = 2) -> dict:
+    """Per workload: ours with speculation (the engine's default) and without, taking turns (`_speculation`'s
+    part of the module's docstring)."""
+    from workers.rl.engines import GenerationRequest
+    from workers.rl.engines.hf import TransformersEngine
+    from workers.rl.engines.speculation import OFF
+
+    def run_all(engine, prompts) -> tuple[int, float]:
+        results = [None] * len(prompts)
+
+        def ask(index):
+            results[index] = engine.generate([GenerationRequest(prompts[index], 1, new_tokens, stop_ids, temperature,
+                                                                seed=index)])[0][0]
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+        _synchronize(device)
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _synchronize(device)
+        return sum(len(completion.token_ids) for completion in results), time.perf_counter() - started
+
+    figures = {}
+    for name, prompts in workloads.items():
+        engines = {side: TransformersEngine(str(directory), device=device, shared_model=model,
+                                            max_batch_rows=max(len(prompts), 512),
+                                            speculation=OFF if side == "without" else None)
+                   for side in ("without", "with")}
+        try:
+            for engine in engines.values():
+                run_all(engine, prompts)  # untimed: allocations, and the prompts kept
+            before = engines["with"].speculation_stats.as_dict()
+            totals = {side: [0, 0.0] for side in engines}
+            for _ in range(passes):
+                for side, engine in engines.items():
+                    tokens, seconds = run_all(engine, prompts)
+                    totals[side][0] += tokens
+                    totals[side][1] += seconds
+            after = engines["with"].speculation_stats.as_dict()
+        finally:
+            for engine in engines.values():
+                engine.close()
+        drafted = after["drafted_tokens"] - before["drafted_tokens"]
+        accepted = after["accepted_tokens"] - before["accepted_tokens"]
+        rates = {side: _rate(*totals[side]) for side in engines}
+        figures[name] = {"requests": len(prompts), "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts)),
+                         "passes": passes, "without_speculation": rates["without"],
+                         "with_speculation": rates["with"],
+                         "speedup": round(rates["with"]["tokens_per_second"]
+                                          / max(rates["without"]["tokens_per_second"], 1e-9), 2),
+                         "drafted_tokens": drafted, "accepted_tokens": accepted,
+                         "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
+                         "verify_steps": after["verify_steps"] - before["verify_steps"]}
+    return figures
+
+
 def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_tokens: int, random_weights: bool,
                    model_dir: str | None, compare: list[str], temperature: float = 1.0,
-                   second_turn: bool = False, cuda_graphs: bool | None = None) -> dict:
+                   second_turn: bool = False, cuda_graphs: bool | None = None,
+                   repository_prompts: list[list[int]] | None = None, speculation_rows: int = 16) -> dict:
     """Ours beside `compare` (generate, generate_batch) at each concurrency, with each one's operator counts, and
     with `second_turn` a tool call's second turn with its first prompt kept and not (`_second_turn`).
     `cuda_graphs` (None: on a CUDA device): ours with decode graphs and without, and the two against each other;
     on a CPU the graphs' padded steps run eagerly (the GPU check's dry run exercises this code so).
+    `repository_prompts` (token ids of the repository conversations): speculative decoding measured on them and on
+    `speculation_rows` short answers (`_speculation`).
     `model_dir`: a Hugging Face model directory (config and tokenizer; weights too unless `random_weights`)."""
     from transformers import AutoTokenizer
 
@@ -300,6 +370,11 @@ def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_token
                                                                     device=device)
     if second_turn:
         result["second_turn"] = _second_turn(directory, model, tokenizer, device=device)
+    if repository_prompts:
+        result["speculation"] = _speculation(
+            directory, model,
+            {"repository": repository_prompts, "short_answers": _prompts(tokenizer, speculation_rows)},
+            device=device, new_tokens=new_tokens, stop_ids=stop_ids, temperature=temperature)
     return result
 
 
@@ -345,13 +420,21 @@ def _graphs_against_eager(directory: Path, model, prompts, *, device: str, steps
 
 
 def run(*, models_dir: Path, concurrency: tuple[int, ...] = (8, 32), new_tokens: int = 64, device: str = "cpu",
-        dtype: str = "fp32", random_weights: bool = False, compare: list[str] | None = None, **_) -> dict:
+        dtype: str = "fp32", random_weights: bool = False, compare: list[str] | None = None,
+        repository_conversations: list | None = None, **_) -> dict:
+    """`repository_conversations`: [(messages, tools)] of the repository workload (`bench` builds them)."""
+    from transformers import AutoTokenizer
+
+    from workers.rl.models.chat_formats import HFChat
     from workers.rl.models.packaged import SMOLLM2_135M, converted
 
     if compare is None:  # transformers' generate_batch is made for GPUs: on the CPU it mostly waits
         compare = ["generate", "generate_batch"] if device == "cuda" else ["generate"]
+    directory = converted(SMOLLM2_135M, models_dir)
+    chat = HFChat(AutoTokenizer.from_pretrained(directory))
+    repository = [chat.prompt(messages, tools) for messages, tools in repository_conversations or ()]
     result = measure_engine(device=device, dtype=dtype, concurrency=list(concurrency), new_tokens=new_tokens,
-                            random_weights=random_weights, model_dir=str(converted(SMOLLM2_135M, models_dir)),
-                            compare=list(compare), second_turn=True)
+                            random_weights=random_weights, model_dir=str(directory),
+                            compare=list(compare), second_turn=True, repository_prompts=repository)
     result["model"] = SMOLLM2_135M.name
     return result

@@ -56,6 +56,7 @@ SET_BY_THE_STUDIO = ("model_version", "model_sha256", "evaluation", "start_from"
 BOUNDS: dict[str, tuple[float, float]] = {
     "seed": (0, 2**63 - 1), "groups_per_step": (1, 4096), "group_size": (1, 1024), "max_staleness": (0, 64),
     "rollout_concurrency": (1, 4096), "verify_concurrency": (1, 1024), "oversampling": (1, 64),
+    "speculative_tokens": (0, 16),
     "eval_suite_every": (0, 10_000_000), "temperature": (0, 10), "learning_rate": (0, 1),
     "warmup_steps": (0, 10_000_000), "weight_decay": (0, 10),
     "max_grad_norm": (0, 1e6), "micro_batch_size": (1, 65_536),
@@ -284,6 +285,11 @@ class RolloutConfig(PolicyConfig, SandboxConfig):
     """Groups rolled out at once (an evaluation: tasks), each running its tool calls in the sandbox pool. More
     than groups_per_step, so a few long rollouts (code, documents) do not hold every slot while short ones could
     be training."""
+    speculative_tokens: int = 4
+    """Speculative decoding from the context in the torch and transformers engines (and `serve` on them): at most
+    this many tokens drafted per row and step from earlier occurrences of its last tokens in its prompt, tool
+    results and answer, verified in one forward pass (engines/speculation.py; the samples' distribution and
+    greedy answers are unchanged). 0 turns it off."""
 
     def problems(self) -> list[FieldError]:
         problems = super().problems()

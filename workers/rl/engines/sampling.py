@@ -30,6 +30,7 @@ KEPT_CACHE_BYTES = 256 << 20  # the largest slot cache a drained ContinuousBatch
 # step would record them again (each recording synchronizes the device). SmolLM2's cache for 128 rows of 128 columns
 # is 0.75 GB in fp32.
 KEPT_RECORDED_CACHE_BYTES = 4 << 30
+PAUSE_STEPS = 8  # steps a row decodes plainly after its drafts were all refused twice running (ContinuousBatch._adapt)
 
 
 @dataclass
@@ -344,7 +345,7 @@ class ContinuousBatch:
                        "context": list(request.prompt) if drafting else None,
                        "index": NgramIndex(self.speculation.min_ngram, self.speculation.max_ngram,
                                            start=len(request.prompt) - 1) if drafting else None,
-                       "refused": None}
+                       "refused": None, "limit": self.speculation.tokens if drafting else 0, "pause": 0}
                 self.occupant[row["slot"]] = row
                 self.rows.append(row)
 
@@ -475,12 +476,29 @@ class ContinuousBatch:
         for row in self.rows:
             if row["context"] is None:
                 continue
-            room = min(self.speculation.tokens, row["budget"] - len(row["entry"]["tokens"][row["sample"]]))
+            if row["pause"]:
+                row["pause"] -= 1
+                continue
+            room = min(row["limit"], row["budget"] - len(row["entry"]["tokens"][row["sample"]]))
             if room > 0:
                 found = propose(row["context"], row["index"], row["entry"]["prompt_index"], room)
                 if found:
                     drafts[row["slot"]] = found
         return drafts
+
+    def _adapt(self, row: dict, accepted: int, drafted: int) -> None:
+        """A row's next draft length from how its last drafts fared: one more than it accepted (up to the
+        setting's), so a row copying text drafts long and one whose lookups miss drafts short; after drafts all
+        refused at one draft, the row decodes plainly for PAUSE_STEPS steps. A verifying step is wider for every
+        row in it, so drafts that keep failing cost the whole batch (the short-answer workload's rows)."""
+        if accepted == drafted:
+            row["limit"] = min(self.speculation.tokens, row["limit"] + 1)
+        elif accepted:
+            row["limit"] = accepted + 1
+        elif row["limit"] > 1:
+            row["limit"] = 1
+        else:
+            row["pause"] = PAUSE_STEPS
 
     def _speculate(self, drafts: dict[int, list[int]]) -> list[dict]:
         """One forward pass over every row's last token and its drafts (a row without drafts is padded), the drafts
@@ -530,6 +548,8 @@ class ContinuousBatch:
                 if self._take(row, token, logprob, None):
                     stopped.append(row)
                     break
+            if found:
+                self._adapt(row, kept[slot], len(found))
         kept_tensor = torch.tensor(kept, device=self.device)
         self.cache.advance_by(kept_tensor + 1)
         self.last = logits[torch.arange(used, device=self.device), kept_tensor]

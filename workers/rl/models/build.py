@@ -97,6 +97,17 @@ def server_engine(config: GRPOConfig, *, weights: Storage, token: str, max_conte
                         egress=egress)
 
 
+def _speculation(config):
+    """The engine's speculative decoding as the config says (RolloutConfig.speculative_tokens; a config without the
+    field, the engine's default)."""
+    from ..engines.speculation import OFF, Speculation
+
+    tokens = getattr(config, "speculative_tokens", None)
+    if tokens is None:
+        return None
+    return Speculation(tokens=tokens) if tokens else OFF
+
+
 def build_model(config: PolicyConfig, corpus: Corpus | None, *, models_dir: Path, pretrain_seconds: float,
                 progress=None, shared: Storage | None = None, weights: Storage | None = None,
                 server_token: str = "", egress: EgressPolicy = PUBLIC_ONLY, sampling: bool = True) -> Model:
@@ -132,7 +143,8 @@ def build_model(config: PolicyConfig, corpus: Corpus | None, *, models_dir: Path
                                                              max_context=policy.model.config.block_size,
                                                              egress=egress),
                          chat=CharChat())
-        return Model(policy=policy, engine=TorchEngine(policy.model, device=device, share=config.mode == "sync"),
+        return Model(policy=policy, engine=TorchEngine(policy.model, device=device, share=config.mode == "sync",
+                                                       speculation=_speculation(config)),
                      chat=CharChat())
     else:
         check_weights(path, config.model_sha256)
@@ -160,7 +172,8 @@ def build_model(config: PolicyConfig, corpus: Corpus | None, *, models_dir: Path
         share = config.mode == "sync" and not config.lora_rank
         # A copy of its own samples in the trainer's precision (bf16: half the weights to read per token).
         dtype = autocast_dtype(config.precision, device) or torch.float32
-        engine = TransformersEngine(path, device=device, dtype=dtype, shared_model=policy.model if share else None)
+        engine = TransformersEngine(path, device=device, dtype=dtype, shared_model=policy.model if share else None,
+                                    speculation=_speculation(config))
     if config.context_length:
         engine.max_context = min(engine.max_context or config.context_length, config.context_length)
     return Model(policy=policy, engine=engine, chat=chat)

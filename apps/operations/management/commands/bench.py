@@ -73,6 +73,9 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32],
                             help="engine: concurrent requests, one measurement each")
         parser.add_argument("--new-tokens", type=int, default=64, help="engine: most tokens written per request")
+        parser.add_argument("--repository-tasks", type=int, default=4,
+                            help="engine, serve: repair tasks whose expert trajectories make the repository workload "
+                                 "(each cut before each of its turns after the first: four prompts a task)")
         parser.add_argument("--compare", nargs="+", choices=["generate", "generate_batch"],
                             help="engine: what ours is compared with: transformers' model.generate (one batch) and "
                                  "generate_batch (its continuous batching, paged attention); default both on cuda, "
@@ -117,6 +120,10 @@ class Command(BaseCommand):
                 options.pop(name)
         if area in ("engine", "trainer", "serve"):
             options["models_dir"] = wiring.models_dir()
+        if area in ("engine", "serve"):  # the repository workload: expert trajectories, replayed without a sandbox
+            from apps.demo.repair_replays import conversations
+
+            options["repository_conversations"] = conversations(options["repository_tasks"])
         if area == "trainer":
             options["workloads"] = tuple(options.pop("workloads"))
         if area in BACKEND_DEFAULTS:
