@@ -53,6 +53,11 @@ RUN_PANELS = (
     Panel("cost", "Cost per task", names=("cost/per_task",), y_format=".2~r"),
     Panel("idle", "Trainer idle time by cause", prefixes=("idle/",), y_title="seconds per step", stacked=True),
     Panel("staleness", "Staleness (policy versions behind)", prefixes=("staleness/",), y_title="versions"),
+    # Partial rollouts (workers/rl/rollout/collectors.py): a trajectory's tokens come from several policy versions;
+    # the step's trained tokens by how many versions behind the trained weights sampled them, stacked, and those
+    # too stale to train on (left out of the loss).
+    Panel("tokens_by_staleness", "Trained tokens by policy versions behind (too stale: left out of the loss)",
+          prefixes=("tokens_by_staleness/",), y_title="tokens per step", stacked=True),
     Panel("policy", "KL and entropy", names=("policy/kl", "policy/entropy"), y_title="KL",
           secondary=("policy/entropy",)),
     Panel("slope", "Reward slope per hour", names=("reward/slope_per_hour",), y_title="reward per hour"),

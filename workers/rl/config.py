@@ -440,7 +440,14 @@ class GRPOConfig(TrainingConfig, RolloutConfig):
     """Samples per task (the GRPO group)."""
     max_staleness: int = 1
     """async: how many policy versions a trajectory may lag the weights it is trained against. Generation is
-    held back so nothing beyond this is produced; a trajectory that still arrives too late is not trained on."""
+    held back so nothing beyond this is produced; a trajectory that still arrives too late is not trained on (with
+    partial_rollouts: its tokens sampled by weights more than this many versions old are not)."""
+    partial_rollouts: bool = True
+    """async: a trajectory in flight when new weights arrive goes on under them (AReaL's and slime's partial
+    rollouts), each token recording the version and logprob it was sampled with; the staleness bound then holds
+    per token: tokens older than max_staleness are left out of the loss, the newer ones trained on, and a group is
+    dropped only when none of its tokens is fresh enough. Off: a trajectory is as stale as its oldest token, and a
+    group past the bound is not trained on at all."""
     dynamic_sampling: bool = True
     """Fill each step with groups that carry signal (reward variance); the others are counted, not trained."""
     oversampling: int = 4

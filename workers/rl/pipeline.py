@@ -28,7 +28,15 @@ from .rollout.evaluation import evaluate
 from .rollout.feedback import repair_points
 from .rollout.grading import grade_trajectory
 from .rollout.idle import PhaseBoard
-from .rollout.metrics import Prices, RunCounters, run_summary, step_events, step_points, trajectory_cost
+from .rollout.metrics import (
+    Prices,
+    RunCounters,
+    run_summary,
+    step_events,
+    step_points,
+    token_staleness,
+    trajectory_cost,
+)
 from .tasks.scheduler import ScheduledTask, Scheduler
 from .tasks.taskset import TaskSet
 from .training.loop import COMPLETED, StepRecord, TrainingLoop
@@ -117,7 +125,8 @@ class Pipeline(TrainingLoop):
         if self.scheduler.curriculum is not None:
             self.scheduler.curriculum.observe(ScheduledTask(group.task.domain, group.task.template.key,
                                                             group.task.item.key), [t.reward for t in usable])
-        if too_stale(usable, version=self.trainer.step, max_staleness=self.config.max_staleness):
+        if too_stale(usable, version=self.trainer.step, max_staleness=self.config.max_staleness,
+                     per_token=self.trainer.oldest_trained_version() is not None):
             for t in usable:
                 t.status_reason = (t.status_reason + "; " if t.status_reason else "") + "too stale to train on"
             return None
@@ -135,7 +144,7 @@ class Pipeline(TrainingLoop):
         the end of the previous step's update to the end of this one's, so the previous step's bookkeeping
         (archive, checkpoint) is in it, as idle time of its own."""
         batch, consumed = self.collector.collect()
-        version_before = self.trainer.step
+        version_before, oldest_version = self.trainer.step, self.trainer.oldest_trained_version()
         idle = self.board.drain()
         stats = self.trainer.train(batch)
         sync_started = time.monotonic()
@@ -159,10 +168,12 @@ class Pipeline(TrainingLoop):
         self.counters.active_seconds += step_seconds
         self.counters.trainer_seconds += stats.seconds
         tokens = sum(t.completion_tokens for t in all_trajectories)
+        staleness, by_staleness = token_staleness(trained, version=version_before, oldest_version=oldest_version,
+                                                  max_staleness=self.config.max_staleness)
         points = step_points(counters=self.counters, consumed=all_trajectories, trained=trained, stats=stats,
                              idle=idle, step_seconds=step_seconds, groups=len(consumed), effective_groups=len(batch),
-                             generation_tokens_per_second=tokens / step_seconds,
-                             staleness=[version_before - t.policy_version for t in trained])
+                             generation_tokens_per_second=tokens / step_seconds, staleness=staleness,
+                             tokens_by_staleness=by_staleness)
         return StepRecord(points, all_trajectories, step_events(all_trajectories))
 
     def _hand_weights(self) -> None:

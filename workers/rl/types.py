@@ -195,8 +195,9 @@ class ToolResult:
 
 @dataclass
 class Turn:
-    """One message of the conversation. Assistant turns carry the sampled token ids and their logprobs;
-    user and tool turns carry the token ids they added to the context (masked out of the loss)."""
+    """One message of the conversation. Assistant turns carry the sampled token ids, their logprobs and the policy
+    version that sampled each; user and tool turns carry the token ids they added to the context (masked out of
+    the loss)."""
 
     role: str  # system | user | assistant | tool
     content: str
@@ -213,21 +214,38 @@ class Turn:
     # dropped or cut): its tokens were sampled from a context the training sequence no longer holds, so they are
     # context now (loss mask 0), never trained on. A tool turn's token_ids are then what the model read afterwards.
     masked: bool = False
+    # An assistant turn's: the policy version whose weights sampled each token (new weights may arrive between two
+    # tokens: engines/__init__.py). Empty in turns stored before versions were kept, and from engines that do not
+    # say: each token then counts as sampled by its trajectory's policy_version, the oldest that wrote any of it.
+    versions: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """The turn as trajectories store it (Trajectory.to_json, the archive's rows): `result` {} off a tool turn."""
-        return {"role": self.role, "content": self.content, "token_ids": list(self.token_ids),
+        """The turn as trajectories store it (Trajectory.to_json, the archive's rows): `result` {} off a tool turn;
+        `versions` only on a turn that has them, as runs [[version, tokens], ...]: a turn's tokens change version
+        at most once per update during it, and a long trajectory's archive row should not grow by a number per
+        token for them."""
+        data = {"role": self.role, "content": self.content, "token_ids": list(self.token_ids),
                 "logprobs": list(self.logprobs), "tool_calls": [vars(call).copy() for call in self.tool_calls],
                 "tool_call_id": self.tool_call_id, "name": self.name,
                 "result": self.result.to_json() if self.result is not None else {},
                 "finish_reason": self.finish_reason, "started_s": self.started_s, "duration_s": self.duration_s,
                 "masked": self.masked}
+        if self.versions:
+            runs: list[list[int]] = []
+            for version in self.versions:
+                if runs and runs[-1][0] == version:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([version, 1])
+            data["versions"] = runs
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Turn:
         result = data.get("result")
         return cls(**{**data, "tool_calls": [ToolCall(**call) for call in data.get("tool_calls", [])],
-                      "result": ToolResult.from_json(result, text=data["content"]) if result else None})
+                      "result": ToolResult.from_json(result, text=data["content"]) if result else None,
+                      "versions": [version for version, count in data.get("versions", []) for _ in range(count)]})
 
 
 @dataclass
@@ -284,14 +302,33 @@ class Trajectory:
         """The final answer: the last assistant message."""
         return next((t.content for t in reversed(self.turns) if t.role == "assistant"), "")
 
-    def training_sequence(self) -> tuple[list[int], list[int], list[float]]:
+    def token_versions(self, turn: Turn) -> list[int]:
+        """The policy version that sampled each of an assistant turn's tokens (its trajectory's oldest where the
+        turn does not say)."""
+        if len(turn.versions) == len(turn.token_ids):
+            return turn.versions
+        return [self.policy_version] * len(turn.token_ids)
+
+    def trained_versions(self) -> list[int]:
+        """The policy versions that sampled the tokens the loss may train on (the unmasked assistant turns'),
+        before any staleness bound."""
+        return [v for turn in self.turns if turn.role == "assistant" and not turn.masked
+                for v in self.token_versions(turn)]
+
+    def training_sequence(self, oldest_version: int | None = None) -> tuple[list[int], list[int], list[float]]:
         """(token ids, loss mask, sampling logprobs) over the whole context: the prompt and tool results are
-        context (mask 0), the policy's own tokens are trained on (mask 1)."""
+        context (mask 0), the policy's own tokens are trained on (mask 1) unless sampled by weights older than
+        `oldest_version` (partial rollouts: the per-token staleness bound, training/trainer.py)."""
         ids, mask, logprobs = list(self.prompt_ids), [0] * len(self.prompt_ids), [0.0] * len(self.prompt_ids)
         for turn in self.turns:
             if turn.role == "assistant":
                 ids += turn.token_ids
-                mask += [0 if turn.masked else 1] * len(turn.token_ids)
+                if turn.masked:
+                    mask += [0] * len(turn.token_ids)
+                elif oldest_version is None:
+                    mask += [1] * len(turn.token_ids)
+                else:
+                    mask += [int(v >= oldest_version) for v in self.token_versions(turn)]
                 logprobs += turn.logprobs
             elif turn.token_ids:
                 ids += turn.token_ids

@@ -71,7 +71,10 @@ class Completion:
     logprobs: list[float]  # of each sampled id under the sampling distribution (temperature applied)
     finish_reason: str  # stop | length | error (no answer: the engine's infrastructure failed, `error` says how)
     compute_seconds: float = 0.0  # this completion's share of the engine's busy time (its policy cost)
-    policy_version: int = 0  # the weights that sampled it
+    policy_version: int = 0  # the weights that sampled it (the oldest, when new ones arrived while it was sampled)
+    # The version of the weights that sampled each token, where new weights arrived mid-completion (the engines
+    # that batch continuously swap them between two tokens); empty: every token is `policy_version`'s.
+    token_versions: list[int] = field(default_factory=list)
     text: str | None = None  # the answer as text, from an engine that returns text rather than our token ids
     usage_tokens: int | None = None  # tokens the answer took where `token_ids` does not say (a remote engine)
     error: str = ""
@@ -91,6 +94,24 @@ def trim(tokens: list[int], logprobs: list[float], stop_ids: tuple[int, ...], ma
             end, reason = index + 1, "stop"
             break
     return Completion(tokens[:end], logprobs[:end], reason, top_logprobs=None if top is None else top[:end])
+
+
+def _mark_swap(batch, version: int) -> None:
+    """New weights (`version`) were just loaded under a running batch: where each live sample's tokens start being
+    theirs. Its next token is still drawn from the logits the old weights computed after its last one (the batch
+    samples before it runs the model), so the new weights' tokens start one further on. The keys and values
+    cached for the earlier tokens stay the old weights' (recomputing them would cost a prefill per row per
+    update); the logprobs recorded are those of the distribution that really drew each token either way."""
+    for entry in batch.entries:
+        entry.setdefault("swaps", []).append(([len(tokens) + 1 for tokens in entry["tokens"]], version))
+
+
+def token_versions(length: int, version: int, swaps: list[tuple[int, int]]) -> list[int]:
+    """Each of `length` tokens' version: `version` up to the first swap's position, then each swap's own."""
+    versions = [version] * length
+    for start, new in swaps:
+        versions[start:] = [new] * max(0, length - start)
+    return versions
 
 
 class BatchingEngine:
@@ -195,7 +216,8 @@ class BatchingEngine:
         """Requests join the running batch between two tokens and leave when done (sampling.ContinuousBatch).
         New weights are swapped in between two tokens too: the batch never drains, so waiting for it would
         starve the policy of updates. A completion is stamped with the version it started under (the oldest
-        that wrote it) and carries the logprobs of the weights that really sampled each token."""
+        that wrote it) and carries the logprobs and the version of the weights that really sampled each token
+        (`_mark_swap`): the trainer's importance ratio and its per-token staleness bound read them."""
         while True:
             with self._wakeup:
                 while not self._queue and not len(batch) and not self._closed:
@@ -218,6 +240,7 @@ class BatchingEngine:
                     self._load(pending[0])
                     self.policy_version = pending[1]
                     batch.weights_changed()
+                    _mark_swap(batch, pending[1])
                 if taken:
                     refused, scored = batch.admit([(self._sampling_request(request),
                                                     (request, future, self.policy_version))
@@ -237,11 +260,15 @@ class BatchingEngine:
             for entry in finished:
                 request, future, version = entry["handle"]
                 group = []
-                for tokens, logprobs, top, seconds in zip(entry["tokens"], entry["logprobs"], entry["top"],
-                                                          entry["compute"], strict=True):
+                for sample, (tokens, logprobs, top, seconds) in enumerate(zip(
+                        entry["tokens"], entry["logprobs"], entry["top"], entry["compute"], strict=True)):
                     completion = trim(tokens, logprobs, request.stop_ids, request.max_new_tokens,
                                       top if request.top_logprobs else None)
                     completion.compute_seconds, completion.policy_version = seconds, version
+                    if "swaps" in entry:
+                        completion.token_versions = token_versions(len(completion.token_ids), version,
+                                                                   [(marks[sample], new) for marks, new in
+                                                                    entry["swaps"]])
                     completion.prompt_logprobs = entry["prompt_logprobs"]
                     group.append(completion)
                 future.set_result(group)

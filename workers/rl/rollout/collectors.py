@@ -9,7 +9,9 @@ Two collectors behind one protocol (`Collector`):
   waiting and being trained on number fewer than (max_staleness + 1) × groups_per_step. A group started at
   policy version v is then trained on at version v + max_staleness at the latest, unless faster ones overtake
   it; one that still arrives too late is refused by the selection (counted, never silently used).
-  Generation is held back rather than wasted.
+  Generation is held back rather than wasted. With partial rollouts (GRPOConfig.partial_rollouts) a trajectory
+  in flight goes on under each new version, and the bound holds per token (`too_stale`): an overtaken long
+  trajectory is trained on its recent tokens instead of being refused whole.
 - `SyncCollector`: each step draws its groups, rolls all of them out, verifies all, then hands them over: the
   baseline. With a fixed seed it is deterministic, and a resumed run continues bit for bit.
 
@@ -98,9 +100,20 @@ class Draws:
         return taken
 
 
-def too_stale(trajectories: list[Trajectory], *, version: int, max_staleness: int) -> bool:
+def too_stale(trajectories: list[Trajectory], *, version: int, max_staleness: int, per_token: bool = False) -> bool:
     """Whether a group sampled by older weights than `version` - `max_staleness` (one that faster groups
-    overtook while admission held it in flight) must not be trained on at `version`."""
+    overtook while admission held it in flight) must not be trained on at `version`.
+
+    per_token (partial rollouts): the bound holds per token, the older tokens left out of the loss
+    (trainer.training_rows), so the group is too stale only when none of its trajectories has a trainable token
+    that recent. A long trajectory overtaken by short ones went on sampling under the new weights: its last
+    turns are as fresh as anything in the batch, and its reward is the outcome of those turns too, so its
+    group's advantages still hold for them. Masking its old tokens rather than dropping it keeps the expensive
+    end of a long rollout; training on them would take importance ratios against weights the policy has moved
+    far from, whose clipped gradients are mostly noise."""
+    if per_token:
+        newest = max(max(t.trained_versions(), default=t.policy_version) for t in trajectories)
+        return version - newest > max_staleness
     return version - min(t.policy_version for t in trajectories) > max_staleness
 
 

@@ -5,7 +5,9 @@ throughput/trajectories_per_hour, throughput/effective_trajectories_per_hour, th
 cost/per_task, cost/total, idle/<cause> (seconds the trainer waited during the step: environment_assembly,
 generation, tools, verification, timeouts — what the rollouts were doing meanwhile — and its own chores:
 weight_sync, handing the engine the new weights, and archive, writing the previous step and its checkpoint),
-trainer/busy_fraction, trainer/step_seconds, staleness/mean, staleness/max, policy/kl, policy/entropy,
+trainer/busy_fraction, trainer/step_seconds, staleness/mean, staleness/max (of the trained trajectories' oldest
+trained tokens), tokens_by_staleness/<k> (the step's trained tokens sampled k versions before the weights trained,
+and tokens_by_staleness/too_stale: those partial rollouts left out of the loss), policy/kl, policy/entropy,
 policy/clip_fraction, policy/grad_norm, loss/policy, groups/effective_fraction, infra/retries, infra/errors,
 trajectories/<status>, repair/fixed_after_feedback (of the step's solved repair trajectories, the share fixed after
 test feedback: rollout/feedback.py; only at steps that solved some).
@@ -56,13 +58,15 @@ class RunCounters:
     idle: dict = field(default_factory=lambda: defaultdict(float))
     staleness_max: int = 0
     limits_seen: list = field(default_factory=list)  # limits a trajectory of this run hit: charted from then on
+    tokens_by_staleness: dict = field(default_factory=dict)  # trained tokens by versions behind ("too_stale": left out)
 
     def state(self) -> dict:
         return {"active_seconds": self.active_seconds, "trainer_seconds": self.trainer_seconds,
                 "trajectories": self.trajectories, "effective_trajectories": self.effective_trajectories,
                 "completion_tokens": self.completion_tokens, "cost": self.cost, "statuses": dict(self.statuses),
                 "reward_history": self.reward_history[-SLOPE_WINDOW:], "idle": dict(self.idle),
-                "staleness_max": self.staleness_max, "limits_seen": list(self.limits_seen)}
+                "staleness_max": self.staleness_max, "limits_seen": list(self.limits_seen),
+                "tokens_by_staleness": dict(self.tokens_by_staleness)}
 
     @classmethod
     def from_state(cls, state: dict) -> RunCounters:
@@ -84,9 +88,32 @@ def slope_per_hour(history: list) -> float:
     return 0.0 if spread == 0 else sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
 
 
+def token_staleness(trained: list[Trajectory], *, version: int, oldest_version: int | None,
+                    max_staleness: int) -> tuple[list[int], dict[str, int]]:
+    """How stale a step's training data was, trained at `version`: each trained trajectory's staleness (versions
+    behind, of its oldest token in the loss), and the trained tokens counted by their staleness, 0 to
+    max_staleness always (a stacked chart wants every series at every step), and "too_stale" for those partial
+    rollouts (`oldest_version`) left out of the loss."""
+    counts = {str(k): 0 for k in range(max_staleness + 1)}
+    if oldest_version is not None:
+        counts["too_stale"] = 0
+    staleness = []
+    for t in trained:
+        kept = []
+        for v in t.trained_versions():
+            if oldest_version is not None and v < oldest_version:
+                counts["too_stale"] += 1
+            else:
+                kept.append(v)
+                counts[str(version - v)] = counts.get(str(version - v), 0) + 1
+        staleness.append(version - min(kept, default=t.policy_version))
+    return staleness, counts
+
+
 def step_points(*, counters: RunCounters, consumed: list[Trajectory], trained: list[Trajectory], stats,
                 idle: dict[str, float], step_seconds: float, groups: int, effective_groups: int,
-                generation_tokens_per_second: float, staleness: list[int]) -> dict[str, float]:
+                generation_tokens_per_second: float, staleness: list[int],
+                tokens_by_staleness: dict[str, int] | None = None) -> dict[str, float]:
     """The points of one step; updates `counters` with it."""
     scored = [t for t in consumed if t.status != TrajectoryStatus.INFRA_ERROR and t.reward is not None]
     points: dict[str, float] = {}
@@ -121,6 +148,9 @@ def step_points(*, counters: RunCounters, consumed: list[Trajectory], trained: l
         points["staleness/mean"] = sum(staleness) / len(staleness)
         points["staleness/max"] = max(staleness)
         counters.staleness_max = max(counters.staleness_max, max(staleness))
+    for key, count in (tokens_by_staleness or {}).items():
+        points[f"tokens_by_staleness/{key}"] = count
+        counters.tokens_by_staleness[key] = counters.tokens_by_staleness.get(key, 0) + count
     if stats is not None and stats.sequences:  # a step without signal updated nothing
         points.update({"policy/kl": stats.kl, "policy/entropy": stats.entropy,
                        "policy/clip_fraction": stats.clip_fraction, "policy/grad_norm": stats.grad_norm,
@@ -183,5 +213,6 @@ def run_summary(*, mode: str, max_staleness: int, counters: RunCounters, eval_st
         "cost": {"per_task": counters.cost / max(counters.trajectories, 1), "total": counters.cost},
         "trainer_busy_fraction": round(counters.trainer_seconds / max(counters.active_seconds, 1e-9), 4),
         "idle_seconds": {cause: round(seconds, 2) for cause, seconds in counters.idle.items()},
-        "staleness": {"max": counters.staleness_max, "bound": max_staleness},
+        "staleness": {"max": counters.staleness_max, "bound": max_staleness,
+                      "tokens": dict(sorted(counters.tokens_by_staleness.items()))},
     }

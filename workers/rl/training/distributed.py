@@ -280,7 +280,7 @@ class LeaderTrainer(DataParallelTrainer):
         return isinstance(self.engine, RanksEngine)
 
     def train(self, groups):
-        grouped = training_rows(groups)
+        grouped = training_rows(groups, oldest_version=self.oldest_trained_version())
         _send({"kind": "train", "rows": grouped})
         stats = self.train_rows(grouped)
         if self.generates_on_every_rank:

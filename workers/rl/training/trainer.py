@@ -52,9 +52,15 @@ class StepStats:
     seconds: float
 
 
-def training_rows(groups: list[list[Trajectory]]) -> list[list[tuple]]:
-    """Each group's rows: ((token ids, loss mask, sampling logprobs), advantage) per trajectory."""
-    return [[(t.training_sequence(), t.advantage) for t in group] for group in groups]
+def training_rows(groups: list[list[Trajectory]], *, oldest_version: int | None = None) -> list[list[tuple]]:
+    """Each group's rows: ((token ids, loss mask, sampling logprobs), advantage) per trajectory. With
+    `oldest_version` (partial rollouts), tokens sampled by older weights are left out of the loss, and a trajectory
+    with no token left in it gives no row (its reward still counted in its group's advantages)."""
+    rows = [[(t.training_sequence(oldest_version), t.advantage) for t in group] for group in groups]
+    if oldest_version is None:
+        return rows
+    rows = [[row for row in group if any(row[0][1])] for group in rows]
+    return [group for group in rows if group]
 
 
 def micro_batch_tokens(config: TrainingConfig, device: str) -> int:
@@ -177,9 +183,25 @@ class GRPOTrainer(PolicyOptimizer):
         self.micro_batch_tokens = micro_batch_tokens(config, str(policy.device))
         self.reference = policy.frozen_copy() if config.kl_coef > 0 else None
 
+    def oldest_trained_version(self) -> int | None:
+        """With partial rollouts (an async run's), the oldest policy version whose tokens this step trains on;
+        None: every token of the batch's trajectories (the selection bounded their staleness as a whole)."""
+        if self.config.mode != "async" or not self.config.partial_rollouts:
+            return None
+        return self.step - self.config.max_staleness
+
     def train(self, groups: list[list[Trajectory]]) -> StepStats:
-        """One update from groups whose advantages are assigned (assign_advantages)."""
-        return self.train_rows(training_rows(groups))
+        """One update from groups whose advantages are assigned (assign_advantages).
+
+        The importance ratio's denominator is each token's behaviour logprob, recorded by the engine as it sampled
+        the token (Turn.logprobs), never recomputed: under partial rollouts the tokens of one trajectory come
+        from several policy versions (and the later ones from new weights reading the old weights' cached keys and
+        values), and only the recorded logprob is the probability the token was really drawn with. The ratio is
+        clipped PPO-style against that behaviour policy, as it always was. AReaL's decoupled PPO clips against a
+        proximal policy instead and weights by π_prox / π_behaviour (capped); with one update per batch, as here,
+        the proximal policy is the current one and that objective becomes an unclipped importance weight — not
+        taken: the per-token staleness bound is what keeps a token's behaviour policy near the trained one."""
+        return self.train_rows(training_rows(groups, oldest_version=self.oldest_trained_version()))
 
     def train_rows(self, grouped: list[list[tuple]]) -> StepStats:
         """One update from groups of rows, (training sequence, advantage) each (training_rows)."""
