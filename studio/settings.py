@@ -198,10 +198,10 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 SESSION_COOKIE_AGE = int(float(os.environ.get("STUDIO_SESSION_HOURS", 12)) * 3600)
 
 
-def _sign_on_id(name: str) -> str:
+def _sign_on_id(name: str, setting: str) -> str:
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", name):
-        raise ImproperlyConfigured(f"{name!r} in STUDIO_OIDC_PROVIDERS is not a provider id: use 1-63 lowercase "
-                                   "letters, digits and hyphens, e.g. okta or entra-id")
+        raise ImproperlyConfigured(f"{name!r} in {setting} is not a provider id: use 1-63 lowercase letters, digits "
+                                   "and hyphens, e.g. okta or entra-id")
     return name
 
 
@@ -219,13 +219,16 @@ def _oidc_provider(provider_id: str) -> dict:
     return {"provider_id": provider_id, "name": os.environ.get(prefix + "NAME", provider_id),
             "client_id": os.environ[prefix + "CLIENT_ID"], "secret": os.environ.get(prefix + "CLIENT_SECRET", ""),
             "settings": {"server_url": issuer, "issuer": issuer, "scope": scopes, "oauth_pkce_enabled": True,
-                         "groups_claim": os.environ.get(prefix + "GROUPS_CLAIM", "groups")}}
+                         "groups_claim": os.environ.get(prefix + "GROUPS_CLAIM", "groups"),
+                         # The claim compared with the SCIM userName of the people this provider's SCIM token
+                         # provisioned, to link their first login to them (apps/sso/services.py).
+                         "scim_match": os.environ.get(prefix + "SCIM_MATCH", "email")}}
 
 
 # STUDIO_OIDC_PROVIDERS=okta,keycloak: the OpenID Providers whose users may log in (each configured by its own
-# STUDIO_OIDC_<ID>_ISSUER, _CLIENT_ID, _CLIENT_SECRET, and optionally _NAME, _SCOPES, _GROUPS_CLAIM). Who is
-# admitted, and with which roles, is decided by the projects' group mappings (apps/sso).
-OIDC_PROVIDERS = [_oidc_provider(_sign_on_id(name.strip()))
+# STUDIO_OIDC_<ID>_ISSUER, _CLIENT_ID, _CLIENT_SECRET, and optionally _NAME, _SCOPES, _GROUPS_CLAIM,
+# _SCIM_MATCH). Who is admitted, and with which roles, is decided by the projects' group mappings (apps/sso).
+OIDC_PROVIDERS = [_oidc_provider(_sign_on_id(name.strip(), "STUDIO_OIDC_PROVIDERS"))
                   for name in os.environ.get("STUDIO_OIDC_PROVIDERS", "").split(",") if name.strip()]
 SOCIALACCOUNT_PROVIDERS = {"openid_connect": {
     # Our subclass of allauth's provider: a nonce in every request, the ID token's signature always checked, ...
@@ -235,7 +238,8 @@ SOCIALACCOUNT_PROVIDERS = {"openid_connect": {
 }}
 # provider id -> what the login page, the members page and apps/sso need of it; SAML providers join it below.
 SIGN_ON_PROVIDERS = {app["provider_id"]: {"name": app["name"], "protocol": "oidc",
-                                          "groups_claim": app["settings"]["groups_claim"]} for app in OIDC_PROVIDERS}
+                                          "groups_claim": app["settings"]["groups_claim"],
+                                          "scim_match": app["settings"]["scim_match"]} for app in OIDC_PROVIDERS}
 
 
 def _saml_provider(provider_id: str) -> dict:
@@ -247,7 +251,7 @@ def _saml_provider(provider_id: str) -> dict:
     prefix = f"STUDIO_SAML_{provider_id.upper().replace('-', '_')}_"
     env = {name: os.environ.get(prefix + name, "") for name in (
         "METADATA_URL", "ENTITY_ID", "SSO_URL", "X509CERT", "X509CERT_FILE", "NAME", "GROUPS_ATTRIBUTE",
-        "UID_ATTRIBUTE", "EMAIL_ATTRIBUTE", "SP_ENTITY_ID")}
+        "UID_ATTRIBUTE", "EMAIL_ATTRIBUTE", "SP_ENTITY_ID", "SCIM_MATCH")}
     if env["X509CERT_FILE"]:
         env["X509CERT"] = Path(env["X509CERT_FILE"]).read_text()
     if env["METADATA_URL"] and env["ENTITY_ID"]:
@@ -266,7 +270,9 @@ def _saml_provider(provider_id: str) -> dict:
                "last_name": ["sn", "surname", "urn:oid:2.5.4.4",
                              "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/surname"],
                "username": ["username", "uid"]}
+    # SCIM_MATCH: the attribute compared with the SCIM userName to link a first login (default the NameID).
     settings = {"idp": idp, "attribute_mapping": mapping, "groups_claim": env["GROUPS_ATTRIBUTE"] or "groups",
+                "scim_match": env["SCIM_MATCH"] or "nameid",
                 "advanced": {"strict": True, "want_assertion_signed": True, "reject_idp_initiated_sso": True,
                              "allow_single_label_domains": True, "reject_deprecated_algorithm": True}}
     if env["SP_ENTITY_ID"]:
@@ -277,14 +283,15 @@ def _saml_provider(provider_id: str) -> dict:
 
 # STUDIO_SAML_PROVIDERS=adfs,okta-saml: the SAML 2.0 identity providers whose users may log in (each configured by
 # its STUDIO_SAML_<ID>_* settings above; the studio's SP metadata is at /accounts/sso/saml/<id>/metadata/).
-SAML_PROVIDERS = [_saml_provider(_sign_on_id(name.strip()))
+SAML_PROVIDERS = [_saml_provider(_sign_on_id(name.strip(), "STUDIO_SAML_PROVIDERS"))
                   for name in os.environ.get("STUDIO_SAML_PROVIDERS", "").split(",") if name.strip()]
 SOCIALACCOUNT_PROVIDERS["saml"] = {"provider_class": "apps.sso.saml.StudioSAMLProvider", "APPS": SAML_PROVIDERS}
 SIGN_ON_PROVIDERS.update({app["provider_id"]: {"name": app["name"], "protocol": "saml",
-                                               "groups_claim": app["settings"]["groups_claim"]}
+                                               "groups_claim": app["settings"]["groups_claim"],
+                                               "scim_match": app["settings"]["scim_match"]}
                           for app in SAML_PROVIDERS})
-# SCIM's groups (apps/sso/scim.py) are mapped to roles as a provider's are, under the id "scim"; no login button.
-SIGN_ON_PROVIDERS["scim"] = {"name": "SCIM groups", "protocol": "scim", "groups_claim": "scim:groups"}
+# A provider's SCIM groups (apps/sso/scim.py, with the SCIM token `manage.py scim_token create --provider <id>`
+# makes) are that provider's groups: the same mappings give their members roles.
 ACCOUNT_ADAPTER = "apps.sso.adapters.StudioAccountAdapter"
 SOCIALACCOUNT_ADAPTER = "apps.sso.adapters.StudioSocialAccountAdapter"
 # Accounts are made by apps/sso (just in time, for people a mapping admits), never linked by e-mail address: a

@@ -94,6 +94,9 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A SCIM token's identity provider (its id in settings.SIGN_ON_PROVIDERS): the people it provisions are that
+    # provider's, and only a login through it is linked to them (apps/sso). Empty for every other scope.
+    provider = models.CharField(max_length=63, blank=True, default="")
 
     @property
     def ceiling(self) -> str:

@@ -4,6 +4,7 @@ import hashlib
 import secrets
 from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -72,29 +73,39 @@ def api_token_create(*, user, name: str, project: Project, scope: str = TokenSco
     return _token_create(user=user, name=name, project=project, scope=scope, expires_at=expires_at, via=via)
 
 
-def scim_token_create(*, user, name: str, expires_at: datetime | None = None, via: str = "cli") -> tuple[ApiToken, str]:
-    """A SCIM token (TokenScope.SCIM, no project: apps/sso/scim.py) held by `user`, an active staff account:
-    whoever holds it creates and deactivates people studio-wide, so no project role is enough. Returns the row and
-    the plaintext, which is shown once and never stored."""
+def scim_token_create(*, user, provider: str, name: str, expires_at: datetime | None = None,
+                      via: str = "cli") -> tuple[ApiToken, str]:
+    """A SCIM token (TokenScope.SCIM, no project: apps/sso/scim.py) for the identity provider `provider` (an OpenID
+    Connect or SAML provider of settings.SIGN_ON_PROVIDERS), held by `user`, an active staff account: whoever holds
+    it creates and deactivates that provider's people, so no project role is enough. Returns the row and the
+    plaintext, which is shown once and never stored."""
     if not (user.is_active and user.is_staff):
         raise ValueError(f"{user.username} is not an active staff account: a SCIM token creates and deactivates "
                          "people studio-wide, so only an operator may hold one (mark the account staff in the "
                          "admin).")
-    return _token_create(user=user, name=name, project=None, scope=TokenScope.SCIM, expires_at=expires_at, via=via)
+    logins = sorted(pid for pid, p in settings.SIGN_ON_PROVIDERS.items() if p["protocol"] in ("oidc", "saml"))
+    if provider not in logins:
+        raise ValueError(f"No identity provider {provider!r} to provision for: a SCIM token belongs to the provider "
+                         "its people log in with, one of STUDIO_OIDC_PROVIDERS or STUDIO_SAML_PROVIDERS "
+                         f"(configured: {', '.join(logins) or 'none'}).")
+    return _token_create(user=user, name=name, project=None, scope=TokenScope.SCIM, expires_at=expires_at, via=via,
+                         provider=provider)
 
 
 def _token_create(*, user, name: str, project: Project | None, scope: str, expires_at: datetime | None,
-                  via: str) -> tuple[ApiToken, str]:
+                  via: str, provider: str = "") -> tuple[ApiToken, str]:
     if expires_at is not None and expires_at <= timezone.now():
         raise ValueError("The expiry must be in the future.")
     prefix = secrets.token_hex(4)
     plaintext = f"pts_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         token = ApiToken.objects.create(user=user, name=name, project=project, scope=scope, expires_at=expires_at,
-                                        prefix=prefix, digest=token_digest(plaintext))
-        audit_record(project=project, actor=user, action="token.create", target=f"token/{prefix}",
-                     details={"name": name, "scope": scope,
-                              "expires_at": expires_at.isoformat() if expires_at else None}, via=via)
+                                        prefix=prefix, digest=token_digest(plaintext), provider=provider)
+        details = {"name": name, "scope": scope, "expires_at": expires_at.isoformat() if expires_at else None}
+        if provider:
+            details["provider"] = provider
+        audit_record(project=project, actor=user, action="token.create", target=f"token/{prefix}", details=details,
+                     via=via)
     return token, plaintext
 
 

@@ -9,20 +9,12 @@ from allauth.socialaccount.models import SocialAccount
 from django.shortcuts import render
 
 from .middleware import SIGNED_ON_VIA
-from .selectors import sign_on_providers
+from .selectors import login_claims, sign_on_providers
 from .services import SsoRefused, sso_login_admit
 
 
 def refusal_page(request, reason: str):
     return render(request, "sso/refused.html", {"reason": reason}, status=403)
-
-
-def login_claims(extra_data: dict) -> dict:
-    """One dict of the person's claims: an OpenID login's verified ID token over its UserInfo (the two are about
-    one subject: oidc/views.py checked it); another protocol's attributes as they are."""
-    if "id_token" in extra_data or "userinfo" in extra_data:
-        return {**(extra_data.get("userinfo") or {}), **(extra_data.get("id_token") or {})}
-    return dict(extra_data)
 
 
 class StudioAccountAdapter(DefaultAccountAdapter):

@@ -1,6 +1,10 @@
 """Writes for provisioning and leaving: what the identity provider's SCIM client asks for (apps/sso/scim.py), and
 user_deactivate, which ends a person's access at once. Each takes keyword-only arguments, runs in one transaction
-and writes an audit row (project None: a person is the studio's, not one project's)."""
+and writes an audit row (project None: a person is the studio's, not one project's).
+
+A SCIM token belongs to one identity provider (`provider`, its id in settings.SIGN_ON_PROVIDERS): the people and
+groups it writes are that provider's. Its people's first login through that provider is linked to them
+(services.sso_login_admit), and its groups are that provider's groups in the projects' mappings."""
 
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
@@ -12,12 +16,13 @@ from apps.accounts.services import audit_record
 from apps.common.errors import StudioError
 
 from .scim_models import ScimGroup, ScimUser
+from .selectors import last_login_claims, sign_on_providers
+from .services import SCIM_CLAIM, groups_from_claims, provider_groups, roles_apply_from_claims
 
 User = get_user_model()
 
-# The provider id SCIM's groups are mapped under (GroupRoleMapping.provider), and the claim their audit rows name.
-SCIM_PROVIDER = "scim"
-SCIM_CLAIM = "scim:groups"
+# The audit rows' `via` of what the identity provider's SCIM client did.
+SCIM_VIA = "scim"
 
 
 class ProvisioningConflict(StudioError):
@@ -59,23 +64,26 @@ def user_activate(*, user, actor, via: str) -> None:
         audit_record(project=None, actor=actor, action="user.activate", target=f"user/{user.username}", via=via)
 
 
-def roles_follow_scim_groups(*, user) -> list:
-    """Recompute `user`'s mapping-granted roles from the SCIM groups they are in, as a login recomputes them from
-    its groups claim (provider "scim"; an inactive user keeps none)."""
-    from .services import roles_apply_from_claims  # the roles-from-groups service, shared with the logins
-
-    groups = [] if not user.is_active else list(user.scim_groups.order_by("display_name")
-                                                .values_list("display_name", flat=True))
-    return roles_apply_from_claims(user=user, provider=SCIM_PROVIDER, groups=groups, claim=SCIM_CLAIM)
+def roles_follow_scim_groups(*, user, provider: str) -> list:
+    """Recompute the roles `provider`'s mappings give `user` now that its SCIM groups changed: the groups it pushes
+    as SCIM says, its other groups as their last login's claim said (services.provider_groups), as a login
+    recomputes them. An inactive user keeps none."""
+    if not user.is_active:
+        return roles_apply_from_claims(user=user, provider=provider, groups=[], claim=SCIM_CLAIM)
+    groups_claim = sign_on_providers().get(provider, {}).get("groups_claim", "groups")
+    claim_groups = groups_from_claims(last_login_claims(user=user, provider=provider), groups_claim)
+    groups, claim = provider_groups(user=user, provider=provider, claim_groups=claim_groups, claim=groups_claim)
+    return roles_apply_from_claims(user=user, provider=provider, groups=groups, claim=claim or SCIM_CLAIM)
 
 
 USER_FIELDS = {"userName": "username", "givenName": "first_name", "familyName": "last_name", "email": "email"}
 
 
-def scim_user_write(*, user, changes: dict, actor):
-    """Create (user None) or update a person from a SCIM request's `changes` (userName, givenName, familyName,
-    email, externalId, active). A new person has no password (they sign in through the identity provider) and no
-    role until a mapped group gives one. `active` false deactivates them (user_deactivate); true reactivates."""
+def scim_user_write(*, user, changes: dict, actor, provider: str):
+    """Create (user None) or update a person of `provider` from a SCIM request's `changes` (userName, givenName,
+    familyName, email, externalId, active). A new person is recorded as `provider`'s, has no password (they sign
+    in through the identity provider) and no role until a mapped group gives one. `active` false deactivates them
+    (user_deactivate); true reactivates."""
     with transaction.atomic():
         creating = user is None
         if creating:
@@ -92,46 +100,48 @@ def scim_user_write(*, user, changes: dict, actor):
         if creating and changes.get("active") is False:
             user.is_active = False
         user.save()
-        scim, _ = ScimUser.objects.get_or_create(user=user)
+        scim, _ = ScimUser.objects.get_or_create(user=user, defaults={"provider": provider})
         if "externalId" in changes and scim.external_id != changes["externalId"]:
             changed["externalId"] = scim.external_id = changes["externalId"]
         scim.save()
         if creating or changed:
             audit_record(project=None, actor=actor, action="user.provision" if creating else "user.update",
-                         target=f"user/{user.username}", details=changed, via=SCIM_PROVIDER)
+                         target=f"user/{user.username}", details={**changed, "provider": provider}, via=SCIM_VIA)
         if not creating and changes.get("active") is False and user.is_active:
-            user_deactivate(user=user, actor=actor, via=SCIM_PROVIDER)
-            roles_follow_scim_groups(user=user)
+            user_deactivate(user=user, actor=actor, via=SCIM_VIA)
+            roles_follow_scim_groups(user=user, provider=provider)
         elif not creating and changes.get("active") is True and not user.is_active:
-            user_activate(user=user, actor=actor, via=SCIM_PROVIDER)
-            roles_follow_scim_groups(user=user)
+            user_activate(user=user, actor=actor, via=SCIM_VIA)
+            roles_follow_scim_groups(user=user, provider=provider)
     return user
 
 
-def scim_user_delete(*, user, actor) -> None:
+def scim_user_delete(*, user, actor, provider: str) -> None:
     """The identity provider deleted `user`: deactivated (user_deactivate), out of every SCIM group (so their
     mapped roles go), and absent from SCIM from now on. The user row stays for what they authored."""
     with transaction.atomic():
-        user_deactivate(user=user, actor=actor, via=SCIM_PROVIDER)
+        user_deactivate(user=user, actor=actor, via=SCIM_VIA)
         user.scim_groups.clear()
-        roles_follow_scim_groups(user=user)
-        ScimUser.objects.update_or_create(user=user, defaults={"deleted_at": timezone.now()})
+        roles_follow_scim_groups(user=user, provider=provider)
+        ScimUser.objects.update_or_create(user=user, defaults={"deleted_at": timezone.now()},
+                                          create_defaults={"provider": provider, "deleted_at": timezone.now()})
         audit_record(project=None, actor=actor, action="user.deprovision", target=f"user/{user.username}",
-                     via=SCIM_PROVIDER)
+                     details={"provider": provider}, via=SCIM_VIA)
 
 
-def scim_group_write(*, group: ScimGroup | None, changes: dict, actor) -> ScimGroup:
-    """Create (group None) or update a SCIM group from `changes` (displayName, externalId, members: the set of
-    user ids). Everyone who joined or left it, or all its members when it was renamed, has their roles
-    recomputed."""
+def scim_group_write(*, group: ScimGroup | None, changes: dict, actor, provider: str) -> ScimGroup:
+    """Create (group None) or update a SCIM group of `provider` from `changes` (displayName, externalId, members:
+    the set of user ids). Everyone who joined or left it, or all its members when it was renamed or got another
+    externalId, has their roles recomputed."""
     with transaction.atomic():
         creating = group is None
-        group = group or ScimGroup()
+        group = group or ScimGroup(provider=provider)
         name = changes.get("displayName", group.display_name)
-        if ScimGroup.objects.filter(display_name=name).exclude(pk=group.pk).exists():
+        if ScimGroup.objects.filter(provider=provider, display_name=name).exclude(pk=group.pk).exists():
             raise ProvisioningConflict(f"Another group is named {name!r}: a displayName must be unique.")
-        renamed = not creating and name != group.display_name
-        details = {"from_name": group.display_name} if renamed else {}
+        renamed = not creating and (name != group.display_name
+                                    or changes.get("externalId", group.external_id) != group.external_id)
+        details = {"from_name": group.display_name} if not creating and name != group.display_name else {}
         group.display_name = name
         group.external_id = changes.get("externalId", group.external_id)
         group.save()
@@ -144,18 +154,19 @@ def scim_group_write(*, group: ScimGroup | None, changes: dict, actor) -> ScimGr
                            removed=sorted(names[pk] for pk in before - after))
         if creating or details or "externalId" in changes:
             audit_record(project=None, actor=actor, action="scim_group.create" if creating else "scim_group.update",
-                         target=f"scim_group/{group.display_name}", details=details, via=SCIM_PROVIDER)
+                         target=f"scim_group/{group.display_name}", details={**details, "provider": provider},
+                         via=SCIM_VIA)
         for user in User.objects.filter(pk__in=(before | after) if renamed else (before ^ after)):
-            roles_follow_scim_groups(user=user)
+            roles_follow_scim_groups(user=user, provider=provider)
     return group
 
 
 def scim_group_delete(*, group: ScimGroup, actor) -> None:
     with transaction.atomic():
         members = list(group.members.all())
-        name = group.display_name
+        name, provider = group.display_name, group.provider
         group.delete()
         audit_record(project=None, actor=actor, action="scim_group.delete", target=f"scim_group/{name}",
-                     details={"members": sorted(u.username for u in members)}, via=SCIM_PROVIDER)
+                     details={"members": sorted(u.username for u in members), "provider": provider}, via=SCIM_VIA)
         for user in members:
-            roles_follow_scim_groups(user=user)
+            roles_follow_scim_groups(user=user, provider=provider)

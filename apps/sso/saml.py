@@ -98,12 +98,13 @@ class StudioSAMLProvider(SAMLProvider):
         return super().sociallogin_from_response(request, response)
 
     def extract_extra_data(self, data):
-        """The claims apps/sso reads (adapters.login_claims): sub, the person's names and address, their groups
+        """The claims apps/sso reads (selectors.login_claims): sub, the NameID (`nameid`, which a first login's link
+        to a SCIM-provisioned person compares with their userName), the person's names and address, their groups
         under the configured attribute's name, and every attribute as the IdP sent it."""
         attributes = data.get_attributes()
         common = self._extract(data)
         claims = {name: list(values) for name, values in attributes.items()}
-        claims.update({"sub": self.extract_uid(data), "email": common.get("email", ""),
+        claims.update({"sub": self.extract_uid(data), "nameid": data.get_nameid(), "email": common.get("email", ""),
                        "given_name": common.get("first_name", ""), "family_name": common.get("last_name", ""),
                        "preferred_username": common.get("username") or self.extract_uid(data)})
         return claims

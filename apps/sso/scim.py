@@ -10,11 +10,16 @@ write goes through apps/sso/provisioning.py, whose services audit it:
 - `active: false` (PATCH or PUT) or DELETE ends the person's sessions and revokes their API tokens at once
   (user_deactivate). DELETE keeps the user row (their runs, labels and audit rows keep their author) and answers
   404 for that id from then on, as RFC 7644 section 3.6 asks.
-- A group's members feed the same roles-from-groups mapping as a login's claims, with provider "scim".
+- Each SCIM token belongs to one identity provider (`manage.py scim_token create --provider <id>`), and sees and
+  writes only that provider's people and groups (scim_queries.scim_users): those it provisioned and those who
+  signed on through it. The people it creates are recorded as its own (ScimUser.provider, with their externalId),
+  and their first login through that provider is linked to them (services.sso_login_admit), so a deactivation here
+  reaches the account they log in with. A group's members feed the same provider's roles-from-groups mappings as
+  its logins' claims do.
 
-Superusers are not SCIM resources: the identity provider cannot see, change or deactivate the operator accounts,
-the break-glass one included. What the identity provider sends as a password is never stored: its people sign
-in through the identity provider.
+Superusers and local accounts are not SCIM resources: the identity provider cannot see, change or deactivate the
+operator accounts (the break-glass one included), nor take over an account someone made in the studio. What the
+identity provider sends as a password is never stored: its people sign in through the identity provider.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from django_scim.models import SCIMServiceProviderConfig
 
 from . import provisioning
 from .scim_models import ScimGroup, ScimUser
-from .scim_queries import scim_users
+from .scim_queries import scim_provider, scim_users
 
 User = get_user_model()
 
@@ -98,7 +103,8 @@ class StudioScimUser(SCIMUser):
             "active": self.obj.is_active,
             "groups": [{"value": str(group.scim_id), "display": group.display_name,
                         "$ref": StudioScimGroup(group, self.request).location}
-                       for group in self.obj.scim_groups.order_by("display_name")],
+                       for group in self.obj.scim_groups.filter(provider=scim_provider(self.request))
+                       .order_by("display_name")],
             "meta": {"resourceType": self.resource_type, "created": self.obj.date_joined.isoformat(),
                      "lastModified": (scim.updated_at if scim else self.obj.date_joined).isoformat(),
                      "location": self.location},
@@ -182,12 +188,12 @@ class StudioScimUser(SCIMUser):
     def save(self):
         try:
             self.obj = provisioning.scim_user_write(user=self.obj if self.obj.pk else None, changes=self.changes,
-                                                    actor=self.request.user)
+                                                    actor=self.request.user, provider=scim_provider(self.request))
         except provisioning.ProvisioningConflict as exc:
             raise exceptions.IntegrityError(str(exc), scim_type="uniqueness")
 
     def delete(self):
-        provisioning.scim_user_delete(user=self.obj, actor=self.request.user)
+        provisioning.scim_user_delete(user=self.obj, actor=self.request.user, provider=scim_provider(self.request))
 
 
 class StudioScimGroup(SCIMGroup):
@@ -228,7 +234,7 @@ class StudioScimGroup(SCIMGroup):
             raise exceptions.BadRequestError('"displayName" is required.', scim_type="invalidValue")
         if "externalId" in d:
             self.changes["externalId"] = _text(d["externalId"], "externalId")
-        self.changes["members"] = _member_ids(d.get("members") or [])
+        self.changes["members"] = _member_ids(d.get("members") or [], request=self.request)
 
     def validate_op_replace(self, path, value, operation):
         pass
@@ -242,14 +248,14 @@ class StudioScimGroup(SCIMGroup):
 
     def handle_add(self, path, value, operation):
         if path.first_path[0] == "members":
-            self._members().update(_member_ids(value or []))
+            self._members().update(_member_ids(value or [], request=self.request))
         else:
             self.handle_replace(path, value, operation)
 
     def handle_replace(self, path, value, operation):
         attr = path.first_path[0]
         if attr == "members":
-            self.changes["members"] = _member_ids(value or [])
+            self.changes["members"] = _member_ids(value or [], request=self.request)
         elif attr == "displayName":
             self.changes["displayName"] = _text(value, "displayName")
             if not self.changes["displayName"]:
@@ -268,7 +274,7 @@ class StudioScimGroup(SCIMGroup):
                      if tuple(attr_path) == ("members", "value", None)]
             members.difference_update(int(v) for v in named if str(v).isdigit())
         elif value:
-            members.difference_update(_member_ids(value))
+            members.difference_update(_member_ids(value, request=self.request))
         else:
             members.clear()
 
@@ -282,7 +288,7 @@ class StudioScimGroup(SCIMGroup):
     def save(self):
         try:
             self.obj = provisioning.scim_group_write(group=self.obj if self.obj.pk else None, changes=self.changes,
-                                                     actor=self.request.user)
+                                                     actor=self.request.user, provider=scim_provider(self.request))
         except provisioning.ProvisioningConflict as exc:
             raise exceptions.IntegrityError(str(exc), scim_type="uniqueness")
 
@@ -290,14 +296,14 @@ class StudioScimGroup(SCIMGroup):
         provisioning.scim_group_delete(group=self.obj, actor=self.request.user)
 
 
-def _member_ids(members) -> set[int]:
-    """The user ids a `members` value names, each a user SCIM sees (400 otherwise)."""
+def _member_ids(members, *, request) -> set[int]:
+    """The user ids a `members` value names, each a user the token's provider sees (400 otherwise)."""
     if not isinstance(members, list) or not all(isinstance(m, dict) for m in members):
         raise exceptions.BadRequestError('"members" must be a list of {"value": "<user id>"}.',
                                          scim_type="invalidValue")
     values = [str(member.get("value", "")) for member in members]
     ids = {int(v) for v in values if v.isdigit()}
-    found = set(scim_users().filter(pk__in=ids).values_list("pk", flat=True))
+    found = set(scim_users(provider=scim_provider(request)).filter(pk__in=ids).values_list("pk", flat=True))
     missing = [v for v in values if not v.isdigit() or int(v) not in found]
     if missing:
         raise exceptions.BadRequestError(f"No user {', '.join(missing)}: a member's value is the id of a user "
@@ -325,8 +331,13 @@ class UsersView(scim_views.UsersView):
         body = self.load_body(request.body)
         name = body.get("userName") if isinstance(body, dict) else None
         if isinstance(name, str) and User.objects.filter(username=name.strip()).exists():
-            raise exceptions.IntegrityError(f"A user named {name.strip()!r} exists: find its id with "
-                                            f'filter=userName eq "{name.strip()}".', scim_type="uniqueness")
+            if scim_users(provider=scim_provider(request)).filter(username=name.strip()).exists():
+                raise exceptions.IntegrityError(f"A user named {name.strip()!r} exists: find its id with "
+                                                f'filter=userName eq "{name.strip()}".', scim_type="uniqueness")
+            raise exceptions.IntegrityError(
+                f"The studio has an account named {name.strip()!r} that this identity provider does not manage (made "
+                "in the studio, or another provider's): it is not taken over. An administrator can rename one of "
+                "the two.", scim_type="uniqueness")
         return super().post(request, *args, **kwargs)
 
 
@@ -341,7 +352,8 @@ class GroupsView(scim_views.GroupsView):
     def post(self, request, *args, **kwargs):
         body = self.load_body(request.body)
         name = body.get("displayName") if isinstance(body, dict) else None
-        if isinstance(name, str) and ScimGroup.objects.filter(display_name=name.strip()).exists():
+        if isinstance(name, str) and ScimGroup.objects.filter(provider=scim_provider(request),
+                                                               display_name=name.strip()).exists():
             raise exceptions.IntegrityError(f"A group named {name.strip()!r} exists: find its id with "
                                             f'filter=displayName eq "{name.strip()}".', scim_type="uniqueness")
         return super().post(request, *args, **kwargs)

@@ -10,6 +10,8 @@ from django_scim.middleware import SCIMAuthCheckMiddleware
 
 from apps.accounts.selectors import scim_token_for_plaintext
 
+from .selectors import sign_on_providers
+
 
 def scim_error(detail: str, *, status: int, scim_type: str | None = None) -> HttpResponse:
     """An RFC 7644 section 3.12 error body."""
@@ -20,8 +22,9 @@ def scim_error(detail: str, *, status: int, scim_type: str | None = None) -> Htt
 
 
 class SCIMTokenAuth(SCIMAuthCheckMiddleware):
-    """`Authorization: Bearer pts_...` of a live SCIM token (TokenScope.SCIM). The request then acts as the token's
-    holder (request.user), whom the audit rows name, via "scim"; whoever the session cookie says is ignored."""
+    """`Authorization: Bearer pts_...` of a live SCIM token (TokenScope.SCIM) of a configured identity provider. The
+    request then acts as the token's holder (request.user), whom the audit rows name, via "scim", for the token's
+    provider (request.scim_token.provider); whoever the session cookie says is ignored."""
 
     def process_request(self, request):
         scheme, _, plaintext = request.headers.get("Authorization", "").partition(" ")
@@ -32,6 +35,13 @@ class SCIMTokenAuth(SCIMAuthCheckMiddleware):
                                   status=401)
             response["WWW-Authenticate"] = 'Bearer realm="scim"'
             return response
+        logins = {pid for pid, p in sign_on_providers().items() if p["protocol"] in ("oidc", "saml")}
+        if token.provider not in logins:
+            # The provider was taken out of the configuration (or the token predates providers): its people would
+            # be nobody's, so the token provisions nothing until an operator makes one for a configured provider.
+            return scim_error(f"This SCIM token belongs to the identity provider {token.provider or 'none'!r}, which "
+                              "is not configured here: an operator makes a token for a configured one with "
+                              "`manage.py scim_token create --provider <id>`.", status=401)
         request.user = token.user
         request.scim_token = token
         return None

@@ -17,8 +17,8 @@ from apps.accounts.selectors import role_of
 from apps.accounts.services import audit_record
 from apps.common.errors import StudioError
 
-from .models import GroupRoleMapping
-from .selectors import sign_on_providers
+from .models import GroupRoleMapping, ScimUser
+from .selectors import scim_groups, scim_match_claim, sign_on_providers
 
 User = get_user_model()
 
@@ -104,33 +104,98 @@ def _audit(change: RoleChange, *, user, provider: str, claim: str, groups: list[
                           "to_role": change.to_role}, via=VIA)
 
 
+# The claim an audit row names for groups a provider pushed over SCIM (apps/sso/provisioning.py).
+SCIM_CLAIM = "scim:groups"
+
+
+def provider_groups(*, user, provider: str, claim_groups: list[str], claim: str) -> tuple[list[str], str]:
+    """The groups `provider` says `user` (None: a person without an account yet) is in, and the claim(s) they came
+    from (for the audit rows; "" when no group came from either): for a group the provider pushes over SCIM, SCIM's
+    membership decides (it is pushed at once, a removal too); for any other, the groups claim of their login
+    (`claim_groups`, sent in `claim`)."""
+    pushed = scim_groups(provider=provider)
+    theirs = scim_groups(provider=provider, user=user) if pushed and user is not None else set()
+    groups = sorted({g for g in claim_groups if g not in pushed} | theirs)
+    sources = [name for name, used in ((claim, set(claim_groups) - pushed), (SCIM_CLAIM, theirs)) if used]
+    return groups, " + ".join(sources)
+
+
 def sso_login_admit(*, provider: str, claims: dict, groups_claim: str = "groups") -> User:
     """The studio user for the person `provider` just vouched for (`claims`: the verified ID token's or assertion's;
-    `sub` is their stable id there), with their roles recomputed from the groups in `groups_claim`.
+    `sub` is their stable id there), with their roles recomputed from the groups in `groups_claim` (and the SCIM
+    groups the provider pushed: provider_groups).
 
+    A person the provider provisioned over SCIM before their first login is that user (scim_user_for_login): the
+    login is linked to them, so that what SCIM does to them later (deactivation) reaches the account they use.
     A person the studio has not seen gets an account just in time if a mapping admits them (at least one role in
     some project); otherwise none is made, and SsoRefused says why. A known person whose groups no longer map to
-    any role, and who holds none by hand, loses the mapped roles and is refused. A deactivated account is refused.
+    any role, and who holds none by hand, loses the mapped roles and is refused. A deactivated account is refused,
+    whatever their groups.
     """
     subject = claims.get("sub")
     if not isinstance(subject, str) or not subject:
         raise SsoRefused(f"{_name(provider)} sent no subject (sub) for this login, so the studio cannot tell who "
                          "logged in. Ask your administrator to check the provider's configuration.")
-    groups = groups_from_claims(claims, groups_claim)
+    claim_groups = groups_from_claims(claims, groups_claim)
     with transaction.atomic():
         account = SocialAccount.objects.select_related("user").filter(provider=provider, uid=subject).first()
-        user = account.user if account else None
+        user, matched = (account.user, None) if account else scim_user_for_login(provider=provider, claims=claims)
         if user is not None and not user.is_active:
-            raise SsoRefused(f"Your studio account {user.username} is deactivated; ask an administrator.")
+            raise SsoRefused(f"Your studio account {user.username} is deactivated (by {_name(provider)}'s "
+                             "provisioning, or by an administrator), so this login is refused although the provider "
+                             "vouched for you. Ask your administrator if you should still have access.")
+        groups, claim = provider_groups(user=user, provider=provider, claim_groups=claim_groups, claim=groups_claim)
         if user is None:
             if not _mapped_roles(provider=provider, groups=groups):
                 raise SsoRefused(_unmapped(provider, claims, groups, groups_claim))
             user = _user_create(provider=provider, subject=subject, claims=claims)
-        roles_apply_from_claims(user=user, provider=provider, groups=groups, claim=groups_claim)
+        elif matched is not None:
+            _account_link(user=user, provider=provider, subject=subject, claims=claims, matched=matched)
+        roles_apply_from_claims(user=user, provider=provider, groups=groups, claim=claim or groups_claim)
         admitted = Membership.objects.filter(user=user).exists()
     if not admitted:  # after the commit: the removed roles stay removed
         raise SsoRefused(_unmapped(provider, claims, groups, groups_claim))
     return user
+
+
+def scim_user_for_login(*, provider: str, claims: dict) -> tuple[User | None, str | None]:
+    """The user `provider`'s SCIM token provisioned for the person of this first login, and what matched ("userName"
+    or "externalId"), or (None, None): their SCIM userName equal to the login's `scim_match` claim (compared without
+    case, as SCIM's userName is; an OpenID `email` only when the provider says it is verified), or their externalId
+    equal to its `sub` (Okta sends its user id in both). Only people this provider provisioned: never a local
+    account, nor one another provider provisioned or signed on. SsoRefused if the match is ambiguous or already
+    linked to another person of the provider."""
+    subject, claim = claims["sub"], scim_match_claim(provider)
+    value = claims.get(claim)
+    if isinstance(value, list) and len(value) == 1:  # a SAML attribute: a list of values
+        value = value[0]
+    if claim == "email" and claims.get("email_verified") not in (True, "true"):
+        value = None  # an address the person may have typed themselves must not pick an account
+    found = {}
+    provisioned = ScimUser.objects.filter(provider=provider).select_related("user")
+    for scim in provisioned.filter(external_id=subject):
+        found.setdefault(scim.user, "externalId")
+    if isinstance(value, str) and value:
+        for scim in provisioned.filter(user__username__iexact=value):
+            found.setdefault(scim.user, "userName")
+    if not found:
+        return None, None
+    if len(found) > 1:
+        raise SsoRefused(f"{_name(provider)}'s provisioning made several studio accounts that match this login "
+                         f"({', '.join(sorted(u.username for u in found))}), so the studio cannot tell which is "
+                         "yours. Ask your administrator to fix the duplicate at the provider.")
+    user, matched = next(iter(found.items()))
+    if SocialAccount.objects.filter(user=user, provider=provider).exists():
+        raise SsoRefused(f"The studio account {user.username} is linked to another login at {_name(provider)}, so "
+                         "this login cannot use it. Ask your administrator to check the provider's user mapping.")
+    return user, matched
+
+
+def _account_link(*, user, provider: str, subject: str, claims: dict, matched: str) -> None:
+    SocialAccount.objects.create(user=user, provider=provider, uid=subject, extra_data=claims)
+    audit_record(project=None, actor=None, action="user.sso_link", target=f"user/{user.username}",
+                 details={"provider": provider, "subject": subject, "matched": matched,
+                          "claim": "sub" if matched == "externalId" else scim_match_claim(provider)}, via=VIA)
 
 
 def _user_create(*, provider: str, subject: str, claims: dict):

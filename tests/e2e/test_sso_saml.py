@@ -1,7 +1,8 @@
 """Signing on with SAML 2.0 in a real browser, through a real identity provider on loopback (pysaml2's IdP,
-tests/support/saml_idp.py) and its own login page: a person in a mapped group lands in the project with the mapped
-role. Then the identity provider's SCIM client deactivates them (PATCH active false with a SCIM token, over HTTP):
-the open browser is signed out at its next request and their API token stops working, at once."""
+tests/support/saml_idp.py) and its own login page, in the order enterprises use: the identity provider's SCIM client
+provisions the person first (POST /Users over HTTP, with the provider's SCIM token), then the person logs in and
+lands in the project with the mapped role, as the account SCIM made. Then the SCIM client deactivates them (PATCH
+active false): the open browser is signed out at its next request and their API token stops working, at once."""
 
 import copy
 import json
@@ -49,16 +50,23 @@ def saml_idp(live_url, tmp_path, settings):
     providers = copy.deepcopy(settings.SOCIALACCOUNT_PROVIDERS)
     providers["saml"]["APPS"] = [app]
     settings.SOCIALACCOUNT_PROVIDERS = providers
-    settings.SIGN_ON_PROVIDERS = {PROVIDER: {"name": "Corp SAML", "protocol": "saml", "groups_claim": "memberOf"},
-                                  "scim": settings.SIGN_ON_PROVIDERS["scim"]}
+    settings.SIGN_ON_PROVIDERS = {PROVIDER: {"name": "Corp SAML", "protocol": "saml", "groups_claim": "memberOf"}}
     with urllib.request.urlopen(f"{live_url}/accounts/sso/saml/{PROVIDER}/metadata/", timeout=30) as response:
         idp.start(sp_metadata=response.read().decode())
     yield idp
     idp.stop()
 
 
-def test_saml_login_then_scim_deactivation_ends_the_session_and_token(saml_idp, live_url, page, project, owner):
+def test_scim_provisioning_then_saml_login_then_scim_deactivation(saml_idp, live_url, page, project, owner):
     mapping_set(project=project, provider=PROVIDER, group="ml-team", role=Role.EDITOR, actor=owner)
+    owner.is_staff = True
+    owner.save()
+    scim = scim_token_create(user=owner, provider=PROVIDER, name="corp idp")[1]
+    # The IdP provisions ada before she ever logs in; its externalId is the id its assertions name her by (NameID).
+    status, ada_scim = http("POST", f"{live_url}/scim/v2/Users", scim, {
+        "schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"], "userName": "ada", "externalId": "id-ada",
+        "emails": [{"value": "ada@example.com", "primary": True}], "active": True})
+    assert status == 201, ada_scim
     page.set_default_timeout(15_000)
     members = f"/p/{project.slug}/members/"
 
@@ -70,16 +78,13 @@ def test_saml_login_then_scim_deactivation_ends_the_session_and_token(saml_idp, 
     page.wait_for_url(f"{live_url}{members}")  # back in the studio, on the page asked for, in the project
     expect(page.locator("[data-member=ada] [data-role]")).to_have_text("editor")
     ada = Membership.objects.get(project=project, user__username="ada", granted_by=PROVIDER).user
+    assert ada.pk == int(ada_scim["id"])  # the account SCIM made, not a second one
+    assert AuditEvent.objects.get(action="user.sso_link").details["matched"] == "externalId"
 
     _, api_token = api_token_create(user=ada, name="laptop", project=project, scope=TokenScope.READ)
     assert http("GET", f"{live_url}/api/v1/projects", api_token)[0] == 200
 
-    owner.is_staff = True
-    owner.save()
-    scim = scim_token_create(user=owner, name="corp idp")[1]
-    status, found = http("GET", f'{live_url}/scim/v2/Users?filter=userName%20eq%20%22ada%22', scim)
-    assert status == 200 and found["totalResults"] == 1
-    status, patched = http("PATCH", f"{live_url}/scim/v2/Users/{found['Resources'][0]['id']}", scim, {
+    status, patched = http("PATCH", f"{live_url}/scim/v2/Users/{ada_scim['id']}", scim, {
         "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
         "Operations": [{"op": "replace", "value": {"active": False}}]})
     assert status == 200 and patched["active"] is False

@@ -1,8 +1,11 @@
-"""A real HTTP issuer on loopback for the ID-token tests (tests/apps/sso): its discovery document and its JWKS,
-with RSA keys it can rotate, and the signing of tokens with them (or with anything an attacker would try).
+"""A real HTTP issuer on loopback for the sign-on tests (tests/apps/sso): its discovery document and its JWKS,
+with RSA keys it can rotate, and the signing of tokens with them (or with anything an attacker would try), so
+that each attack on the ID token meets the studio's real verification, JWKS fetch included.
 
-The full login flow runs against the certified oidc-provider instead (tests/e2e/test_sso_oidc.py); this one only
-publishes keys, so that each attack on the ID token meets the studio's real verification, JWKS fetch included.
+It also answers the code flow's back channel (the token endpoint and UserInfo) for codes a test grants
+(`issuer.grant(claims)`), so that a test can walk a whole login through the studio's real views without a browser:
+the test plays the person's browser and the provider's login page (it reads the nonce, state and PKCE challenge
+from the studio's redirect). The browser walk through a certified provider's own pages is tests/e2e/test_sso_oidc.py.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import base64
 import hashlib
 import hmac
 import json
+import secrets
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -47,6 +52,9 @@ class LoopbackIssuer:
     def __init__(self, client_id: str = "studio"):
         self.client_id = client_id
         self.keys = [SigningKey("key-1")]
+        self.grants: dict[str, dict] = {}  # code -> the claims of the ID token it is redeemed for (once)
+        self.redeemed: dict[str, dict] = {}  # code -> the token request's form (code_verifier...)
+        self._userinfo: dict[str, dict] = {}  # access token -> UserInfo
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,9 +65,28 @@ class LoopbackIssuer:
                             "userinfo_endpoint": f"{issuer.url}/me", "id_token_signing_alg_values_supported": ["RS256"]}
                 elif self.path == "/jwks":
                     body = {"keys": [key.jwk for key in issuer.keys]}
+                elif self.path == "/me" and (info := issuer._userinfo.get(
+                        self.headers.get("Authorization", "").removeprefix("Bearer "))):
+                    body = info
                 else:
                     self.send_error(404)
                     return
+                self._answer(body)
+
+            def do_POST(self):
+                form = {k: v[0] for k, v in parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+                        .items()}
+                claims = issuer.grants.pop(form.get("code", ""), None) if self.path == "/token" else None
+                if claims is None:
+                    self.send_error(400, "invalid_grant")
+                    return
+                issuer.redeemed[form["code"]] = form
+                access_token = secrets.token_urlsafe(16)
+                issuer._userinfo[access_token] = {"sub": claims["sub"]}
+                self._answer({"access_token": access_token, "token_type": "Bearer", "expires_in": 300,
+                              "id_token": issuer.sign(claims)})
+
+            def _answer(self, body: dict):
                 data = json.dumps(body).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -83,6 +110,12 @@ class LoopbackIssuer:
     def stop(self) -> None:
         self._http.shutdown()
         self._http.server_close()
+
+    def grant(self, claims: dict) -> str:
+        """A code the token endpoint redeems once, for an ID token of `claims` (signed with the current key)."""
+        code = secrets.token_urlsafe(16)
+        self.grants[code] = claims
+        return code
 
     def rotate(self, kid: str) -> SigningKey:
         self.keys = [SigningKey(kid)]

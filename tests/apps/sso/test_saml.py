@@ -10,9 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 
-from apps.accounts.models import Membership, Role
+from apps.accounts.models import AuditEvent, Membership, Role
+from apps.accounts.services import scim_token_create
 from apps.sso.models import GroupRoleMapping, SamlAssertion
 from tests.support.saml import assertion_xml, request_id, response_b64, sign, signing_key
+
+from .conftest import PATCH_OP, ScimClient, new_user
 
 PROVIDER = "corp-saml"
 IDP = "https://idp.example.test/saml"
@@ -124,3 +127,26 @@ def test_a_replayed_assertion_is_refused(mapped):
     refused = post_response(attacker, own_rid, captured)
     assert not signed_in(attacker)
     assert refused.status_code == 403 and b"already used" in refused.content
+
+
+def test_a_person_scim_provisioned_first_logs_in_as_themselves_until_deactivated(client, mapped, operator):
+    """The IdP provisions alice over SCIM (with its SCIM token, for this SAML provider), then she logs in: the
+    assertion's NameID is her SCIM userName, so the login is her SCIM-made account. Deactivated over SCIM, her next
+    login is refused although her groups still map."""
+    scim = ScimClient(scim_token_create(user=operator, provider=PROVIDER, name="corp")[1])
+    provisioned = new_user(scim, "alice@example.com")
+    rid = login_request(client)
+    finish = post_response(client, rid, sign(good_assertion(rid, name_id="alice@example.com"), KEY))
+    assert finish.status_code == 302 and client.session["_auth_user_id"] == provisioned["id"]
+    assert Membership.objects.get(project=mapped, user_id=int(provisioned["id"])).role == Role.EDITOR
+    assert AuditEvent.objects.get(action="user.sso_link").details["claim"] == "nameid"
+
+    assert scim.call("patch", f"/Users/{provisioned['id']}", {"schemas": [PATCH_OP], "Operations": [
+        {"op": "replace", "path": "active", "value": "False"}]}).status_code == 200  # as Entra ID sends it
+    page = client.get(f"/p/{mapped.slug}/members/")  # the session the login made ended
+    assert page.status_code == 302 and page["Location"].startswith("/accounts/login/")
+    again = browser()
+    rid = login_request(again)
+    refused = post_response(again, rid, sign(good_assertion(rid, name_id="alice@example.com"), KEY))
+    assert refused.status_code == 403 and b"deactivated" in refused.content and not signed_in(again)
+    assert not Membership.objects.filter(user__email="alice@example.com").exists()

@@ -2,7 +2,6 @@
 them, against the real views and database. Deactivating someone ends a live, signed-in Django test client's
 session and their API token at once."""
 
-import json
 
 import pytest
 from django.contrib.sessions.models import Session
@@ -13,52 +12,7 @@ from apps.accounts.services import scim_token_create
 from apps.sso.models import GroupRoleMapping
 from apps.sso.scim_models import ScimGroup
 
-SCIM = "application/scim+json"
-USER_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:User"
-GROUP_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:Group"
-PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
-ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
-
-
-@pytest.fixture
-def operator(make_user):
-    user = make_user("it-operator")
-    user.is_staff = True
-    user.save()
-    return user
-
-
-@pytest.fixture
-def scim_token(operator):
-    return scim_token_create(user=operator, name="okta")[1]
-
-
-class ScimClient:
-    def __init__(self, token: str | None):
-        self.client = Client()
-        self.headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
-
-    def call(self, method: str, path: str, body=None):
-        data = json.dumps(body) if body is not None else None
-        response = getattr(self.client, method)(f"/scim/v2{path}", data=data, content_type=SCIM, **self.headers)
-        if response.content:
-            assert response["Content-Type"] == SCIM, response.content
-        return response
-
-
-@pytest.fixture
-def scim(scim_token):
-    return ScimClient(scim_token)
-
-
-def new_user(scim, name="alice@example.com", **extra):
-    response = scim.call("post", "/Users", {
-        "schemas": [USER_SCHEMA], "userName": name, "externalId": "00u1",
-        "name": {"givenName": "Alice", "familyName": "Liddell"},
-        "emails": [{"value": name, "primary": True, "type": "work"}], "active": True,
-        "password": "ignored-by-the-studio", **extra})
-    assert response.status_code == 201, response.content
-    return response.json()
+from .conftest import ERROR, GROUP_SCHEMA, PATCH_OP, PROVIDER, USER_SCHEMA, ScimClient, new_user
 
 
 def test_create_then_find_by_username_and_get(scim):
@@ -169,7 +123,7 @@ def test_put_and_patch_update_attributes(scim):
 
 
 def test_group_members_give_the_mapped_roles(scim, project):
-    GroupRoleMapping.objects.create(project=project, provider="scim", group="ml-team", role=Role.EDITOR)
+    GroupRoleMapping.objects.create(project=project, provider=PROVIDER, group="ml-team", role=Role.EDITOR)
     alice, bob = new_user(scim), new_user(scim, "bob@example.com")
     group = scim.call("post", "/Groups", {"schemas": [GROUP_SCHEMA], "displayName": "ml-team",
                                           "members": [{"value": alice["id"]}]})
@@ -182,14 +136,15 @@ def test_group_members_give_the_mapped_roles(scim, project):
     added = scim.call("patch", f"/Groups/{group_id}", {"schemas": [PATCH_OP], "Operations": [
         {"op": "add", "path": "members", "value": [{"value": bob["id"]}]}]})
     assert added.status_code == 200 and len(added.json()["members"]) == 2
-    assert Membership.objects.get(project=project, user_id=int(bob["id"])).granted_by == "scim"
+    assert Membership.objects.get(project=project, user_id=int(bob["id"])).granted_by == PROVIDER
 
     removed = scim.call("patch", f"/Groups/{group_id}", {"schemas": [PATCH_OP], "Operations": [
         {"op": "remove", "path": f'members[value eq "{alice["id"]}"]'}]})
     assert [m["value"] for m in removed.json()["members"]] == [bob["id"]]
     assert not Membership.objects.filter(project=project, user_id=int(alice["id"])).exists()
     remove_event = AuditEvent.objects.get(action="membership.sso_remove", target="user/alice@example.com")
-    assert remove_event.details["provider"] == "scim"
+    assert remove_event.details["provider"] == PROVIDER
+    assert remove_event.details["claim"] == "scim:groups"
 
     unknown = scim.call("patch", f"/Groups/{group_id}", {"schemas": [PATCH_OP], "Operations": [
         {"op": "add", "path": "members", "value": [{"value": "987654"}]}]})
@@ -232,24 +187,27 @@ def test_the_rest_api_refuses_a_scim_token(scim_token, project):
     assert response.status_code == 401 and "SCIM token" in response.json()["detail"]
 
 
-def test_only_staff_hold_a_scim_token(make_user, owner, project):
+def test_only_staff_hold_a_scim_token_of_a_configured_provider(sign_on, operator, owner, project):
     with pytest.raises(ValueError, match="staff"):
-        scim_token_create(user=owner, name="okta")
+        scim_token_create(user=owner, provider=PROVIDER, name="okta")
+    with pytest.raises(ValueError, match="No identity provider 'scim'.*configured: test-idp"):
+        scim_token_create(user=operator, provider="scim", name="okta")
     from apps.accounts.services import api_token_create
     with pytest.raises(ValueError, match="scim_token"):
         api_token_create(user=owner, name="x", project=project, scope=TokenScope.SCIM)
 
 
-def test_the_command_makes_lists_and_revokes_audited(operator, capsys):
+def test_the_command_makes_lists_and_revokes_audited(sign_on, operator, capsys):
     from django.core.management import call_command
-    call_command("scim_token", "create", "--user", operator.username, "--name", "okta")
+    call_command("scim_token", "create", "--provider", PROVIDER, "--user", operator.username, "--name", "okta")
     plaintext = capsys.readouterr().out.strip()
     assert plaintext.startswith("pts_")
     assert ScimClient(plaintext).call("get", "/Users").status_code == 200
     event = AuditEvent.objects.get(action="token.create")
     assert event.via == "cli" and event.details["scope"] == "scim" and event.actor == operator
+    assert event.details["provider"] == PROVIDER
     call_command("scim_token", "list")
-    assert "okta" in capsys.readouterr().out
+    assert f"okta  for {PROVIDER}" in capsys.readouterr().out
     call_command("scim_token", "revoke", plaintext)
     assert ScimClient(plaintext).call("get", "/Users").status_code == 401
     assert AuditEvent.objects.filter(action="token.revoke", via="cli").exists()
