@@ -16,6 +16,9 @@ What they leave open, checked here before allauth makes the login (AssertionChec
   among its Audiences;
 - the recipient: python3-saml accepts a SubjectConfirmationData without Recipient, and one whose Recipient merely
   contains our ACS URL as a substring; we require it equal to our ACS URL;
+- expiry of the bearer confirmation: python3-saml accepts a SubjectConfirmationData without NotOnOrAfter (SAML's
+  browser profile requires one), so the assertion would be good for as long as its Conditions say, or forever; we
+  require it, and it bounds how long an assertion is accepted (python3-saml allows no clock drift past it);
 - replay: nothing remembers an assertion. SamlAssertion keeps each accepted assertion's ID until it expires and a
   second use is refused, whichever browser or session presents it.
 
@@ -25,7 +28,7 @@ attribute the operator maps as uid), the groups are the configured attribute's v
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.providers.saml.provider import SAMLProvider
@@ -36,10 +39,6 @@ from onelogin.saml2.xml_utils import OneLogin_Saml2_XML
 
 from .adapters import refusal_page
 from .models import SamlAssertion
-
-# How long an assertion's ID is kept when it names no expiry of its own (python3-saml then accepts it for as long
-# as its Conditions allow; a day is longer than any IdP's assertion lifetime).
-DEFAULT_KEEP = timedelta(days=1)
 
 
 class AssertionRefused(Exception):
@@ -73,8 +72,11 @@ def assertion_check(*, auth, provider_id: str) -> None:
     if not assertion_id:
         raise AssertionRefused("the assertion has no ID")
     expires = auth.get_last_assertion_not_on_or_after()
-    keep_until = (datetime.fromtimestamp(expires, tz=UTC) if expires
-                  else timezone.now() + DEFAULT_KEEP)
+    if not expires:
+        raise AssertionRefused("its bearer confirmation names no expiry (SubjectConfirmationData NotOnOrAfter, which "
+                               "SAML's browser profile requires), so nothing would bound how long it is good for")
+    # python3-saml accepts the assertion only before this instant (no drift), so its ID need be kept only until then.
+    keep_until = datetime.fromtimestamp(expires, tz=UTC)
     SamlAssertion.objects.filter(keep_until__lt=timezone.now()).delete()
     try:
         with transaction.atomic():

@@ -48,11 +48,12 @@ def _instant(moment: datetime) -> str:
 def assertion_xml(*, issuer: str, name_id: str, audience: str | None, recipient: str | None,
                   in_response_to: str | None, attributes: dict[str, list[str]],
                   lifetime: timedelta = timedelta(minutes=5), issued: datetime | None = None,
-                  assertion_id: str | None = None) -> str:
+                  assertion_id: str | None = None, confirmation_expiry: bool = True) -> str:
     issued = issued or datetime.now(UTC)
     until = _instant(issued + lifetime)
     confirmation = " ".join(f"{name}={quoteattr(value)}" for name, value in (
-        ("InResponseTo", in_response_to), ("NotOnOrAfter", until), ("Recipient", recipient)) if value)
+        ("InResponseTo", in_response_to), ("NotOnOrAfter", until if confirmation_expiry else None),
+        ("Recipient", recipient)) if value)
     audience_xml = (f"<saml:AudienceRestriction><saml:Audience>{escape(audience)}</saml:Audience>"
                     f"</saml:AudienceRestriction>") if audience else ""
     values = "".join(

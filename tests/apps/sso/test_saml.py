@@ -105,6 +105,10 @@ def test_a_signed_assertion_logs_in_with_the_mapped_role(client, mapped):
         rid, recipient=f"https://evil.example.test/?next={ACS}"), KEY)),
     ("no recipient", lambda rid: sign(good_assertion(rid, recipient=None), KEY)),
     ("expired", lambda rid: sign(good_assertion(rid, issued=datetime.now(UTC) - timedelta(hours=2)), KEY)),
+    # python3-saml accepts a bearer confirmation without NotOnOrAfter (SAML's browser profile requires one), and
+    # then nothing bounds how long the assertion could be replayed once its ID is forgotten.
+    ("confirmation without expiry", lambda rid: sign(good_assertion(
+        rid, confirmation_expiry=False, lifetime=timedelta(days=30)), KEY)),
 ])
 def test_attacks_are_refused(client, mapped, attack, make):
     rid = login_request(client)
