@@ -122,6 +122,19 @@ class TrajectoryInfo:
     # model's turns are text as the client reported them, the tool results and the verdict the studio's own.
     trained_elsewhere: dict | None = None
     repair: RepairInfo | None = None  # a trajectory that ran tests or edited code: its repair steps as a chain
+    # Its tokens by the policy version that sampled them, where it records them (partial rollouts: new weights
+    # reached it mid-rollout), [(version, tokens)] oldest first; empty when one version wrote it all.
+    tokens_by_version: list[tuple[int, int]] = field(default_factory=list)
+
+
+def tokens_by_version(turns: list[dict]) -> list[tuple[int, int]]:
+    """An archived trajectory's sampled tokens counted by version, from its turns' runs [[version, tokens], ...]
+    (workers/rl/types.py Turn.to_json); empty unless two or more versions wrote it."""
+    counts: dict[int, int] = {}
+    for turn in turns:
+        for version, tokens in turn.get("versions", []) if turn.get("role") == "assistant" else []:
+            counts[version] = counts.get(version, 0) + tokens
+    return sorted(counts.items()) if len(counts) > 1 else []
 
 
 def _pieces(model: str, ids: list[int]) -> tuple[list[str] | None, str]:
@@ -210,7 +223,7 @@ def trajectory_info(row: Trajectory) -> TrajectoryInfo:
                           timeline_json=figures.to_json(figures.timeline_figure(timeline_rows(row))),
                           mean_logprob=sum(assistant_logprobs) / len(assistant_logprobs) if assistant_logprobs
                           else None, final_diff=final_diff, trained_elsewhere=_trained_elsewhere(row),
-                          repair=repair_info(row))
+                          repair=repair_info(row), tokens_by_version=tokens_by_version(row.turns or []))
 
 
 def _trained_elsewhere(row: Trajectory) -> dict | None:

@@ -213,3 +213,16 @@ def test_per_token_versions_survive_a_checkpoint_and_resume(make_pipeline, tmp_p
     finally:
         second.close()
         second.engine.close()
+
+
+def test_the_trajectory_page_counts_tokens_by_version_and_the_run_page_stacks_them():
+    from apps.common.figures import panels_for
+    from apps.trajectories.replay import tokens_by_version
+
+    trajectory = _trajectory(3, 0, prompt=[1, 2], turns=_mixed_turns(), version=3)
+    assert tokens_by_version(trajectory.to_json()["turns"]) == [(3, 2), (4, 2), (5, 2)]
+    one_version = _trajectory(3, 1, prompt=[1], version=2, turns=[Turn(
+        role="assistant", content="x", token_ids=[11, 12], logprobs=[-0.1, -0.2], versions=[2, 2])])
+    assert tokens_by_version(one_version.to_json()["turns"]) == []
+    [(panel, names)] = panels_for(["tokens_by_staleness/0", "tokens_by_staleness/1", "tokens_by_staleness/too_stale"])
+    assert panel.key == "tokens_by_staleness" and panel.stacked and len(names) == 3
