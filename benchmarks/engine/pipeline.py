@@ -1,5 +1,7 @@
-"""`bench pipeline`: one workload with heavy-tailed environment times, trained async and sync; for each mode the
-trainer's busy fraction, the wall time, the idle time by cause and the largest staleness.
+"""`bench pipeline`: two workloads (`pipeline_workloads`, `manage.py bench pipeline --pipeline-workloads ...`).
+
+`standard`: heavy-tailed environment times, trained async and sync; for each mode the trainer's busy fraction, the
+wall time, the idle time by cause and the largest staleness.
 
 The workload: a+b prompts sampled by a TinyLM big enough that a trainer step costs about as much as a step's
 environment work spread over the sandboxes; each sample is graded by a `python_grader` that runs in a real
@@ -7,6 +9,15 @@ bubblewrap sandbox and first sleeps for the task's environment time, drawn from 
 (alpha 1.5, capped) — most environments answer fast, a few take seconds, as builds, renders and test suites do.
 Both modes run the same tasks, seed, model and sandboxes; dynamic sampling and the curriculum are off so every
 step trains on the same amount of data.
+
+`long_horizon`: multi-turn tool tasks whose lengths vary tenfold (templates of 1, 2, 4 and 10 turns, the short
+ones drawn most), trained async with partial rollouts on and off (GRPOConfig.partial_rollouts); for each the
+trainer's busy fraction, effective trajectories per hour, the groups refused as too stale and the trained tokens
+by staleness. A TinyLM pretrained for a few seconds to call `run_python` at every turn plays them: each call runs
+in a real sandbox, and a trajectory ends at its template's turn limit, so its length is the template's. The
+grader's reward is a coin flip in the sandbox: every group carries signal, and what is measured is how much of the
+generation reaches the trainer. Without partial rollouts a 10-turn group that the short ones overtake by more than
+max_staleness updates is refused whole; with them its recent turns are trained on.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from workers.definitions.specs import Limits, parse_spec
+from workers.definitions.specs import Limits, ToolSpec, parse_spec
 from workers.rl.config import GRPOConfig
 from workers.rl.engines.torch_engine import TorchEngine
 from workers.rl.models.chat_formats import CharChat
@@ -23,6 +34,7 @@ from workers.rl.models.policies import TinyLMPolicy
 from workers.rl.models.tiny_lm import ModelConfig, TinyLM
 from workers.rl.protocols import Model
 from workers.rl.rollout.grading import LocalVerifier
+from workers.rl.rollout.tools import RUN_PYTHON_TOOL, SandboxToolRunner
 from workers.rl.session import build_pipeline
 from workers.rl.tasks.taskset import TaskSet
 from workers.rl.training.tracking import MemoryTracker
@@ -87,7 +99,127 @@ def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: Mod
                                     "max": round(max(environment, default=0.0), 3)}}
 
 
-def run(*, backend: SandboxBackend, steps: int = 30, environment_scale: float = 0.1, **_) -> dict:
+TOOL_CALL_TEXT = '<tool_call>{"name": "run_python", "arguments": {"code": "1"}}</tool_call>'
+COIN_GRADER = '''
+def grade(sample, item):
+    import random
+    return float(random.random() < 0.5)
+'''
+LONG_HORIZON_TURNS = {1: 4.0, 2: 3.0, 4: 2.0, 10: 1.0}  # turn limit -> the template's weight: short ones most
+PROMPT = "go {n:03d}"
+
+
+def _long_horizon_world(*, tasks: int, verify_concurrency: int):
+    """A TaskSet of one domain whose templates differ only in their turn limit; their image and coin grader."""
+    from workers.rl.tasks.scheduler import DomainMix, TemplateMix
+    from workers.rl.tasks.taskset import TaskSet
+
+    image = SandboxImage(key="sandbox_image/bench-tools@1", layers=({"type": "base", "image": "python-3.11"},),
+                         warm_pool_size=verify_concurrency)
+    verifier = parse_spec("verifier", {"layers": [{"name": "coin", "kind": "environment", "checks": [
+        {"type": "python_grader", "name": "coin", "source": COIN_GRADER, "timeout_seconds": 10}]}]})
+    tool = ToolSpec.model_validate(RUN_PYTHON_TOOL)
+    items = {f"t{index:04d}": Item(key=f"t{index:04d}", inputs={"n": index}, hidden={}) for index in range(tasks)}
+    templates, mixes = {}, []
+    for turns, weight in LONG_HORIZON_TURNS.items():
+        key = f"task_template/bench-tools-{turns}@1"
+        templates[key] = TaskTemplate(key=key, domain="bench-tools", system_prompt="", prompt_template=PROMPT,
+                                      tools=(tool,), image=image, verifier_key="verifier/bench-coin@1",
+                                      verifier_spec=verifier, limits=Limits(
+                                          max_turns=turns, max_tokens=4096, max_seconds=300, max_turn_tokens=96,
+                                          max_tool_errors=10))
+        mixes.append(TemplateMix(key, weight, tuple(items)))
+    taskset = TaskSet(templates=templates, domains=[DomainMix("bench-tools", 1.0, tuple(mixes))],
+                      items={key: dict(items) for key in templates},
+                      item_hashes={key: {k: k for k in items} for key in templates})
+    return taskset, image
+
+
+def _tool_caller(*, block_size: int, steps: int):
+    """A TinyLM that answers every turn with the run_python call, pretrained on conversations of ten of them with
+    the tool's real result between two (about a minute on two cores). Its positions are learned embeddings, so
+    the prompts all have one width ("go 007"): a conversation's turns then sit where they were learned."""
+    from workers.rl.models.base_model import pretrain
+
+    result = "exit code 0\nstdout:\n"
+    conversation = []
+    for _ in range(10):
+        conversation += [{"role": "assistant", "content": TOOL_CALL_TEXT}, {"role": "tool", "content": result}]
+    corpus = [(PROMPT.format(n=n), conversation[:-1]) for n in range(8)]
+    model, _ = pretrain(corpus, steps=steps, seed=0, block_size=block_size, wrong_fraction=0.0, short_fraction=0.0,
+                        long_batch=8, lr=1e-2)
+    return model
+
+
+def _run_long_horizon(partial: bool, *, steps: int, taskset, pool, base_model, overrides: dict) -> dict:
+    import copy
+
+    config = GRPOConfig.resolve({**overrides, "mode": "async", "partial_rollouts": partial})
+    policy = TinyLMPolicy(copy.deepcopy(base_model))
+    model = Model(policy=policy, engine=TorchEngine(policy.model), chat=CharChat())
+    tracker = MemoryTracker()
+    with tempfile.TemporaryDirectory() as checkpoints:
+        pipeline = build_pipeline(run_id=RUN_ID, config=config, total_steps=steps, tasks=taskset, model=model,
+                                  tool_runner=SandboxToolRunner(pool), verifier=LocalVerifier(pool), tracker=tracker,
+                                  checkpoint_dir=Path(checkpoints))
+        summary = pipeline.run()
+    model.close()
+    consumed = list(tracker.trajectories.values())
+    turns = [sum(turn.role == "assistant" for turn in t.turns) for t in consumed]
+    return {"partial_rollouts": partial, "trainer_busy_fraction": summary["trainer_busy_fraction"],
+            "effective_trajectories_per_hour": summary["throughput"]["effective_trajectories_per_hour"],
+            "trajectories_per_hour": summary["throughput"]["trajectories_per_hour"],
+            "wall_seconds": summary["wall_seconds"], "steps": summary["steps"],
+            "trajectories": summary["trajectories"]["total"], "effective": summary["trajectories"]["effective"],
+            "refused_too_stale": sum("too stale" in t.status_reason for t in consumed),
+            "staleness_max": summary["staleness"]["max"], "trained_tokens_by_staleness": summary["staleness"]["tokens"],
+            "idle_seconds": summary["idle_seconds"],
+            "turns": {"mean": round(sum(turns) / max(len(turns), 1), 2), "max": max(turns, default=0),
+                      "min": min(turns, default=0)},
+            "policy_errors": sum(str(t.status) == "policy_error" for t in consumed)}
+
+
+def run_long_horizon(*, backend: SandboxBackend, steps: int = 12, pretrain_steps: int = 60) -> dict:
+    overrides = {"groups_per_step": 2, "group_size": 4, "max_staleness": 1, "rollout_concurrency": 8,
+                 "verify_concurrency": 8, "dynamic_sampling": False, "curriculum": False, "micro_batch_size": 16,
+                 "checkpoint_every": 10_000, "eval_tasks_per_domain": 0, "learning_rate": 1e-4}
+    taskset, image = _long_horizon_world(tasks=256, verify_concurrency=overrides["verify_concurrency"])
+    base_model = _tool_caller(block_size=800, steps=pretrain_steps)
+    pool = SandboxPool(backend)
+    try:
+        pool.warm(image)
+        results = {("partial_on" if partial else "partial_off"): _run_long_horizon(
+            partial, steps=steps, taskset=taskset, pool=pool, base_model=base_model, overrides=overrides)
+            for partial in (True, False)}
+    finally:
+        pool.close()
+    on, off = results["partial_on"], results["partial_off"]
+    return {
+        "workload": {"steps": steps, "turn_limits": {str(k): v for k, v in LONG_HORIZON_TURNS.items()},
+                     **{k: overrides[k] for k in ("groups_per_step", "group_size", "max_staleness",
+                                                  "rollout_concurrency")},
+                     "tool": "run_python in a sandbox at every turn", "reward": "a coin flip in a sandboxed grader",
+                     "model_parameters": sum(p.numel() for p in base_model.parameters())},
+        **results,
+        "effective_trajectories_per_hour_ratio": round(on["effective_trajectories_per_hour"]
+                                                       / max(off["effective_trajectories_per_hour"], 1e-9), 2),
+    }
+
+
+def run(*, backend: SandboxBackend, steps: int | None = None, environment_scale: float = 0.1,
+        pipeline_workloads: tuple[str, ...] = ("standard", "long_horizon"), tool_pretrain_steps: int = 60,
+        **_) -> dict:
+    """The workloads asked for, each its own comparison."""
+    results = {}
+    if "standard" in pipeline_workloads:
+        results["standard"] = run_standard(backend=backend, steps=steps or 30, environment_scale=environment_scale)
+    if "long_horizon" in pipeline_workloads:
+        results["long_horizon"] = run_long_horizon(backend=backend, steps=steps or 12,
+                                                   pretrain_steps=tool_pretrain_steps)
+    return results
+
+
+def run_standard(*, backend: SandboxBackend, steps: int = 30, environment_scale: float = 0.1) -> dict:
     overrides = {"groups_per_step": 8, "group_size": 8, "max_staleness": 2, "rollout_concurrency": 16,
                  "verify_concurrency": 48, "dynamic_sampling": False, "curriculum": False, "micro_batch_size": 64,
                  "checkpoint_every": 10_000, "eval_tasks_per_domain": 0}

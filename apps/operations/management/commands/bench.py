@@ -59,6 +59,13 @@ class Command(BaseCommand):
                                  "size; memory: demo steps the embedded studio trains (default 200)")
         parser.add_argument("--environment-scale", type=float, default=0.1,
                             help="pipeline: the shortest environment time in seconds (the Pareto minimum)")
+        parser.add_argument("--pipeline-workloads", nargs="+", default=["standard", "long_horizon"],
+                            choices=["standard", "long_horizon"],
+                            help="pipeline: standard (async against sync, heavy-tailed environment times; 30 steps a "
+                                 "side by default), long_horizon (multi-turn tool tasks of 1 to 10 turns, async with "
+                                 "partial rollouts on and off; 12 steps a side by default)")
+        parser.add_argument("--tool-pretrain-steps", type=int, default=60,
+                            help="pipeline: steps teaching the long-horizon workload's model to call its tool")
         parser.add_argument("--target-reward", type=float, default=0.6,
                             help="trainer: the reward moving average both trainers race to")
         parser.add_argument("--pretrain-steps", type=int, default=1500, help="trainer: steps teaching the base model")
