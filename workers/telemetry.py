@@ -29,6 +29,11 @@ VERDICTS = Counter("studio_verdicts_total", "Verdicts given, by the layer that d
 JUDGE_CALLS = Counter("studio_judge_calls_total", "Checks graded by an LLM judge (score_model, label_model)",
                       ["check_type", "status"])
 JUDGE_COST = Counter("studio_judge_cost_total", "Money spent on judge calls, in the configured price's currency")
+# Speculative decoding from the context (workers/rl/engines/speculation.py), in the process whose engine samples:
+# accepted / drafted is its acceptance rate.
+SPECULATIVE_TOKENS = Counter("studio_speculative_tokens_total",
+                             "Tokens drafted from the context and verified by the engine, and those accepted",
+                             ["outcome"])
 
 JUDGE_CHECKS = ("score_model", "label_model")
 

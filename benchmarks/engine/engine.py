@@ -251,11 +251,11 @@ def _second_turn(directory: Path, model, tokenizer, *, device: str, rows: int = 
 
 def _speculation(directory: Path, model, workloads: dict[str, list[list[int]]], *, device: str, new_tokens: int,
                  stop_ids, temperature: float, passes: int = 2) -> dict:
-    """Per workload: ours with speculation (the engine's default) and without, taking turns (`_speculation`'s
-    part of the module's docstring)."""
+    """Per workload: ours with speculation (Speculation's defaults: 4 drafts a row) and without, taking turns
+    (`_speculation`'s part of the module's docstring)."""
     from workers.rl.engines import GenerationRequest
     from workers.rl.engines.hf import TransformersEngine
-    from workers.rl.engines.speculation import OFF
+    from workers.rl.engines.speculation import OFF, Speculation
 
     def run_all(engine, prompts) -> tuple[int, float]:
         results = [None] * len(prompts)
@@ -278,7 +278,7 @@ def _speculation(directory: Path, model, workloads: dict[str, list[list[int]]], 
     for name, prompts in workloads.items():
         engines = {side: TransformersEngine(str(directory), device=device, shared_model=model,
                                             max_batch_rows=max(len(prompts), 512),
-                                            speculation=OFF if side == "without" else None)
+                                            speculation=OFF if side == "without" else Speculation())
                    for side in ("without", "with")}
         try:
             for engine in engines.values():

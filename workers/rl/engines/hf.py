@@ -23,9 +23,10 @@ import torch
 from . import BatchingEngine, GenerationRequest
 from .decode_graphs import for_device
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
-from .speculation import Speculation
+from .speculation import OFF, Speculation
 
-TRANSFORMERS_SPECULATION = Speculation()
+# Off by default: on 2 CPU cores it did not pay (engines/speculation.py says what was measured).
+TRANSFORMERS_SPECULATION = OFF
 
 
 class TransformersEngine(BatchingEngine):
@@ -42,7 +43,7 @@ class TransformersEngine(BatchingEngine):
         device. Off to measure what they save, or for a model whose forward pass cannot be recorded (which the
         engine also finds itself, and then decodes eagerly). On a CPU, True pads the steps' rows as for a graph
         and decodes them eagerly. `speculation`: drafts from the context verified in one pass
-        (engines/speculation.py; None: the default, TRANSFORMERS_SPECULATION; speculation.OFF: none)."""
+        (engines/speculation.py; None: the default, TRANSFORMERS_SPECULATION, off)."""
         from transformers import AutoModelForCausalLM
 
         if shared_model is not None:

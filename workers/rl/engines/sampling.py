@@ -25,6 +25,11 @@ from .prefix_cache import PrefixCache
 from .slot_cache import SlotCache
 from .speculation import NgramIndex, Speculation, SpeculationStats, propose
 
+try:  # the studio's Prometheus metrics; the GPU check runs the engine where prometheus-client is not installed
+    from ...telemetry import SPECULATIVE_TOKENS
+except ImportError:
+    SPECULATIVE_TOKENS = None
+
 KEPT_CACHE_BYTES = 256 << 20  # the largest slot cache a drained ContinuousBatch keeps for its next rows
 # The same where its decode steps are recorded as CUDA graphs: a new cache would invalidate them all, and the next
 # step would record them again (each recording synchronizes the device). SmolLM2's cache for 128 rows of 128 columns
@@ -550,6 +555,9 @@ class ContinuousBatch:
                     break
             if found:
                 self._adapt(row, kept[slot], len(found))
+        if SPECULATIVE_TOKENS is not None:
+            SPECULATIVE_TOKENS.labels("drafted").inc(sum(len(found) for found in drafts.values()))
+            SPECULATIVE_TOKENS.labels("accepted").inc(sum(kept))
         kept_tensor = torch.tensor(kept, device=self.device)
         self.cache.advance_by(kept_tensor + 1)
         self.last = logits[torch.arange(used, device=self.device), kept_tensor]

@@ -9,9 +9,10 @@ import copy
 
 from . import BatchingEngine, GenerationRequest
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
-from .speculation import Speculation
+from .speculation import OFF, Speculation
 
-TORCH_SPECULATION = Speculation()
+# Off by default: on 2 CPU cores it did not pay (engines/speculation.py says what was measured).
+TORCH_SPECULATION = OFF
 
 
 class TorchEngine(BatchingEngine):

@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 import torch
+from prometheus_client import REGISTRY
 from scipy.stats import chisquare
 
 from workers.rl.engines import GenerationRequest
@@ -70,6 +71,11 @@ def test_greedy_tokens_are_plain_decodings_on_the_torch_engine_with_rows_joining
     chat = CharChat()
     prompts = _repetitive_prompts(chat)
     outputs, stats = {}, {}
+
+    def exported(outcome):  # the process's /metrics (workers/telemetry.py)
+        return REGISTRY.get_sample_value("studio_speculative_tokens_total", {"outcome": outcome}) or 0.0
+
+    exported_before = exported("drafted"), exported("accepted")
     for name, speculation in (("plain", OFF), ("speculating", ON)):
         engine = TorchEngine(copy.deepcopy(addition_base_model), speculation=speculation)
         batch = engine._open_batch()
@@ -85,6 +91,8 @@ def test_greedy_tokens_are_plain_decodings_on_the_torch_engine_with_rows_joining
     assert stats["plain"]["drafted_tokens"] == 0
     # Drafts were accepted, and some refused (their cache columns rolled back), or the test proves nothing.
     assert 0 < stats["speculating"]["accepted_tokens"] < stats["speculating"]["drafted_tokens"]
+    assert (exported("drafted") - exported_before[0], exported("accepted") - exported_before[1]) == (
+        stats["speculating"]["drafted_tokens"], stats["speculating"]["accepted_tokens"])
 
 
 def test_greedy_tokens_are_plain_decodings_on_the_transformers_engine_with_rows_joining_and_leaving(tiny_hf):
