@@ -107,6 +107,8 @@ def test_only_owners_map_groups_and_each_change_is_audited(mapped, member, owner
         mapping_set(project=mapped, provider=PROVIDER, group="x", role=Role.OWNER, actor=editor)
     with pytest.raises(StudioError, match="No identity provider 'okta'"):
         mapping_set(project=mapped, provider="okta", group="x", role=Role.VIEWER, actor=owner)
+    with pytest.raises(StudioError, match="Name the group"):
+        mapping_set(project=mapped, provider=PROVIDER, group=" ", role=Role.VIEWER, actor=owner)
     mapping = mapping_set(project=mapped, provider=PROVIDER, group="ml-team", role=Role.REVIEWER, actor=owner)
     assert GroupRoleMapping.objects.get(pk=mapping.pk).role == Role.REVIEWER
     mapping_delete(mapping=mapping, actor=owner)
