@@ -179,10 +179,7 @@ class StudioScimUser(SCIMUser):
                 self.changes[key] = ""
 
     def handle_operations(self, operations):
-        if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
-            raise exceptions.BadRequestError('"Operations" must be a list of {"op", "path", "value"}.',
-                                             scim_type="invalidSyntax")
-        super().handle_operations(operations)
+        super().handle_operations(_checked_operations(operations))
         self.save()
 
     def save(self):
@@ -279,10 +276,7 @@ class StudioScimGroup(SCIMGroup):
             members.clear()
 
     def handle_operations(self, operations):
-        if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
-            raise exceptions.BadRequestError('"Operations" must be a list of {"op", "path", "value"}.',
-                                             scim_type="invalidSyntax")
-        super().handle_operations(operations)
+        super().handle_operations(_checked_operations(operations))
         self.save()
 
     def save(self):
@@ -294,6 +288,14 @@ class StudioScimGroup(SCIMGroup):
 
     def delete(self):
         provisioning.scim_group_delete(group=self.obj, actor=self.request.user)
+
+
+def _checked_operations(operations):
+    """A PATCH's Operations as django-scim2 reads them, or a SCIM 400 (it would fail on anything else with a 500)."""
+    if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
+        raise exceptions.BadRequestError('"Operations" must be a list of {"op", "path", "value"}.',
+                                         scim_type="invalidSyntax")
+    return operations
 
 
 def _member_ids(members, *, request) -> set[int]:
