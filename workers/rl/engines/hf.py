@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from . import BatchingEngine, GenerationRequest
+from . import grouped_attention
 from .decode_graphs import for_device
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 from .speculation import OFF, Speculation
@@ -46,6 +47,7 @@ class TransformersEngine(BatchingEngine):
         (engines/speculation.py; None: the default, TRANSFORMERS_SPECULATION, off)."""
         from transformers import AutoModelForCausalLM
 
+        grouped_attention.install()
         if shared_model is not None:
             self.model, self.shares_weights = shared_model.eval(), True
         elif not Path(path).is_dir():
@@ -74,8 +76,9 @@ class TransformersEngine(BatchingEngine):
         cache = DynamicCache(ddp_cache_data=[(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
                                              for keys, values in past], config=self.model.config)
         attention = None if key_mask is None else torch.cat([key_mask.new_ones(rows, kept), key_mask], dim=1).long()
-        out = self.model(input_ids=idx, position_ids=positions, attention_mask=attention, cache=cache,
-                         use_cache=True, logits_to_keep=1)
+        with grouped_attention.grouped():
+            out = self.model(input_ids=idx, position_ids=positions, attention_mask=attention, cache=cache,
+                             use_cache=True, logits_to_keep=1)
         return out.logits[:, -1], [(layer.keys, layer.values) for layer in out.cache.layers]
 
     def _decode(self, idx, positions, cache, mask):
@@ -85,8 +88,9 @@ class TransformersEngine(BatchingEngine):
 
     def _verify(self, idx, positions, cache, mask):
         """Several tokens per row (a sampled token and its drafts), `mask` (rows, 1, T, W): every position's logits."""
-        out = self.model(input_ids=idx, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True,
-                         logits_to_keep=idx.shape[1])
+        with grouped_attention.grouped():  # the cache's grouped heads attended in place (grouped_attention.py)
+            out = self.model(input_ids=idx, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True,
+                             logits_to_keep=idx.shape[1])
         return out.logits
 
     def _score(self, idx):

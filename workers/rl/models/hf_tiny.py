@@ -37,14 +37,15 @@ def char_tokenizer():
 
 
 def make_tiny_hf_model(directory: Path, *, hidden_size: int = 64, layers: int = 2, heads: int = 4,
-                       max_positions: int = 256, seed: int = 0) -> Path:
-    """Save a randomly initialised tiny Llama and its tokenizer under `directory`; returns the directory."""
+                       kv_heads: int | None = None, max_positions: int = 256, seed: int = 0) -> Path:
+    """Save a randomly initialised tiny Llama and its tokenizer under `directory`; returns the directory.
+    `kv_heads`: fewer key/value heads than `heads` makes its attention grouped, as SmolLM2's is."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = char_tokenizer()
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads or heads,
                          max_position_embeddings=max_positions, tie_word_embeddings=False,
                          bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(seed)

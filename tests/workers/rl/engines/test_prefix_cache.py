@@ -15,7 +15,8 @@ from workers.rl.models.policies import HFPolicy
 
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
-    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny-hf"))
+    # Grouped attention, as SmolLM2's: a prefill after a kept prompt attends it in place (engines/grouped_attention.py)
+    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny-hf"), heads=4, kv_heads=2)
 
 
 def _sample(batch, requests):

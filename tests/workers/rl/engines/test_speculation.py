@@ -3,6 +3,7 @@ gives, on every engine that batches continuously and with rows joining and leavi
 model's distribution (a chi-square test that a sampler keeping drafts blindly fails); streaming, stop ids, stop
 checks and penalties as without it; the acceptance counted where the engine's stats are."""
 
+import contextlib
 import copy
 import itertools
 
@@ -25,7 +26,9 @@ ON = Speculation(tokens=4, max_rows=1 << 20)
 
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
-    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny-hf"))
+    # Grouped attention (two query heads a key/value head), as SmolLM2's: the verifying steps attend it in place
+    # (engines/grouped_attention.py).
+    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny-hf"), heads=4, kv_heads=2)
 
 
 def test_the_lookup_drafts_what_followed_the_longest_latest_match():
@@ -114,6 +117,44 @@ def test_greedy_tokens_are_plain_decodings_on_the_transformers_engine_with_rows_
         for plain, speculated in zip(logprobs, outputs["speculating"][handle][1], strict=True):
             assert speculated == pytest.approx(plain, abs=1e-4)
     assert stats["speculating"]["accepted_tokens"] > 0
+
+
+def test_a_verifying_step_attends_grouped_heads_in_place_as_transformers_would_by_copying_them(tiny_hf):
+    """A step of several tokens a row over a kept cache, with a 4-D additive mask (a verifying step's shape): its
+    logits with the grouped heads attended in place (grouped_attention.grouped) are those of transformers' own
+    path, which copies the keys and values per query head; and the mask is obeyed (a row that masks part of its
+    cache gets other logits)."""
+    from transformers import AttentionInterface, DynamicCache
+
+    from workers.rl.engines import grouped_attention
+
+    engine = TransformersEngine(str(tiny_hf), speculation=OFF)  # installs the override
+    model = engine.model
+    assert AttentionInterface._global_mapping["sdpa"] is grouped_attention._attention
+    torch.manual_seed(3)
+    prompts, drafts = torch.randint(3, 40, (3, 12)), torch.randint(3, 40, (3, 4))
+    minimum = torch.finfo(torch.float32).min
+    visible = torch.arange(16)[None, None, None, :] <= (12 + torch.arange(4))[None, None, :, None]
+    mask = torch.where(visible, 0.0, minimum).expand(3, 1, 4, 16).clone()
+    hidden = mask.clone()
+    hidden[1, :, :, :5] = minimum  # row 1 no longer sees its first five columns
+
+    def step(grouped: bool, step_mask):
+        with torch.no_grad():
+            prefill = model(input_ids=prompts, use_cache=True)
+            cache = DynamicCache(ddp_cache_data=[(layer.keys, layer.values) for layer in prefill.cache.layers],
+                                 config=model.config)
+            with grouped_attention.grouped() if grouped else contextlib.nullcontext():
+                return model(input_ids=drafts, position_ids=(12 + torch.arange(4)).expand(3, 4),
+                             attention_mask=step_mask, cache=cache, use_cache=True, logits_to_keep=4).logits
+
+    copied, in_place = step(False, mask), step(True, mask)
+    assert torch.allclose(in_place, copied, atol=1e-5)
+    masked = step(True, hidden)
+    assert torch.allclose(masked[0], in_place[0], atol=1e-5) and torch.allclose(masked[2], in_place[2], atol=1e-5)
+    assert not torch.allclose(masked[1], in_place[1], atol=1e-3)
+    assert torch.allclose(masked, step(False, hidden), atol=1e-5)
+    engine.close()
 
 
 def test_streaming_stops_and_penalties_are_what_plain_decoding_gives(tiny_hf):
