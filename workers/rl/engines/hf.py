@@ -26,7 +26,7 @@ from .decode_graphs import for_device
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 from .speculation import OFF, Speculation
 
-# Off by default: on 2 CPU cores it did not pay (engines/speculation.py says what was measured).
+# Off by default: on 2 CPU cores it does not pay at any batch (engines/speculation.py says what was measured).
 TRANSFORMERS_SPECULATION = OFF
 
 

@@ -24,12 +24,16 @@ samples of a GRPO group share it) and a row's own as it writes them, so a lookup
 scan of the context (vLLM's KMP scan is numba-compiled; in Python, an index is what keeps a step's cost flat).
 
 Off by default (RolloutConfig.speculative_tokens 0), from `bench engine`'s measurements on 2 shared CPU cores
-(SmolLM2-135M, fp32, temperature 1): the repository workload at 16 rows 7.7 tokens/s with it against 17.0 without
-(acceptance 0.61), the short answers 20.4 against 29.9 (0.46). On a CPU a step of 16 rows is bound by computing:
-verifying widens every row of the step to 1 + its longest drafts (rows without drafts are padded), so a verifying
-step cost ~3.6x a plain one while adding ~1.5 tokens a row. Where a step is bound by reading the weights (one or
-a few rows; a GPU, once verifying steps are recorded as CUDA graphs as decode steps are) it should pay; that is
-not measured yet.
+(SmolLM2-135M, fp32, temperature 1, 64 tokens; the repository workload's 16 prompts of ~1,040 tokens). Verifying
+steps first cost ~3.6x a plain one and the repository workload ran at 0.22-0.45x: transformers copied each layer's
+keys and values once per query head for a step of several tokens a row, 2.4 GB a step at 16 rows
+(grouped_attention.py). Attended in place, 18.5 tokens/s with it against 24.5 without (0.76x; before, in the same
+conditions, 5.3 against 24.1: the verifying steps 3.5x cheaper), acceptance 0.61. What is left is arithmetic: on
+these cores a step's matrix products cost in proportion to the tokens in it at any batch (one 576x1536
+projection: 0.15 ms for 1 row, 2.2 ms for 16, 8.1 ms for 80), so a verified draft costs about what a sampled
+token does and a refused one is lost; the first 4 prompts alone measured no better (0.68x). Where a step is bound by
+reading the weights (a GPU at small batches, once verifying steps are recorded as CUDA graphs as decode steps
+are) it should pay; that is not measured yet.
 """
 
 from __future__ import annotations
