@@ -4,6 +4,7 @@ verifier's version is refused a comparison that names the verifier (page, API). 
 evaluation's score as its leaderboard does."""
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from apps.evals import results
 from apps.evals.models import Evaluation
@@ -122,3 +123,18 @@ def test_the_runs_list_shows_an_evaluations_score_not_its_last_batch(client, pro
     page = client.get(f"/p/{project.slug}/runs/").content.decode()
     row = page.split(f'<tr data-run="{run.pk}">', 1)[1].split("</tr>", 1)[0]
     assert "0.500 <span class=\"muted\">score</span>" in row and "0.000" not in row
+
+
+def test_a_headless_evaluation_stopped_before_its_end_fails_and_says_how_it_resumes(project, suite, tiny, settings):
+    """An attempt that makes no progress for RUN_STUCK_SECONDS is abandoned, to be resumed; `evaluate --headless`
+    then exits with an error instead of printing the scores of the batches archived so far."""
+    settings.RUN_STUCK_SECONDS = 0  # the first check after a batch finds it stuck
+    with pytest.raises(CommandError, match="left to be resumed .*train --resume"):
+        call_command("evaluate", suite="arith-suite", model="model/demo-tiny", headless=True, project=project.slug)
+    evaluation = Evaluation.objects.get(project=project)
+    assert evaluation.run.status == RunStatus.RUNNING
+    settings.RUN_STUCK_SECONDS, settings.RUN_STALE_SECONDS = 900, 0  # as the error says: resumed here, to its end
+    call_command("train", run_id=str(evaluation.run_id), headless=True, as_json=True)
+    evaluation.run.refresh_from_db()
+    assert evaluation.run.status == RunStatus.COMPLETED
+    assert Trajectory.objects.filter(run=evaluation.run).count() == 8 * 2  # every batch once: none lost, none twice

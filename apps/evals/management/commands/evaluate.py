@@ -61,14 +61,22 @@ class Command(BaseCommand):
             self.stdout.write(f"evaluation {evaluation.pk} queued: {evaluation.label} on {version.ref} "
                               f"({evaluation.run.steps_total} batches)")
             return
-        from apps.runs.attempts import run_attempt, stop_on_signals
+        from apps.runs.attempts import Unfinished, run_attempt, stop_on_signals
         from apps.runs.services import run_claim
 
         attempt = run_claim(run_id=evaluation.run_id, stale_after=0)
         if attempt is None:
             raise CommandError("a worker took the evaluation first; follow it on its page")
         with stop_on_signals():  # Ctrl-C: the batches archived are kept and the evaluation is marked interrupted
-            run_attempt(run_id=evaluation.run_id, attempt=attempt)
+            ending = run_attempt(run_id=evaluation.run_id, attempt=attempt)
+        # Scores printed now would be those of the batches archived so far, under a status of "running": a script
+        # reading them would take a part for the whole.
+        if ending == Unfinished.TAKEN_OVER:
+            raise CommandError(f"another worker took evaluation {evaluation.pk} over; follow it on its page")
+        if ending == Unfinished.LEFT_TO_RESUME:
+            raise CommandError(f"evaluation {evaluation.pk} stopped before its end (see the log): it is left to be "
+                               f"resumed after its last archived batch (`manage.py train --resume {evaluation.run_id} "
+                               "--headless`, or the studio's workers)")
         evaluation.refresh_from_db()
         [row] = results.leaderboard([evaluation]).rows
         scores = {domain: {"score": s.mean, "low": s.low, "high": s.high, "tasks": s.tasks, "samples": s.samples,
