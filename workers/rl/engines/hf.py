@@ -20,8 +20,7 @@ from pathlib import Path
 
 import torch
 
-from . import BatchingEngine, GenerationRequest
-from . import grouped_attention
+from . import BatchingEngine, GenerationRequest, grouped_attention
 from .decode_graphs import for_device
 from .sampling import ContinuousBatch, SamplingRequest, sampling_request
 from .speculation import OFF, Speculation
