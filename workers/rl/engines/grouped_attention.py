@@ -5,8 +5,8 @@ attention (integrations/sdpa_attention.py, 5.x) attends a decode step's one toke
 they are (`pack_gqa`); for a step of several tokens a row with a mask — speculative decoding's verifying step, a
 prefill continuing a kept prompt (engines/hf.py) — it copies each layer's keys and values once per query head of a
 group (`repeat_kv`), a new tensor three times the layer's cache. For 16 rows of 1,100 columns that is 2.4 GB
-allocated and freed per step, each block above glibc's fixed mmap threshold (models/allocator.py) a fresh
-mapping whose pages the kernel faults in and zeroes. transformers passes SDPA's `enable_gqa` instead only where no
+allocated and freed per step in blocks of 40 MB, above any mmap threshold glibc uses (at most 32 MiB; a run fixes
+it at 1 MiB, models/allocator.py): each a fresh mapping whose pages the kernel faults in and zeroes. transformers passes SDPA's `enable_gqa` instead only where no
 mask is given, since CUDA's fused kernels take none with it; on the CPU torch's SDPA takes both.
 
 `grouped()` marks the engine's calls: inside it, on the CPU, a step of several tokens a row with a mask attends
