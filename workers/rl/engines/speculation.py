@@ -28,7 +28,7 @@ Off by default (RolloutConfig.speculative_tokens 0), from `bench engine`'s measu
 steps first cost ~3.6x a plain one and the repository workload ran at 0.22-0.45x: transformers copied each layer's
 keys and values once per query head for a step of several tokens a row, 2.4 GB a step at 16 rows
 (grouped_attention.py). Attended in place, 18.5 tokens/s with it against 24.5 without (0.76x; before, in the same
-conditions, 5.3 against 24.1: the verifying steps 3.5x cheaper), acceptance 0.61. What is left is arithmetic: on
+conditions, 5.3 against 24.1: with speculation 3.5x faster), acceptance 0.61. What is left is arithmetic: on
 these cores a step's matrix products cost in proportion to the tokens in it at any batch (one 576x1536
 projection: 0.15 ms for 1 row, 2.2 ms for 16, 8.1 ms for 80), so a verified draft costs about what a sampled
 token does and a refused one is lost; the first 4 prompts alone measured no better (0.68x). Where a step is bound by
