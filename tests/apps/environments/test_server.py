@@ -115,7 +115,9 @@ def _pool_busy(world) -> int:
 def test_a_repository_episode_in_one_session_is_graded_and_recorded(server, db):
     """The stateful template: the editor's fix is in the workspace when bash looks; submit grades the workspace's
     diff with the hidden tests, and the turns the client reports are recorded with the server's tool results."""
-    with GenericEnvClient(base_url=server.url(server.token)).sync() as env:
+    # The first tool call starts the session's sandbox with the repository's workspace: in a fresh-clone CI run on
+    # 2 loaded cores it once took longer than the client's default 60 s to answer.
+    with GenericEnvClient(base_url=server.url(server.token), message_timeout_s=300).sync() as env:
         reset = env.reset(template="repository-bugfix", seed=0, run="trl-on-repos", trainer_step=3, client="trl",
                           model="tiny-policy")
         first = reset.observation
