@@ -6,8 +6,10 @@ they are (`pack_gqa`); for a step of several tokens a row with a mask — specul
 prefill continuing a kept prompt (engines/hf.py) — it copies each layer's keys and values once per query head of a
 group (`repeat_kv`), a new tensor three times the layer's cache. For 16 rows of 1,100 columns that is 2.4 GB
 allocated and freed per step in blocks of 40 MB, above any mmap threshold glibc uses (at most 32 MiB; a run fixes
-it at 1 MiB, models/allocator.py): each a fresh mapping whose pages the kernel faults in and zeroes. transformers passes SDPA's `enable_gqa` instead only where no
-mask is given, since CUDA's fused kernels take none with it; on the CPU torch's SDPA takes both.
+it at 1 MiB, models/allocator.py): each a fresh mapping whose pages the kernel faults in and zeroes. A prefill
+after a kept prompt copies the prompt's keys and values expanded to every row of its group the same way.
+transformers passes SDPA's `enable_gqa` instead only where no mask is given, since CUDA's fused kernels take none
+with it; on the CPU torch's SDPA takes both.
 
 `grouped()` marks the engine's calls: inside it, on the CPU, a step of several tokens a row with a mask attends
 with `enable_gqa`; everything else (the trainer's forward and backward passes, CUDA, one token a row) goes to
@@ -57,5 +59,3 @@ def install() -> None:
     if _TRANSFORMERS_SDPA is None:
         _TRANSFORMERS_SDPA = sdpa_attention_forward
         AttentionInterface.register("sdpa", _attention)
-
-
