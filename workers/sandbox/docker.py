@@ -32,6 +32,7 @@ DEFAULT_CONTROL_ROOT = Path("/var/tmp/posttrain-studio/docker")  # settings.SAND
 SANDBOX_USER = 65534
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory/docker")
 LABEL = "posttrain.sandbox.owner"  # the pid of the process whose pool started the container
+REMOVE_TIMEOUT = 30.0  # seconds a destroy waits for the engine to have removed a container
 
 
 class DockerBackend:
@@ -226,10 +227,22 @@ class DockerSandbox(ZygoteSandbox):
         return oom_kill_count(CGROUP_MEMORY / self.container.id)
 
     def destroy(self) -> None:
-        try:
-            self.container.remove(force=True)
-        except Exception:
-            pass  # already gone
+        """Remove the container and return once the engine no longer has it. A container whose zygote a program
+        killed is removing itself already (auto_remove): the engine refuses a second removal while that one runs
+        (409), so wait for it rather than return while the container is still listed."""
+        import docker
+
+        deadline = time.monotonic() + REMOVE_TIMEOUT
+        while True:
+            try:
+                self.container.remove(force=True)
+                break
+            except docker.errors.NotFound:
+                break
+            except Exception:  # a removal in progress, or the engine slow to answer: ask again until it is gone
+                if time.monotonic() > deadline:
+                    break  # reap_orphans removes what is left once this process is gone
+                time.sleep(0.1)
         if getattr(self, "socket", None) is not None:
             self.socket.close()
         shutil.rmtree(self.control, ignore_errors=True)
