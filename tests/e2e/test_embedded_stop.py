@@ -143,7 +143,10 @@ def test_a_studio_stopped_in_each_phase_again_and_again_exits_in_time_and_the_ru
             name = f"{attempt}-{phase}"
             if phase == "evaluation" and evaluation_run is None:
                 evaluation_run = _evaluation(project, owner)
-            studio = _studio(tmp_path, name, phase, hold)
+            # While the evaluation lane is held the training run goes on beside it, so the stop may come during one
+            # of its updates or checkpoints: time enough for that to end on loaded cores (6 s was not, in a CI run).
+            studio = _studio(tmp_path, name, phase, hold,
+                             **({"STUDIO_STOP_SECONDS": "20"} if phase == "evaluation" else {}))
             marker = tmp_path / f"{name}.phase"
             wait_for(lambda: marker.exists() and _serving(studio), seconds=240,  # noqa: B023
                      what=f"studio {name} to serve and reach its {phase}", logs=tmp_path)
