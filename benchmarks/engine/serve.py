@@ -8,6 +8,13 @@ without batching does — one request at a time, `model.generate` on it alone; i
 the start and are served in turn, so a request's first token comes when its generation ends (it does not stream).
 Both write at most `new_tokens` at temperature 1 and stop at the end-of-turn token; tokens are counted up to the
 stop.
+
+The repository workload (`repository`): the prompts and tool results of the demo's recorded repository trajectories
+(`repository_conversations`, the expert replays `manage.py bench` builds: apps/demo/repair_replays.py), each sent
+whole with the tools offered, all at once from one client thread each, to two servers of the same weights: one
+with speculative decoding from the context (`serve --speculative-tokens 4`, engines/speculation.py) and one
+without, taking turns for `passes` rounds after an untimed one. Its figures: tokens per second of each, their
+ratio, and the drafted tokens the server's engine accepted.
 """
 
 from __future__ import annotations
@@ -73,6 +80,83 @@ def _ours(base_url: str, clients: int, per_client: int, new_tokens: int) -> dict
             "ttft_p95_ms": _percentile(firsts, 0.95)}
 
 
+def _start(engine, chat) -> tuple:
+    """(the uvicorn server, its base URL) of `serve`'s app on `engine`, started in a thread."""
+    import uvicorn
+
+    from workers.rl.serving.app import build_app
+
+    port = _port()
+    server = uvicorn.Server(uvicorn.Config(build_app(engine=engine, chat=chat, model_name="bench"),
+                                          host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+def _conversations_at_once(base_url: str, conversations: list, new_tokens: int) -> tuple[int, float]:
+    """(completion tokens, seconds) for every conversation sent at once, one client thread each; with tools offered
+    the answer comes whole (chat_completions.py), so these are not streamed."""
+    import openai
+
+    tokens, lock = [0], threading.Lock()
+
+    def client(index: int) -> None:
+        messages, tools = conversations[index]
+        api = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=1200)
+        answer = api.chat.completions.create(model="bench", messages=messages, max_tokens=new_tokens,
+                                             temperature=1.0, seed=index,
+                                             tools=[{"type": "function", "function": tool} for tool in tools])
+        with lock:
+            tokens[0] += answer.usage.completion_tokens
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(conversations))]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return tokens[0], time.perf_counter() - started
+
+
+def _repository(directory: Path, chat, conversations: list, new_tokens: int, passes: int = 2) -> dict:
+    """The repository workload with and without speculation (the module's docstring)."""
+    from workers.rl.engines.hf import TransformersEngine
+    from workers.rl.engines.speculation import OFF, Speculation
+
+    engines = {"without": TransformersEngine(str(directory), speculation=OFF)}
+    engines["with"] = TransformersEngine(str(directory), shared_model=engines["without"].model,
+                                         speculation=Speculation(tokens=4))
+    servers = {side: _start(engine, chat) for side, engine in engines.items()}
+    totals = {side: [0, 0.0] for side in engines}
+    try:
+        for _, url in servers.values():
+            _conversations_at_once(url, conversations, new_tokens)  # untimed: allocations, the prompts kept
+        before = engines["with"].speculation_stats.as_dict()
+        for _ in range(passes):
+            for side, (_, url) in servers.items():
+                tokens, seconds = _conversations_at_once(url, conversations, new_tokens)
+                totals[side][0] += tokens
+                totals[side][1] += seconds
+        after = engines["with"].speculation_stats.as_dict()
+    finally:
+        for server, _ in servers.values():
+            server.should_exit = True
+        for engine in engines.values():
+            engine.close()
+    rates = {side: {"tokens": tokens, "seconds": round(seconds, 2), "tokens_per_second": round(tokens / seconds, 1)}
+             for side, (tokens, seconds) in totals.items()}
+    drafted = after["drafted_tokens"] - before["drafted_tokens"]
+    accepted = after["accepted_tokens"] - before["accepted_tokens"]
+    return {"requests": len(conversations),
+            "prompt_tokens_mean": round(sum(len(chat.prompt(m, t)) for m, t in conversations) / len(conversations)),
+            "passes": passes, "without_speculation": rates["without"], "with_speculation": rates["with"],
+            "speedup": round(rates["with"]["tokens_per_second"] / max(rates["without"]["tokens_per_second"], 1e-9), 2),
+            "drafted_tokens": drafted, "accepted_tokens": accepted,
+            "acceptance_rate": round(accepted / drafted, 3) if drafted else None}
+
+
 def _loop(model, chat, clients: int, per_client: int, new_tokens: int) -> dict:
     conversations = _messages(clients * per_client)
     firsts, tokens = [], 0
@@ -95,26 +179,19 @@ def _loop(model, chat, clients: int, per_client: int, new_tokens: int) -> dict:
 
 
 def run(*, models_dir: Path, clients: tuple[int, ...] = (1, 4, 16), per_client: int = 2, new_tokens: int = 64,
-        **_) -> dict:
-    import uvicorn
+        repository_conversations: list | None = None, **_) -> dict:
+    """`repository_conversations`: [(messages, tools)] of the repository workload (`bench` builds them)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from workers.rl.engines.hf import TransformersEngine
     from workers.rl.models.chat_formats import HFChat
     from workers.rl.models.packaged import SMOLLM2_135M, converted
-    from workers.rl.serving.app import build_app
 
     directory = converted(SMOLLM2_135M, models_dir)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     chat = HFChat(tokenizer)
     engine = TransformersEngine(str(directory))
-    port = _port()
-    server = uvicorn.Server(uvicorn.Config(build_app(engine=engine, chat=chat, model_name="bench"),
-                                          host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.05)
-    base_url = f"http://127.0.0.1:{port}/v1"
+    server, base_url = _start(engine, chat)
     result = {"model": SMOLLM2_135M.name, "new_tokens": new_tokens, "requests_per_client": per_client,
               "torch_threads": torch.get_num_threads(), "by_clients": {}}
     try:
@@ -133,4 +210,7 @@ def run(*, models_dir: Path, clients: tuple[int, ...] = (1, 4, 16), per_client: 
     result["target"] = {"throughput_ratio_at_16": 3}
     top = result["by_clients"].get("16")
     result["meets_target"] = bool(top and top["throughput_ratio"] >= 3)
+    if repository_conversations:
+        result["repository"] = _repository(directory, chat, repository_conversations, new_tokens)
+        result["repository"]["target_speedup"] = 1.5
     return result

@@ -101,11 +101,12 @@ def evaluation_engine(config: EvaluationConfig, tasks: TaskSet, *, opened, proje
     return model.engine, model.chat
 
 
-def checkpoint_model(checkpoint):
-    """The model of a run at one of its checkpoints (what `serve --checkpoint` serves); the caller closes it."""
+def checkpoint_model(checkpoint, *, overrides: dict | None = None):
+    """The model of a run at one of its checkpoints (what `serve --checkpoint` serves); the caller closes it.
+    `overrides`: rollout settings that replace the run's (serve's --speculative-tokens)."""
     source = checkpoint.run
     # The run's model, sampled as an evaluation samples one: sync, so no copy of the weights (nothing trains).
-    config = RolloutConfig.from_dict({**source.config, "mode": "sync"})
+    config = RolloutConfig.from_dict({**source.config, "mode": "sync", **(overrides or {})})
     tasks = bundle_tasks(bundle=source.bundle) if source.bundle is not None else None
     # An SFT or DPO run on a dataset alone: its base model was pretrained on the dataset's conversations.
     dataset_file = "" if tasks is not None else dataset_here(project=source.project,

@@ -73,8 +73,8 @@ def test_checkpoints_are_evaluated_as_they_are_saved_and_kept(client, project, r
 @pytest.mark.django_db(transaction=True)  # a training attempt closes its connection at the end, as workers do
 def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(project, registry, owner, tiny,
                                                                            egress_loopback):
-    """`serve --checkpoint`'s model behind its app, evaluated as an endpoint through the official client, against
-    the checkpoint evaluated directly: greedy, the same answers and the same scores."""
+    """`serve --checkpoint`'s model behind its app (with speculative decoding on), evaluated as an endpoint through
+    the official client, against the checkpoint evaluated directly: greedy, the same answers and the same scores."""
     import threading
     import time
 
@@ -101,7 +101,9 @@ def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(proj
         return evaluation
 
     direct = evaluate(checkpoint=checkpoint)
-    model = checkpoint_model(checkpoint)
+    # Served with speculative decoding on (serve --speculative-tokens 4): greedy answers are unchanged by it.
+    model = checkpoint_model(checkpoint, overrides={"speculative_tokens": 4})
+    assert model.engine.speculation.tokens == 4
     server = uvicorn.Server(uvicorn.Config(build_app(engine=model.engine, chat=model.chat, model_name="learner@1"),
                                           host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

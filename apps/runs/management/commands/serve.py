@@ -1,5 +1,5 @@
 """`manage.py serve (--checkpoint RUN@STEP|ALIAS | --model model/SLUG[@N]) [--host 127.0.0.1] [--port 8100]
-[--name NAME] [--project SLUG]`: an OpenAI-compatible server of a checkpoint or a base model
+[--name NAME] [--project SLUG] [--speculative-tokens N]`: an OpenAI-compatible server of a checkpoint or a base model
 (workers/rl/serving/app.py: /v1/models, /v1/chat/completions with streaming, /v1/completions, logprobs), on the
 torch or transformers engine with continuous batching on the CPU, or vLLM on a GPU as the run's config says.
 It also loads new weights on POST /v1/weights, so a GRPO run can generate on it (GRPOConfig.inference_servers): with
@@ -35,17 +35,24 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8100)
         parser.add_argument("--name", help="the model name clients send (default: the checkpoint or model)")
         parser.add_argument("--project", help="project slug (default: the only project)")
+        parser.add_argument("--speculative-tokens", type=int, metavar="N",
+                            help="speculative decoding from the context on the torch and transformers engines: at "
+                                 "most N tokens drafted per row and step, 0 off (default: the run's config's "
+                                 "speculative_tokens; a --model, off)")
 
-    def handle(self, *args, checkpoint, model, bundle, host, port, name, project, **_):
+    def handle(self, *args, checkpoint, model, bundle, host, port, name, project, speculative_tokens, **_):
         import uvicorn
 
         from workers.rl.serving.app import build_app
 
+        if speculative_tokens is not None and speculative_tokens < 0:
+            raise CommandError("--speculative-tokens must be 0 (off) or more")
+        overrides = {} if speculative_tokens is None else {"speculative_tokens": speculative_tokens}
         scope = project_for_command(slug=project)
         try:
             if checkpoint:
                 found = checkpoint_resolve(project=scope, name=checkpoint)
-                built = checkpoint_model(found)
+                built = checkpoint_model(found, overrides=overrides)
                 label = name or f"{found.run.name}@{found.step}"
             else:
                 definition = version_resolve(project=scope, ref=parse_ref(model))
@@ -55,7 +62,7 @@ class Command(BaseCommand):
                          Version.objects.filter(definition__project=scope, definition__kind="bundle")
                          .order_by("definition__slug", "-number").first())
                 config = RolloutConfig.resolve(_model_pinned(
-                    {"model": definition.ref, "mode": "sync"}, project=scope, bundle=suite))
+                    {"model": definition.ref, "mode": "sync", **overrides}, project=scope, bundle=suite))
                 built = wiring.run_model(config, bundle_tasks(bundle=suite))
                 label = name or definition.ref
         except (CheckpointNotFound, VersionNotFound, ValueError, FileNotFoundError) as exc:
