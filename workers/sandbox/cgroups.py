@@ -91,11 +91,10 @@ class SandboxCgroup:
         except OSError:
             self.cpu = None
 
-    def join(self) -> None:
-        """Called in the child before exec (as root): the sandbox starts inside its cgroups."""
-        for group in (self.memory, self.pids, self.cpu):
-            if group is not None:
-                (group / "cgroup.procs").write_text(str(os.getpid()))
+    @property
+    def groups(self) -> list[Path]:
+        """The groups made for the sandbox, which its first process joins before bubblewrap runs (process.py)."""
+        return [group for group in (self.memory, self.pids, self.cpu) if group is not None]
 
     def oom_kills(self) -> int:
         return oom_kill_count(self.memory) if self.memory is not None else 0

@@ -3,7 +3,11 @@
 - `acquire(image, timeout=)` leases a warm sandbox (or waits for one, starting more up to the image's ceiling);
   the lease is a context manager, and a trajectory may run several programs in it (a multi-step session).
 - On release the sandbox is reset to its image's clean state in the background before anyone else gets it,
-  or destroyed if it cannot be; dead sandboxes are replaced so the pool stays at its warm size.
+  or destroyed if it cannot be; dead sandboxes are replaced so the pool stays at its warm size. A lease taken from
+  the warm ones starts another at once (the warm size is what is kept idle), so the pool grows with the leases
+  out, up to the image's ceiling; what it grew by is kept while the image is in use and let go once nobody has
+  acquired one for `surplus_seconds`. (Destroying each released sandbox beyond the warm size made every lease
+  cost a sandbox start: 37 a step in `bench pipeline`.)
 - A maintenance thread pings idle sandboxes (heartbeat) and reclaims leases that stopped answering: a session
   idle past `lease_idle_timeout` loses its sandbox.
 - `open_session(image, spec, workspace=)` leases a sandbox of the image's *prepared workspace* (session.py) for one
@@ -119,14 +123,17 @@ class Lease:
 class SandboxPool:
     def __init__(self, backend: SandboxBackend, *, ceiling_factor: int = 2, lease_idle_timeout: float = 300.0,
                  heartbeat_interval: float = 5.0, max_start_failures: int = 3, workers: int = 4,
-                 status_dir: Path | None = None, session_ceiling: int = 16, session_warm_seconds: float = 120.0):
+                 status_dir: Path | None = None, session_ceiling: int = 16, session_warm_seconds: float = 120.0,
+                 surplus_seconds: float = 30.0):
         """status_dir: where the pool publishes its status every second (for `manage.py sandbox pool-status`,
         which runs in another process). session_ceiling: sandboxes of one prepared workspace held or starting at
         once (a group's samples each hold one for their whole trajectory); session_warm_seconds: how long the
-        warm sandboxes of a prepared workspace nobody opened are kept."""
+        warm sandboxes of a prepared workspace nobody opened are kept; surplus_seconds: how long idle sandboxes
+        beyond an image's warm size are kept after its last acquire."""
         self.backend = backend
         self.session_ceiling = session_ceiling
         self.session_warm_seconds = session_warm_seconds
+        self.surplus_seconds = surplus_seconds
         self._status_file = status_dir / f"pool-{os.getpid()}-{id(self):x}.json" if status_dir else None
         self.ceiling_factor = ceiling_factor
         self.lease_idle_timeout = lease_idle_timeout
@@ -359,7 +366,8 @@ class SandboxPool:
             sandbox.destroy()  # still counted as resetting until here
         with self._lock:
             entry.resetting -= 1
-            if healthy and not self._closed and (len(entry.idle) < entry.target or entry.waiting):
+            if healthy and not self._closed and (len(entry.idle) < entry.target or entry.waiting
+                                                 or self._surplus_kept(entry)):
                 entry.idle.append(sandbox)
             elif healthy:
                 self._discard(sandbox)
@@ -400,6 +408,8 @@ class SandboxPool:
                         lease._entry.busy.discard(lease.sandbox)
                         self._discard(lease.sandbox)
                 for entry in self._images.values():
+                    while len(entry.idle) > entry.target and not self._surplus_kept(entry):
+                        self._discard(entry.idle.popleft())  # what the image grew by, no longer in use
                     if entry.sessions and entry.target and not entry.busy \
                             and now - entry.last_acquired > self.session_warm_seconds:
                         entry.target = 0  # a prepared workspace nobody opens any more: its warm copies go
@@ -415,6 +425,11 @@ class SandboxPool:
                     for entry, sandbox in idle:
                         if not self._submit(self._heartbeat_job, entry, sandbox):
                             break  # not pinged: an idle sandbox is destroyed by close() all the same
+
+    def _surplus_kept(self, entry: _ImagePool) -> bool:
+        """Whether idle sandboxes beyond the image's warm size are still kept (with the lock held). A prepared
+        workspace's are not: session_warm_seconds lets them go."""
+        return not entry.sessions and time.monotonic() - entry.last_acquired < self.surplus_seconds
 
     def _reclaim_reason(self, lease: Lease, now: float) -> str:
         """Why a lease is taken back now ("" to keep it): idle past its timeout, past a session's hard lifetime, or

@@ -29,6 +29,16 @@ from .zygote_client import START_TIMEOUT, SandboxError, ZygoteSandbox
 
 ZYGOTE_SOURCE = (Path(__file__).parent / "zygote.py").read_text()
 SANDBOX_PYTHON = "/usr/bin/python3"
+# How a sandbox enters its cgroups and drops to its uid before bubblewrap runs: a shell writes its pid into each
+# group's cgroup.procs (the paths it is given after their count), then util-linux's setpriv sets the uid and gid
+# (real, effective and saved) and clears the groups, and execs bubblewrap. Done in Python (a Popen preexec_fn, or
+# its user= and group=) it would make CPython fork the whole studio process instead of vfork: the page tables of
+# a trainer's gigabytes copied at every start, and every page it writes afterwards faulted once more, copy-on-write.
+# In `bench pipeline` a pool starting ~37 sandboxes a step kept the trainer's process as long in the kernel as in its
+# own code.
+# The shell's own PWD (the studio's directory) is unset: bubblewrap's environment is readable inside.
+ENTER_THEN_EXEC = 'unset PWD OLDPWD; n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; ' \
+                  'n=$((n - 1)); done; exec "$@"'
 UID_BASE = 200_000  # sandbox uids: far from any account on the machine, one per live sandbox
 
 _uids = itertools.count()
@@ -79,13 +89,15 @@ class ProcessSandbox(ZygoteSandbox):
                           "rlimit:cpu,nproc,fsize,nofile,core", *self.cgroup.applied]
         if "cgroup:memory" not in self.cgroup.applied:
             self.isolation.append("rlimit:as")
-        command = self._bwrap_command(limits, layer_dir)
+        procs = [str(group / "cgroup.procs") for group in self.cgroup.groups]
+        command = ["/bin/sh", "-c", ENTER_THEN_EXEC, "sh", str(len(procs)), *procs,
+                   "setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--",
+                   *self._bwrap_command(limits, layer_dir)]
         try:
             # bubblewrap's own environment is empty too: its init stays in the sandbox as pid 1, and the program
             # could read /proc/1/environ.
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL, preexec_fn=self._enter, close_fds=True,
-                                            env={"PATH": "/usr/bin:/bin"})
+                                            stderr=subprocess.DEVNULL, close_fds=True, env={"PATH": "/usr/bin:/bin"})
         except OSError as exc:
             self.cgroup.kill_all()
             raise SandboxError(f"could not start bubblewrap: {exc}") from exc
@@ -93,13 +105,6 @@ class ProcessSandbox(ZygoteSandbox):
         self.memory_limited = self.cgroup.memory is not None
         self._expect("ready", START_TIMEOUT, "start")
         self.assembly_seconds = time.monotonic() - started
-
-    def _enter(self) -> None:
-        """In the child, before exec: into the cgroups (as root), then drop to the sandbox's uid for good."""
-        self.cgroup.join()
-        os.setgroups([])
-        os.setgid(self.uid)
-        os.setuid(self.uid)
 
     def _bwrap_command(self, limits: Limits, layer_dir: Path) -> list[str]:
         disk = str(limits.disk_mb * 1024 * 1024)

@@ -1,4 +1,5 @@
-"""SandboxPool behaviour: warm hand-out, replacement of dead sandboxes, reclaimed sessions, bounded retries."""
+"""SandboxPool behaviour: warm hand-out, replacement of dead sandboxes, what the pool grew by kept while in use,
+reclaimed sessions, bounded retries."""
 
 import subprocess
 import sys
@@ -50,6 +51,24 @@ def test_dead_sandboxes_are_replaced_and_the_pool_stays_warm(fresh_pool):
     assert killed.status == Status.KILLED
     state = settle(pool, SMALL)
     assert state["warm"] == 2 and state["environment_assembly"]["count"] == 3
+
+
+def test_leases_one_after_another_start_one_sandbox_and_what_the_pool_grew_by_goes_once_unused(fresh_pool):
+    """A lease taken from the warm sandbox starts another (the warm size is kept idle); the leased one, reset, is
+    kept for the next lease instead of a third start, and let go `surplus_seconds` after the last acquire."""
+    pool = fresh_pool(surplus_seconds=2.0)
+    pool.warm(SMALL, 1)
+    settle(pool, SMALL)
+    for _ in range(4):
+        with pool.acquire(SMALL) as lease:
+            assert lease.run(Execution(program="print(1)")).status == Status.OK
+        state = settle(pool, SMALL)
+        assert state["warm"] == 2 and state["environment_assembly"]["count"] == 2, state
+    deadline = time.monotonic() + 10
+    while settle(pool, SMALL)["warm"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = settle(pool, SMALL)
+    assert state["warm"] == 1 and state["environment_assembly"]["count"] == 2, state
 
 
 def test_acquire_gives_up_at_its_deadline_when_every_sandbox_is_busy(fresh_pool):
