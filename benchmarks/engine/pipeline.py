@@ -1,7 +1,8 @@
 """`bench pipeline`: two workloads (`pipeline_workloads`, `manage.py bench pipeline --pipeline-workloads ...`).
 
 `standard`: heavy-tailed environment times, trained async and sync; for each mode the trainer's busy fraction, the
-wall time, the idle time by cause and the largest staleness.
+wall time, the idle time by cause, the largest staleness, and the process's CPU time in its own code and in the
+kernel with its page faults.
 
 The workload: a+b prompts sampled by a TinyLM big enough that a trainer step costs about as much as a step's
 environment work spread over the sandboxes; each sample is graded by a `python_grader` that runs in a real
@@ -23,6 +24,7 @@ max_staleness updates is refused whole; with them its recent turns are trained o
 from __future__ import annotations
 
 import random
+import resource
 import tempfile
 from pathlib import Path
 
@@ -87,7 +89,9 @@ def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: Mod
         pipeline = build_pipeline(run_id=RUN_ID, config=config, total_steps=steps,
                                   tasks=TaskSet.single_template(template, items), model=model, tool_runner=None,
                                   verifier=LocalVerifier(pool), tracker=tracker, checkpoint_dir=Path(checkpoints))
+        before = resource.getrusage(resource.RUSAGE_SELF)
         summary = pipeline.run()
+        after = resource.getrusage(resource.RUSAGE_SELF)
     model.close()
     environment = [t.timings.get("verification", 0.0) for t in tracker.trajectories.values()]
     return {"trainer_busy_fraction": summary["trainer_busy_fraction"], "wall_seconds": summary["wall_seconds"],
@@ -96,7 +100,12 @@ def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: Mod
             "idle_seconds": summary["idle_seconds"],
             "seconds_per_step": round(summary["wall_seconds"] / max(summary["steps"], 1), 3),
             "environment_seconds": {"mean": round(sum(environment) / max(len(environment), 1), 3),
-                                    "max": round(max(environment, default=0.0), 3)}}
+                                    "max": round(max(environment, default=0.0), 3)},
+            # This process's CPU time in its own code and in the kernel, and its page faults, while the mode ran
+            # (the sandboxes' are their own processes'): where the kernel time goes is in the README.
+            "process": {"user_seconds": round(after.ru_utime - before.ru_utime, 2),
+                        "system_seconds": round(after.ru_stime - before.ru_stime, 2),
+                        "minor_faults": after.ru_minflt - before.ru_minflt}}
 
 
 TOOL_CALL_TEXT = '<tool_call>{"name": "run_python", "arguments": {"code": "1"}}</tool_call>'
