@@ -280,32 +280,42 @@ def _speculation(directory: Path, model, workloads: dict[str, list[list[int]]], 
                                             max_batch_rows=max(len(prompts), 512),
                                             speculation=OFF if side == "without" else Speculation())
                    for side in ("without", "with")}
+        def measure(side, engines=engines, prompts=prompts):
+            return run_all(engines[side], prompts)
+
         try:
-            for engine in engines.values():
-                run_all(engine, prompts)  # untimed: allocations, and the prompts kept
-            before = engines["with"].speculation_stats.as_dict()
-            totals = {side: [0, 0.0] for side in engines}
-            for _ in range(passes):
-                for side, engine in engines.items():
-                    tokens, seconds = run_all(engine, prompts)
-                    totals[side][0] += tokens
-                    totals[side][1] += seconds
-            after = engines["with"].speculation_stats.as_dict()
+            figures[name] = {"requests": len(prompts),
+                             "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts)),
+                             **speculation_taking_turns(measure, engines["with"], passes=passes)}
         finally:
             for engine in engines.values():
                 engine.close()
-        drafted = after["drafted_tokens"] - before["drafted_tokens"]
-        accepted = after["accepted_tokens"] - before["accepted_tokens"]
-        rates = {side: _rate(*totals[side]) for side in engines}
-        figures[name] = {"requests": len(prompts), "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts)),
-                         "passes": passes, "without_speculation": rates["without"],
-                         "with_speculation": rates["with"],
-                         "speedup": round(rates["with"]["tokens_per_second"]
-                                          / max(rates["without"]["tokens_per_second"], 1e-9), 2),
-                         "drafted_tokens": drafted, "accepted_tokens": accepted,
-                         "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
-                         "verify_steps": after["verify_steps"] - before["verify_steps"]}
     return figures
+
+
+def speculation_taking_turns(measure, speculating_engine, *, passes: int) -> dict:
+    """`measure(side)` -> (tokens, seconds) of one round on the side "without" speculation or "with" it: once each
+    untimed (allocations, the prompts kept), then `passes` rounds taking turns. Returns each side's rate, their
+    ratio and what `speculating_engine` drafted and accepted in the timed rounds (`bench engine` and `bench serve`)."""
+    sides = ("without", "with")
+    for side in sides:
+        measure(side)
+    before = speculating_engine.speculation_stats.as_dict()
+    totals = {side: [0, 0.0] for side in sides}
+    for _ in range(passes):
+        for side in sides:
+            tokens, seconds = measure(side)
+            totals[side][0] += tokens
+            totals[side][1] += seconds
+    after = speculating_engine.speculation_stats.as_dict()
+    drafted = after["drafted_tokens"] - before["drafted_tokens"]
+    accepted = after["accepted_tokens"] - before["accepted_tokens"]
+    rates = {side: _rate(*totals[side]) for side in sides}
+    return {"passes": passes, "without_speculation": rates["without"], "with_speculation": rates["with"],
+            "speedup": round(rates["with"]["tokens_per_second"] / max(rates["without"]["tokens_per_second"], 1e-9), 2),
+            "drafted_tokens": drafted, "accepted_tokens": accepted,
+            "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
+            "verify_steps": after["verify_steps"] - before["verify_steps"]}
 
 
 def measure_engine(*, device: str, dtype: str, concurrency: list[int], new_tokens: int, random_weights: bool,

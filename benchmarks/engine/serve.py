@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .engine import PROMPTS
+from .engine import PROMPTS, speculation_taking_turns
 
 
 def _port() -> int:
@@ -129,32 +129,18 @@ def _repository(directory: Path, chat, conversations: list, new_tokens: int, pas
     engines["with"] = TransformersEngine(str(directory), shared_model=engines["without"].model,
                                          speculation=Speculation(tokens=4))
     servers = {side: _start(engine, chat) for side, engine in engines.items()}
-    totals = {side: [0, 0.0] for side in engines}
     try:
-        for _, url in servers.values():
-            _conversations_at_once(url, conversations, new_tokens)  # untimed: allocations, the prompts kept
-        before = engines["with"].speculation_stats.as_dict()
-        for _ in range(passes):
-            for side, (_, url) in servers.items():
-                tokens, seconds = _conversations_at_once(url, conversations, new_tokens)
-                totals[side][0] += tokens
-                totals[side][1] += seconds
-        after = engines["with"].speculation_stats.as_dict()
+        figures = speculation_taking_turns(
+            lambda side: _conversations_at_once(servers[side][1], conversations, new_tokens), engines["with"],
+            passes=passes)
     finally:
         for server, _ in servers.values():
             server.should_exit = True
         for engine in engines.values():
             engine.close()
-    rates = {side: {"tokens": tokens, "seconds": round(seconds, 2), "tokens_per_second": round(tokens / seconds, 1)}
-             for side, (tokens, seconds) in totals.items()}
-    drafted = after["drafted_tokens"] - before["drafted_tokens"]
-    accepted = after["accepted_tokens"] - before["accepted_tokens"]
     return {"requests": len(conversations),
             "prompt_tokens_mean": round(sum(len(chat.prompt(m, t)) for m, t in conversations) / len(conversations)),
-            "passes": passes, "without_speculation": rates["without"], "with_speculation": rates["with"],
-            "speedup": round(rates["with"]["tokens_per_second"] / max(rates["without"]["tokens_per_second"], 1e-9), 2),
-            "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "acceptance_rate": round(accepted / drafted, 3) if drafted else None}
+            **figures}
 
 
 def _loop(model, chat, clients: int, per_client: int, new_tokens: int) -> dict:
