@@ -115,10 +115,12 @@ def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(proj
         endpoint = endpoint_create(project=project, slug="served", base_url=f"http://127.0.0.1:{port}/v1",
                                    model="learner@1", actor=owner)
         remote = evaluate(endpoint=endpoint)
+        drafts = model.engine.speculation_stats.as_dict()
     finally:
         server.should_exit = True
         thread.join(5)
         model.close()
+    assert drafts["verify_steps"] > 0, drafts  # drafts were verified: the equality below is not speculation unused
 
     def answers(evaluation):
         return {(t.task_key, t.sample): (t.turns[-1]["content"], t.reward)
