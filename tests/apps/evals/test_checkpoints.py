@@ -78,6 +78,7 @@ def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(proj
     import threading
     import time
 
+    import httpx
     import uvicorn
 
     from apps.evals.services import endpoint_create, evaluation_launch
@@ -115,12 +116,21 @@ def test_an_endpoint_serving_a_checkpoint_scores_what_the_checkpoint_scores(proj
         endpoint = endpoint_create(project=project, slug="served", base_url=f"http://127.0.0.1:{port}/v1",
                                    model="learner@1", actor=owner)
         remote = evaluate(endpoint=endpoint)
+        evaluated = model.engine.speculation_stats.as_dict()
+        # Whether the suite's short greedy answers repeat their context depends on the checkpoint's numbers (another
+        # CPU trains another one), so a prompt makes drafting certain: "Q" followed by each token of the vocabulary,
+        # ending in "Q". Whatever token comes next, the bigram ("Q", it) is in the context: its drafts are verified.
+        marker = model.chat.tokenizer.encode("Q")[0]
+        prompt = [token for other in range(model.chat.tokenizer.vocab_size) for token in (marker, other)] + [marker]
+        copied = httpx.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120, json={
+            "model": "learner@1", "prompt": prompt, "max_tokens": 8, "temperature": 0, "stop_token_ids": []})
         drafts = model.engine.speculation_stats.as_dict()
     finally:
         server.should_exit = True
         thread.join(5)
         model.close()
-    assert drafts["verify_steps"] > 0, drafts  # drafts were verified: the equality below is not speculation unused
+    assert copied.status_code == 200, copied.text
+    assert drafts["verify_steps"] > evaluated["verify_steps"], (evaluated, drafts)  # served with drafts verified
 
     def answers(evaluation):
         return {(t.task_key, t.sample): (t.turns[-1]["content"], t.reward)
