@@ -19,7 +19,9 @@ def test_change_the_group_size_review_and_queue(page_as, live_url, project, owne
 
     page.goto(f"{live_url}/p/{project.slug}/runs/")
     page.click("[data-start-run]")
-    page.wait_for_selector("[data-run-form]")
+    # The form's script is deferred: it listens once the new page has loaded, not as soon as the form is parsed (a
+    # kind chosen before that changed nothing, in one CI run).
+    page.wait_for_url(re.compile(r"/runs/new/$"), wait_until="load")
     group = page.locator("fieldset[data-group=GRPO]")
     assert group.locator("input[name=group_size]").get_attribute("max") == "1024"
     assert setting("batch_size").is_hidden()  # SFT's and DPO's, not GRPO's
