@@ -81,12 +81,35 @@ def _world(*, tasks: int, scale: float, verify_concurrency: int):
     return template, items
 
 
+# A few steps run untimed before the measured modes: the first run grows the sandbox pool to its demand (the pool
+# keeps what it grew by while the image is in use), fills the allocator and loads torch's kernels, and without this
+# the mode measured first paid for all of it (the long-horizon workload, on first: 16.2 s after another run in one
+# probe, 19.8 s first in the bench, its counterpart alike both times).
+WARM_UP_STEPS = 4
+
+
 def machine_cpu_seconds() -> float:
     """CPU time every process on the machine has used so far, idle and waiting for I/O left out (guest time is in
     user time already): the sandboxes' programs and the kernel's work for them count, which this process's own
     rusage misses."""
     times = psutil.cpu_times()
     return times.user + times.nice + times.system + times.irq + times.softirq + times.steal
+
+
+def measured_run(pipeline) -> tuple[dict, dict]:
+    """The pipeline's summary, and the CPU it took: this process's own (user and kernel seconds, page faults)
+    and the whole machine's, with the machine's busy fraction — near 1, the cores set the pace, not the
+    pipeline."""
+    before, machine_before = resource.getrusage(resource.RUSAGE_SELF), machine_cpu_seconds()
+    summary = pipeline.run()
+    after, machine = resource.getrusage(resource.RUSAGE_SELF), machine_cpu_seconds() - machine_before
+    cores = psutil.cpu_count()
+    return summary, {
+        "process": {"user_seconds": round(after.ru_utime - before.ru_utime, 2),
+                    "system_seconds": round(after.ru_stime - before.ru_stime, 2),
+                    "minor_faults": after.ru_minflt - before.ru_minflt},
+        "machine": {"cpu_seconds": round(machine, 2), "cores": cores,
+                    "busy_fraction": round(machine / max(summary["wall_seconds"] * cores, 1e-9), 3)}}
 
 
 def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: ModelConfig, overrides: dict) -> dict:
@@ -101,9 +124,7 @@ def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: Mod
         pipeline = build_pipeline(run_id=RUN_ID, config=config, total_steps=steps,
                                   tasks=TaskSet.single_template(template, items), model=model, tool_runner=None,
                                   verifier=LocalVerifier(pool), tracker=tracker, checkpoint_dir=Path(checkpoints))
-        before, machine_before = resource.getrusage(resource.RUSAGE_SELF), machine_cpu_seconds()
-        summary = pipeline.run()
-        after, machine = resource.getrusage(resource.RUSAGE_SELF), machine_cpu_seconds() - machine_before
+        summary, cpu = measured_run(pipeline)
     model.close()
     environment = [t.timings.get("verification", 0.0) for t in tracker.trajectories.values()]
     return {"trainer_busy_fraction": summary["trainer_busy_fraction"], "wall_seconds": summary["wall_seconds"],
@@ -113,14 +134,7 @@ def _run_mode(mode: str, *, steps: int, template, items, pool, model_config: Mod
             "seconds_per_step": round(summary["wall_seconds"] / max(summary["steps"], 1), 3),
             "environment_seconds": {"mean": round(sum(environment) / max(len(environment), 1), 3),
                                     "max": round(max(environment, default=0.0), 3)},
-            # This process's CPU time in its own code and in the kernel, and its page faults, while the mode ran
-            # (the sandboxes' are their own processes'): where the kernel time goes is in the README.
-            "process": {"user_seconds": round(after.ru_utime - before.ru_utime, 2),
-                        "system_seconds": round(after.ru_stime - before.ru_stime, 2),
-                        "minor_faults": after.ru_minflt - before.ru_minflt},
-            # Every process's: a busy fraction near 1 says the cores, not the pipeline, set the pace.
-            "machine": {"cpu_seconds": round(machine, 2), "cores": psutil.cpu_count(),
-                        "busy_fraction": round(machine / max(summary["wall_seconds"] * psutil.cpu_count(), 1e-9), 3)}}
+            **cpu}  # where the kernel time went is in the README
 
 
 TOOL_CALL_TEXT = '<tool_call>{"name": "run_python", "arguments": {"code": "1"}}</tool_call>'
@@ -186,10 +200,11 @@ def _run_long_horizon(partial: bool, *, steps: int, taskset, pool, base_model, o
         pipeline = build_pipeline(run_id=RUN_ID, config=config, total_steps=steps, tasks=taskset, model=model,
                                   tool_runner=SandboxToolRunner(pool), verifier=LocalVerifier(pool), tracker=tracker,
                                   checkpoint_dir=Path(checkpoints))
-        summary = pipeline.run()
+        summary, cpu = measured_run(pipeline)
     model.close()
     consumed = list(tracker.trajectories.values())
     turns = [sum(turn.role == "assistant" for turn in t.turns) for t in consumed]
+    generated = sum(t.completion_tokens for t in consumed)
     return {"partial_rollouts": partial, "trainer_busy_fraction": summary["trainer_busy_fraction"],
             "effective_trajectories_per_hour": summary["throughput"]["effective_trajectories_per_hour"],
             "trajectories_per_hour": summary["throughput"]["trajectories_per_hour"],
@@ -200,10 +215,17 @@ def _run_long_horizon(partial: bool, *, steps: int, taskset, pool, base_model, o
             "idle_seconds": summary["idle_seconds"],
             "turns": {"mean": round(sum(turns) / max(len(turns), 1), 2), "max": max(turns, default=0),
                       "min": min(turns, default=0)},
-            "policy_errors": sum(str(t.status) == "policy_error" for t in consumed)}
+            "policy_errors": sum(str(t.status) == "policy_error" for t in consumed),
+            # What generation cost per trajectory trained on: where generation alone sets the pace (a cluster whose
+            # trainer has devices of its own), throughput goes as its inverse. The refused groups' tokens and the
+            # tokens left out as too stale are in it; so is the cost of each trajectory's length.
+            "generated_tokens": generated,
+            "generated_tokens_per_effective_trajectory": round(generated / max(summary["trajectories"]["effective"],
+                                                                               1), 1),
+            **cpu}
 
 
-def run_long_horizon(*, backend: SandboxBackend, steps: int = 12, pretrain_steps: int = 60) -> dict:
+def run_long_horizon(*, backend: SandboxBackend, steps: int = 40, pretrain_steps: int = 60) -> dict:
     overrides = {"groups_per_step": 2, "group_size": 4, "max_staleness": 1, "rollout_concurrency": 8,
                  "verify_concurrency": 8, "dynamic_sampling": False, "curriculum": False, "micro_batch_size": 16,
                  "checkpoint_every": 10_000, "eval_tasks_per_domain": 0, "learning_rate": 1e-4}
@@ -212,6 +234,8 @@ def run_long_horizon(*, backend: SandboxBackend, steps: int = 12, pretrain_steps
     pool = SandboxPool(backend)
     try:
         pool.warm(image)
+        _run_long_horizon(True, steps=WARM_UP_STEPS, taskset=taskset, pool=pool, base_model=base_model,
+                          overrides=overrides)  # untimed: see WARM_UP_STEPS
         results = {("partial_on" if partial else "partial_off"): _run_long_horizon(
             partial, steps=steps, taskset=taskset, pool=pool, base_model=base_model, overrides=overrides)
             for partial in (True, False)}
@@ -238,7 +262,7 @@ def run(*, backend: SandboxBackend, steps: int | None = None, environment_scale:
     if "standard" in pipeline_workloads:
         results["standard"] = run_standard(backend=backend, steps=steps or 30, environment_scale=environment_scale)
     if "long_horizon" in pipeline_workloads:
-        results["long_horizon"] = run_long_horizon(backend=backend, steps=steps or 12,
+        results["long_horizon"] = run_long_horizon(backend=backend, steps=steps or 40,
                                                    pretrain_steps=tool_pretrain_steps)
     return results
 
@@ -253,6 +277,8 @@ def run_standard(*, backend: SandboxBackend, steps: int = 30, environment_scale:
     pool = SandboxPool(backend)
     try:
         pool.warm(template.image)
+        _run_mode("async", steps=WARM_UP_STEPS, template=template, items=items, pool=pool, model_config=model_config,
+                  overrides=overrides)  # untimed: see WARM_UP_STEPS
         results = {mode: _run_mode(mode, steps=steps, template=template, items=items, pool=pool,
                                    model_config=model_config, overrides=overrides) for mode in ("async", "sync")}
     finally:

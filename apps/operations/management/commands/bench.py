@@ -63,7 +63,7 @@ class Command(BaseCommand):
                             choices=["standard", "long_horizon"],
                             help="pipeline: standard (async against sync, heavy-tailed environment times; 30 steps a "
                                  "side by default), long_horizon (multi-turn tool tasks of 1 to 10 turns, async with "
-                                 "partial rollouts on and off; 12 steps a side by default)")
+                                 "partial rollouts on and off; 40 steps a side by default)")
         parser.add_argument("--tool-pretrain-steps", type=int, default=60,
                             help="pipeline: steps teaching the long-horizon workload's model to call its tool")
         parser.add_argument("--target-reward", type=float, default=0.6,
