@@ -280,6 +280,7 @@ def _speculation(directory: Path, model, workloads: dict[str, list[list[int]]], 
                                             max_batch_rows=max(len(prompts), 512),
                                             speculation=OFF if side == "without" else Speculation())
                    for side in ("without", "with")}
+
         def measure(side, engines=engines, prompts=prompts):
             return run_all(engines[side], prompts)
 

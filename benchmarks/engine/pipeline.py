@@ -290,6 +290,6 @@ def run_standard(*, backend: SandboxBackend, steps: int = 30, environment_scale:
                      "model_parameters": sum(p.numel() for p in TinyLM(model_config).parameters())},
         **results,
         "async_speedup": round(results["sync"]["wall_seconds"] / max(results["async"]["wall_seconds"], 1e-9), 2),
-        "compute_bound_speedup": round(results["sync"]["wall_seconds"] * psutil.cpu_count()
+        "compute_bound_speedup": round(results["sync"]["wall_seconds"] * results["sync"]["machine"]["cores"]
                                        / max(results["sync"]["machine"]["cpu_seconds"], 1e-9), 2),
     }
