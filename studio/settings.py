@@ -142,7 +142,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # A consumer waits for its next message with BZPOPMIN, which Redis answers empty after channels_redis's
+    # brpop_timeout (5 s). redis-py 8 reads every reply within a default socket_timeout of 5 s as well, so an idle
+    # socket's wait ended in "Timeout reading from ..." and the consumer died with its websocket (a run page then
+    # reconnected every few seconds). The read waits longer than the block; a Redis that stops answering is still
+    # noticed, 30 s on.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

@@ -35,6 +35,29 @@ def test_channel_layer_round_trips_through_real_redis():
         assert thread.submit(asyncio.run, round_trip()).result(timeout=10) == {"type": "ping", "n": 7}
 
 
+@pytest.mark.redis
+def test_a_receive_waiting_past_the_layers_block_gets_the_message_sent_after_it():
+    """A consumer idle for longer than one BZPOPMIN block (brpop_timeout) still receives: its read of Redis's empty
+    answer does not time out first (redis-py's default socket timeout equals the block)."""
+    layer = get_channel_layer()
+
+    async def late_message():
+        channel = await layer.new_channel()
+
+        async def send_later():
+            await asyncio.sleep(layer.brpop_timeout + 1)
+            await layer.send(channel, {"type": "late"})
+
+        sender = asyncio.create_task(send_later())
+        try:
+            return await asyncio.wait_for(layer.receive(channel), timeout=layer.brpop_timeout * 3)
+        finally:
+            await sender
+
+    with ThreadPoolExecutor(1) as thread:
+        assert thread.submit(asyncio.run, late_message()).result(timeout=30) == {"type": "late"}
+
+
 def test_without_redis_celery_runs_tasks_in_process():
     if os.environ.get("REDIS_URL"):
         assert settings.CELERY_BROKER_URL == os.environ["REDIS_URL"] and not settings.CELERY_TASK_ALWAYS_EAGER
