@@ -32,7 +32,10 @@ from apps.trajectories.selectors import BadFilter, trajectory_slice
 DOMAIN_OPTIONS = 50  # domains the dropdown lists for what is typed (the chosen ones besides)
 MAX_GROUPS = 8  # distributions a histogram overlays before it groups domains by category
 
-_apps: dict[int, Dash] = {}
+# A project's app, by what its app is built from: its routes carry the slug and its title the name, so a project
+# renamed (or another project given a recycled id, as a test database's are) gets an app of its own instead of one
+# that answers 404 at every path of the new slug.
+_apps: dict[tuple[int, str, str], Dash] = {}
 _lock = threading.Lock()
 
 # The studio's navigation is the viewer's (their projects, their name, a logout form with their CSRF token), while
@@ -47,10 +50,11 @@ INDEX = """<!DOCTYPE html>
 
 
 def explorer_app(project) -> Dash:
+    key = (project.pk, project.slug, project.name)
     with _lock:
-        app = _apps.get(project.pk)
+        app = _apps.get(key)
         if app is None:
-            app = _apps[project.pk] = _build(project)
+            app = _apps[key] = _build(project)
         return app
 
 
