@@ -32,10 +32,10 @@ from apps.trajectories.selectors import BadFilter, trajectory_slice
 DOMAIN_OPTIONS = 50  # domains the dropdown lists for what is typed (the chosen ones besides)
 MAX_GROUPS = 8  # distributions a histogram overlays before it groups domains by category
 
-# A project's app, by what its app is built from: its routes carry the slug and its title the name, so a project
-# renamed (or another project given a recycled id, as a test database's are) gets an app of its own instead of one
-# that answers 404 at every path of the new slug.
-_apps: dict[tuple[int, str, str], Dash] = {}
+# A project's app, with the slug and name it was built from: its routes carry the slug and its title the name, so a
+# project renamed (or another project given a recycled id, as a test database's are) gets its app rebuilt instead of
+# one that answers 404 at every path of the new slug; the old one is let go.
+_apps: dict[int, tuple[tuple[str, str], Dash]] = {}
 _lock = threading.Lock()
 
 # The studio's navigation is the viewer's (their projects, their name, a logout form with their CSRF token), while
@@ -50,12 +50,12 @@ INDEX = """<!DOCTYPE html>
 
 
 def explorer_app(project) -> Dash:
-    key = (project.pk, project.slug, project.name)
+    built_from = (project.slug, project.name)
     with _lock:
-        app = _apps.get(key)
-        if app is None:
-            app = _apps[key] = _build(project)
-        return app
+        cached = _apps.get(project.pk)
+        if cached is None or cached[0] != built_from:
+            cached = _apps[project.pk] = (built_from, _build(project))
+        return cached[1]
 
 
 def _build(project) -> Dash:
