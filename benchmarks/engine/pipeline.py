@@ -86,6 +86,9 @@ def _world(*, tasks: int, scale: float, verify_concurrency: int):
 # the mode measured first paid for all of it (the long-horizon workload, on first: 16.2 s after another run in one
 # probe, 19.8 s first in the bench, its counterpart alike both times).
 WARM_UP_STEPS = 4
+# Trainer steps a side when `bench pipeline` is given none: 12 on the long-horizon workload measured 1.03-1.39x from
+# run to run.
+STEPS = {"standard": 30, "long_horizon": 40}
 
 
 def machine_cpu_seconds() -> float:
@@ -225,7 +228,7 @@ def _run_long_horizon(partial: bool, *, steps: int, taskset, pool, base_model, o
             **cpu}
 
 
-def run_long_horizon(*, backend: SandboxBackend, steps: int = 40, pretrain_steps: int = 60) -> dict:
+def run_long_horizon(*, backend: SandboxBackend, steps: int = STEPS["long_horizon"], pretrain_steps: int = 60) -> dict:
     overrides = {"groups_per_step": 2, "group_size": 4, "max_staleness": 1, "rollout_concurrency": 8,
                  "verify_concurrency": 8, "dynamic_sampling": False, "curriculum": False, "micro_batch_size": 16,
                  "checkpoint_every": 10_000, "eval_tasks_per_domain": 0, "learning_rate": 1e-4}
@@ -260,14 +263,15 @@ def run(*, backend: SandboxBackend, steps: int | None = None, environment_scale:
     """The workloads asked for, each its own comparison."""
     results = {}
     if "standard" in pipeline_workloads:
-        results["standard"] = run_standard(backend=backend, steps=steps or 30, environment_scale=environment_scale)
+        results["standard"] = run_standard(backend=backend, steps=steps or STEPS["standard"],
+                                           environment_scale=environment_scale)
     if "long_horizon" in pipeline_workloads:
-        results["long_horizon"] = run_long_horizon(backend=backend, steps=steps or 40,
+        results["long_horizon"] = run_long_horizon(backend=backend, steps=steps or STEPS["long_horizon"],
                                                    pretrain_steps=tool_pretrain_steps)
     return results
 
 
-def run_standard(*, backend: SandboxBackend, steps: int = 30, environment_scale: float = 0.1) -> dict:
+def run_standard(*, backend: SandboxBackend, steps: int = STEPS["standard"], environment_scale: float = 0.1) -> dict:
     overrides = {"groups_per_step": 8, "group_size": 8, "max_staleness": 2, "rollout_concurrency": 16,
                  "verify_concurrency": 48, "dynamic_sampling": False, "curriculum": False, "micro_batch_size": 64,
                  "checkpoint_every": 10_000, "eval_tasks_per_domain": 0}
